@@ -1,0 +1,62 @@
+#include "cli.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "qkv/error.h"
+
+namespace qkv::cli {
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string short_count(double n) {
+  const char* suffix[] = {"", "K", "M", "B", "T"};
+  int s = 0;
+  while (std::fabs(n) >= 1000 && s < 4) n /= 1000, ++s;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s == 0 ? "%.0f%s" : "%.1f%s", n, suffix[s]);
+  return buf;
+}
+
+std::string bytes_str(double bytes) {
+  const char* suffix[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int s = 0;
+  while (bytes >= 1024 && s < 4) bytes /= 1024, ++s;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s == 0 ? "%.0f %s" : "%.1f %s", bytes, suffix[s]);
+  return buf;
+}
+
+int run(int argc, const char* const* argv) {
+  CLI::App app{"qkv: transformer attention, explained and fast.", "qkv"};
+  app.require_subcommand(1);
+  app.failure_message([](const CLI::App*, const CLI::Error& e) { return std::string(e.what()); });
+  add_explain(app);
+  add_params(app);
+  add_demo(app);
+  try {
+    app.parse(argc, argv);
+    return 0;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "qkv: error: " << e.what() << "\n(run `qkv --help` for usage)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "qkv: error: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace qkv::cli

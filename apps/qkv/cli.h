@@ -1,0 +1,29 @@
+// The qkv command line: one file per subcommand, each registering itself on the CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace qkv::cli {
+
+// Parses argv, runs the chosen subcommand. Errors print "qkv: error: …" to stderr and
+// return 2; --help returns 0.
+int run(int argc, const char* const* argv);
+
+void add_explain(CLI::App& app);
+void add_params(CLI::App& app);
+void add_demo(CLI::App& app);
+
+// The worked example of `qkv explain`, printed as text; `qkv demo` tells it too.
+void print_worked_example(std::ostream& out, bool causal);
+
+// 1234567 -> "1,234,567"
+std::string with_commas(int64_t n);
+// 174591057920 -> "174.6B"; 1572864 -> "1.6M"
+std::string short_count(double n);
+// 4718592 -> "4.5 MiB"
+std::string bytes_str(double bytes);
+
+}  // namespace qkv::cli

@@ -1,0 +1,68 @@
+// Scaled dot-product attention: out = softmax(q kᵀ · scale + bias, masked) v.
+//
+// Shapes, in storage order of the logical dims (any strides):
+//   B batch, Hq query heads, Hkv key/value heads (Hq % Hkv == 0), Tq queries, Tk keys,
+//   D query/key head dim, Dv value head dim.
+//   q [B, Hq, Tq, D]   k [B, Hkv, Tk, D]   v [B, Hkv, Tk, Dv]   out [B, Hq, Tq, Dv]
+// Query head h reads key/value head h / (Hq / Hkv): Hkv == Hq is multi-head attention,
+// 1 < Hkv < Hq grouped-query attention (GQA), Hkv == 1 multi-query attention (MQA).
+//
+// The score of query i and key j, in the order it is computed:
+//   s = scale · q_i · k_j                        scale defaults to 1/sqrt(D)
+//   s = softcap · tanh(s / softcap)              only when softcap > 0 (Gemma 2, Grok)
+//   s = s + bias[b, h, i, j]                     optional additive bias, broadcast
+//   s = s - alibi[h] · |i + Tk - Tq - j|         optional ALiBi slopes (as FlashAttention-2)
+//   s = -inf where the mask hides key j from query i
+// then p = softmax over j, out_i = Σ_j p_ij v_j, lse_i = log Σ_j exp(s_ij).
+//
+// The mask. Query i sits at position i + (Tk - Tq) on the key axis ("bottom-right
+// alignment": the last query lines up with the last key, as in FlashAttention-2 and a
+// KV-cache decode). Key j is visible when all of these hold:
+//   causal:   j <= i + (Tk - Tq)
+//   window:   i + (Tk - Tq) - window_left <= j <= i + (Tk - Tq) + window_right  (-1 = no limit)
+//   padding:  j < kv_len[b]
+// A query row that sees no key gets out = 0 and lse = -inf, never NaN.
+#pragma once
+
+#include <cstdint>
+
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+struct Mask {
+  bool causal = false;             // query i sees keys <= i + (Tk - Tq)
+  int window_left = -1;            // sliding window: keys in [pos - left, pos + right];
+  int window_right = -1;           //   -1 = unbounded on that side
+  const int32_t* kv_len = nullptr; // [B]: keys >= kv_len[b] are padding (0 <= kv_len[b] <= Tk)
+  View bias;                       // optional additive bias, broadcastable to [B, Hq, Tq, Tk]:
+                                   //   2 to 4 dims, aligned right, each dim 1 or full size
+  const float* alibi = nullptr;    // optional [Hq] ALiBi slopes
+};
+
+struct AttentionArgs {
+  View q;                 // [B, Hq, Tq, D]
+  View k;                 // [B, Hkv, Tk, D]
+  View v;                 // [B, Hkv, Tk, Dv]
+  View out;               // [B, Hq, Tq, Dv], written
+  float* lse = nullptr;   // optional [B, Hq, Tq] contiguous, written: log-sum-exp of the scores
+  float scale = 0;        // 0 means 1/sqrt(D)
+  float softcap = 0;      // 0 means off
+  Mask mask;
+};
+
+// The fast path. Until the tiled kernels land it runs the reference kernel.
+void attention(const AttentionArgs& args);
+
+// Throws qkv::Error naming the first argument whose shape, layout or value is wrong.
+void validate(const AttentionArgs& args, const char* where);
+
+namespace reference {
+
+// The oracle: materialises the Tq × Tk score grid of each (batch, head) and follows the
+// formula above step by step. `weights`, when given, receives the softmax weights
+// [B, Hq, Tq, Tk] (0 where masked).
+void attention(const AttentionArgs& args, View weights = {});
+
+}  // namespace reference
+}  // namespace qkv

@@ -1,0 +1,74 @@
+// qkv::attention (the dispatcher) and the argument checks every kernel shares.
+#include <cmath>
+
+#include "attention/masks.h"
+#include "qkv/attention.h"
+#include "qkv/error.h"
+
+namespace qkv {
+namespace detail {
+
+View broadcast_bias(const View& bias, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk,
+                    const char* where) {
+  const int64_t full[4] = {B, Hq, Tq, Tk};
+  check(bias.ndim >= 2 && bias.ndim <= 4, where, ": bias must have 2 to 4 dims, got ",
+        shape_str(bias));
+  View out(bias.data, {B, Hq, Tq, Tk}, {0, 0, 0, 0});
+  const int skip = 4 - bias.ndim;  // leading dims the bias leaves out are broadcast
+  for (int d = skip; d < 4; ++d) {
+    const int64_t n = bias.shape[d - skip];
+    check(n == 1 || n == full[d], where, ": bias ", shape_str(bias),
+          " does not broadcast to [B, Hq, Tq, Tk] = [", B, ", ", Hq, ", ", Tq, ", ", Tk, "]");
+    out.stride[d] = (n == 1) ? 0 : bias.stride[d - skip];
+  }
+  return out;
+}
+
+}  // namespace detail
+
+void validate(const AttentionArgs& a, const char* where) {
+  check_ndim(a.q, 4, where, "q [B, Hq, Tq, D]");
+  check_ndim(a.k, 4, where, "k [B, Hkv, Tk, D]");
+  check_ndim(a.v, 4, where, "v [B, Hkv, Tk, Dv]");
+  check_ndim(a.out, 4, where, "out [B, Hq, Tq, Dv]");
+  const View* all[] = {&a.q, &a.k, &a.v, &a.out};
+  const char* names[] = {"q", "k", "v", "out"};
+  for (int t = 0; t < 4; ++t)
+    for (int d = 0; d < 4; ++d)
+      check(all[t]->shape[d] > 0, where, ": ", names[t], " has an empty dim: ",
+            shape_str(*all[t]));
+
+  const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tq = a.q.shape[2], D = a.q.shape[3];
+  const int64_t Hkv = a.k.shape[1], Tk = a.k.shape[2], Dv = a.v.shape[3];
+  check(a.k.shape[0] == B && a.v.shape[0] == B, where, ": batch sizes differ: q ",
+        shape_str(a.q), ", k ", shape_str(a.k), ", v ", shape_str(a.v));
+  check(a.k.shape[3] == D, where, ": k has head dim ", a.k.shape[3], " but q has ", D, " (q ",
+        shape_str(a.q), ", k ", shape_str(a.k), ")");
+  check(a.v.shape[1] == Hkv && a.v.shape[2] == Tk, where, ": v ", shape_str(a.v),
+        " must match k ", shape_str(a.k), " in heads and length");
+  check(Hq % Hkv == 0, where, ": q has ", Hq, " heads, not a multiple of the ", Hkv,
+        " key/value heads");
+  check(a.out.shape[0] == B && a.out.shape[1] == Hq && a.out.shape[2] == Tq &&
+            a.out.shape[3] == Dv,
+        where, ": out is ", shape_str(a.out), ", expected [", B, ", ", Hq, ", ", Tq, ", ", Dv,
+        "]");
+  check(std::isfinite(a.scale), where, ": scale must be finite, got ", a.scale);
+  check(std::isfinite(a.softcap) && a.softcap >= 0, where,
+        ": softcap must be >= 0 (0 = off), got ", a.softcap);
+  check(a.mask.window_left >= -1 && a.mask.window_right >= -1, where,
+        ": window sizes must be >= 0, or -1 for unbounded; got left ", a.mask.window_left,
+        ", right ", a.mask.window_right);
+  if (a.mask.kv_len)
+    for (int64_t b = 0; b < B; ++b)
+      check(a.mask.kv_len[b] >= 0 && a.mask.kv_len[b] <= Tk, where, ": kv_len[", b, "] = ",
+            a.mask.kv_len[b], " is outside [0, Tk = ", Tk, "]");
+  if (!a.mask.bias.empty()) detail::broadcast_bias(a.mask.bias, B, Hq, Tq, Tk, where);
+  if (a.mask.alibi)
+    for (int64_t h = 0; h < Hq; ++h)
+      check(std::isfinite(a.mask.alibi[h]), where, ": alibi slope of head ", h,
+            " is not finite");
+}
+
+void attention(const AttentionArgs& args) { reference::attention(args); }
+
+}  // namespace qkv

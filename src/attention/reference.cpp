@@ -1,0 +1,119 @@
+// The reference attention: the oracle every fast kernel is tested against.
+//
+// It is written to be read, not to be fast. For each (batch, head) it materialises the
+// Tq × Tk grid of scores and applies the steps of include/qkv/attention.h one at a time:
+//   S = scale · Q Kᵀ  →  softcap  →  + bias, ALiBi  →  mask (-inf)  →  P = softmax(S)  →  O = P V
+// Storage is fp32 like every kernel; sums run in double so the oracle is the more exact side.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <omp.h>
+
+#include "attention/masks.h"
+#include "qkv/attention.h"
+#include "qkv/error.h"
+#include "qkv/threads.h"
+
+namespace qkv::reference {
+namespace {
+
+constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+
+struct Dims {
+  int64_t B, Hq, Hkv, Tq, Tk, D, Dv;
+};
+
+// S[i, j] for one (b, h): every step up to and including the mask.
+void scores(const AttentionArgs& a, const Dims& n, const View& bias, float scale, int64_t b,
+            int64_t h, float* S) {
+  const int64_t hkv = h / (n.Hq / n.Hkv);  // the key/value head this query head reads
+  for (int64_t i = 0; i < n.Tq; ++i) {
+    const detail::KeyRange visible = detail::visible_keys(a.mask, b, i, n.Tq, n.Tk);
+    for (int64_t j = 0; j < n.Tk; ++j) {
+      double dot = 0;
+      for (int64_t d = 0; d < n.D; ++d) dot += double(a.q(b, h, i, d)) * a.k(b, hkv, j, d);
+      float s = static_cast<float>(dot) * scale;
+      if (a.softcap > 0) s = a.softcap * std::tanh(s / a.softcap);
+      if (!bias.empty()) s += bias(b, h, i, j);
+      if (a.mask.alibi) s += detail::alibi_bias(a.mask, h, i, j, n.Tq, n.Tk);
+      if (j < visible.begin || j >= visible.end) s = kMinusInf;
+      S[i * n.Tk + j] = s;
+    }
+  }
+}
+
+// Row-wise softmax in place: S becomes P. Returns nothing; writes lse[i] when asked.
+// Subtracting the row max keeps exp() in range for logits of any size; a row whose scores
+// are all -inf (fully masked) becomes all zeros with lse = -inf instead of 0/0 = NaN.
+void softmax_rows(float* S, int64_t Tq, int64_t Tk, float* lse) {
+  for (int64_t i = 0; i < Tq; ++i) {
+    float* row = S + i * Tk;
+    const float max = *std::max_element(row, row + Tk);
+    if (max == kMinusInf) {
+      std::fill(row, row + Tk, 0.0f);
+      if (lse) lse[i] = kMinusInf;
+      continue;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < Tk; ++j) sum += std::exp(double(row[j]) - max);
+    for (int64_t j = 0; j < Tk; ++j) row[j] = static_cast<float>(std::exp(double(row[j]) - max) / sum);
+    if (lse) lse[i] = static_cast<float>(max + std::log(sum));
+  }
+}
+
+// O = P V for one (b, h).
+void weighted_values(const AttentionArgs& a, const Dims& n, int64_t b, int64_t h,
+                     const float* P) {
+  const int64_t hkv = h / (n.Hq / n.Hkv);
+  std::vector<double> acc(n.Dv);
+  for (int64_t i = 0; i < n.Tq; ++i) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t j = 0; j < n.Tk; ++j) {
+      const double p = P[i * n.Tk + j];
+      if (p == 0) continue;
+      for (int64_t e = 0; e < n.Dv; ++e) acc[e] += p * a.v(b, hkv, j, e);
+    }
+    for (int64_t e = 0; e < n.Dv; ++e) a.out(b, h, i, e) = static_cast<float>(acc[e]);
+  }
+}
+
+}  // namespace
+
+void attention(const AttentionArgs& a, View weights) {
+  constexpr const char* where = "reference::attention";
+  validate(a, where);
+  const Dims n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
+               a.k.shape[2], a.q.shape[3], a.v.shape[3]};
+  if (!weights.empty()) {
+    check_ndim(weights, 4, where, "weights [B, Hq, Tq, Tk]");
+    check(weights.shape[0] == n.B && weights.shape[1] == n.Hq && weights.shape[2] == n.Tq &&
+              weights.shape[3] == n.Tk,
+          where, ": weights is ", shape_str(weights), ", expected [", n.B, ", ", n.Hq, ", ",
+          n.Tq, ", ", n.Tk, "]");
+  }
+  const View bias = a.mask.bias.empty()
+                        ? View{}
+                        : detail::broadcast_bias(a.mask.bias, n.B, n.Hq, n.Tq, n.Tk, where);
+  const float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(n.D));
+
+  // One score grid per thread, allocated here: nothing may throw inside the parallel loop.
+  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n.B * n.Hq));
+  std::vector<std::vector<float>> grids(threads, std::vector<float>(n.Tq * n.Tk));
+
+#pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
+  for (int64_t b = 0; b < n.B; ++b) {
+    for (int64_t h = 0; h < n.Hq; ++h) {
+      float* S = grids[omp_get_thread_num()].data();
+      scores(a, n, bias, scale, b, h, S);
+      softmax_rows(S, n.Tq, n.Tk, a.lse ? a.lse + (b * n.Hq + h) * n.Tq : nullptr);
+      weighted_values(a, n, b, h, S);
+      if (!weights.empty())
+        for (int64_t i = 0; i < n.Tq; ++i)
+          for (int64_t j = 0; j < n.Tk; ++j) weights(b, h, i, j) = S[i * n.Tk + j];
+    }
+  }
+}
+
+}  // namespace qkv::reference

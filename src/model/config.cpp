@@ -1,0 +1,37 @@
+#include "qkv/error.h"
+#include "qkv/model.h"
+
+namespace qkv {
+
+std::string to_string(NormKind n) { return n == NormKind::layer_norm ? "layernorm" : "rmsnorm"; }
+std::string to_string(MlpKind m) { return m == MlpKind::gelu ? "gelu" : "swiglu"; }
+std::string to_string(PositionKind p) {
+  switch (p) {
+    case PositionKind::learned: return "learned";
+    case PositionKind::sinusoidal: return "sinusoidal";
+    case PositionKind::rotary: return "rotary";
+    case PositionKind::alibi: return "alibi";
+    case PositionKind::none: return "none";
+  }
+  return "?";
+}
+
+void validate(const ModelConfig& c) {
+  auto positive = [](int64_t value, const char* name) {
+    check(value >= 1, "model config: ", name, " must be >= 1, got ", value);
+  };
+  positive(c.vocab_size, "vocab_size");
+  positive(c.context, "context");
+  positive(c.d_model, "d_model");
+  positive(c.n_layers, "n_layers");
+  positive(c.n_heads, "n_heads");
+  positive(c.n_kv_heads, "n_kv_heads");
+  positive(c.d_head, "d_head");
+  positive(c.d_ff, "d_ff");
+  check(c.n_heads % c.n_kv_heads == 0, "model config: n_heads (", c.n_heads,
+        ") must be a multiple of n_kv_heads (", c.n_kv_heads, ")");
+  check(c.positions != PositionKind::rotary || c.d_head % 2 == 0,
+        "model config: rotary positions need an even d_head, got ", c.d_head);
+}
+
+}  // namespace qkv

@@ -1,0 +1,216 @@
+// Test problems for attention kernels: random inputs for one combination of options, the
+// AttentionArgs that point at them, and an independent double-precision answer.
+//
+// The double-precision loop below is written from the formula, not from the kernels: it
+// tests each mask condition key by key (no shared KeyRange helper) and keeps every
+// intermediate in double. Kernels are checked against it, and fast kernels against the
+// reference kernel.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qkv/attention.h"
+#include "qkv/tensor.h"
+
+namespace qkv::testing {
+
+enum class BiasKind { none, full, query_key, batch_key, head_query_key };
+
+struct Case {
+  int64_t B = 1, Hq = 2, Hkv = 2, Tq = 5, Tk = 5, D = 8, Dv = 8;
+  bool causal = false;
+  int window_left = -1, window_right = -1;
+  bool padding = false;           // kv_len[b] = random in [0, Tk], batch 0 always full
+  BiasKind bias = BiasKind::none;
+  bool alibi = false;
+  float softcap = 0;
+  float scale = 0;
+  bool seq_major = false;         // store q, k, v, out as [B, T, H, D] and pass transposed views
+  float magnitude = 1;            // inputs uniform in [-magnitude, magnitude]
+
+  std::string name() const;
+};
+
+inline std::string Case::name() const {
+  std::string s = "B" + std::to_string(B) + "_Hq" + std::to_string(Hq) + "_Hkv" +
+                  std::to_string(Hkv) + "_Tq" + std::to_string(Tq) + "_Tk" + std::to_string(Tk) +
+                  "_D" + std::to_string(D) + "_Dv" + std::to_string(Dv);
+  if (causal) s += "_causal";  // window sizes below are printed + 1: 0 means unbounded
+  if (window_left >= 0 || window_right >= 0)
+    s += "_win" + std::to_string(window_left + 1) + "_" + std::to_string(window_right + 1);
+  if (padding) s += "_pad";
+  if (bias != BiasKind::none) s += "_bias" + std::to_string(static_cast<int>(bias));
+  if (alibi) s += "_alibi";
+  if (softcap > 0) s += "_softcap";
+  if (scale != 0) s += "_scale";
+  if (seq_major) s += "_bthd";
+  return s;
+}
+
+// Owns the inputs and outputs of one attention call.
+struct Problem {
+  Case c;
+  Tensor q, k, v, out, lse, bias_storage;
+  std::vector<int32_t> kv_len;
+  std::vector<float> alibi;
+  AttentionArgs args;
+
+  explicit Problem(const Case& c, uint32_t seed = 1) : c(c) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-c.magnitude, c.magnitude);
+    auto make = [&](int64_t H, int64_t T, int64_t D, Tensor& t, bool fill) {
+      // Storage order [B, H, T, D], or [B, T, H, D] seen through a transposed view.
+      t = c.seq_major ? Tensor({c.B, T, H, D}) : Tensor({c.B, H, T, D});
+      if (fill)
+        for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = uniform(rng);
+      return c.seq_major ? t.view().transpose(1, 2) : t.view();
+    };
+    args.q = make(c.Hq, c.Tq, c.D, q, true);
+    args.k = make(c.Hkv, c.Tk, c.D, k, true);
+    args.v = make(c.Hkv, c.Tk, c.Dv, v, true);
+    args.out = make(c.Hq, c.Tq, c.Dv, out, false);
+    out.fill(std::numeric_limits<float>::quiet_NaN());  // a kernel must write every output
+    lse = Tensor({c.B, c.Hq, c.Tq});
+    args.lse = lse.data();
+    args.scale = c.scale;
+    args.softcap = c.softcap;
+    args.mask.causal = c.causal;
+    args.mask.window_left = c.window_left;
+    args.mask.window_right = c.window_right;
+    if (c.padding) {
+      std::uniform_int_distribution<int32_t> len(0, static_cast<int32_t>(c.Tk));
+      for (int64_t b = 0; b < c.B; ++b) kv_len.push_back(b == 0 ? c.Tk : len(rng));
+      args.mask.kv_len = kv_len.data();
+    }
+    if (c.bias != BiasKind::none) {
+      switch (c.bias) {
+        case BiasKind::full: bias_storage = Tensor({c.B, c.Hq, c.Tq, c.Tk}); break;
+        case BiasKind::query_key: bias_storage = Tensor({c.Tq, c.Tk}); break;
+        case BiasKind::batch_key: bias_storage = Tensor({c.B, 1, 1, c.Tk}); break;
+        case BiasKind::head_query_key: bias_storage = Tensor({c.Hq, c.Tq, c.Tk}); break;
+        case BiasKind::none: break;
+      }
+      for (int64_t i = 0; i < bias_storage.numel(); ++i) bias_storage.data()[i] = uniform(rng);
+      args.mask.bias = bias_storage.view();
+    }
+    if (c.alibi) {
+      // The ALiBi paper's slopes for Hq heads: 2^(-8 h / Hq), h = 1..Hq.
+      for (int64_t h = 1; h <= c.Hq; ++h) alibi.push_back(std::exp2(-8.0f * h / c.Hq));
+      args.mask.alibi = alibi.data();
+    }
+  }
+
+  // The bias entry for (b, h, i, j), broadcasting by hand.
+  double bias_at(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    const float* p = bias_storage.data();
+    switch (c.bias) {
+      case BiasKind::full: return p[((b * c.Hq + h) * c.Tq + i) * c.Tk + j];
+      case BiasKind::query_key: return p[i * c.Tk + j];
+      case BiasKind::batch_key: return p[b * c.Tk + j];
+      case BiasKind::head_query_key: return p[(h * c.Tq + i) * c.Tk + j];
+      case BiasKind::none: return 0;
+    }
+    return 0;
+  }
+};
+
+// The answer in double precision: out [B, Hq, Tq, Dv], lse [B, Hq, Tq] and weights
+// [B, Hq, Tq, Tk], all flattened in that order.
+struct Expected {
+  std::vector<double> out, lse, weights;
+  double max_abs_score = 0;  // over visible scores: sets the tolerance
+};
+
+inline Expected naive_attention(const Problem& p) {
+  const Case& c = p.c;
+  const AttentionArgs& a = p.args;
+  const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D));
+  const double inf = std::numeric_limits<double>::infinity();
+  Expected e;
+  e.out.assign(c.B * c.Hq * c.Tq * c.Dv, 0);
+  e.lse.assign(c.B * c.Hq * c.Tq, -inf);
+  e.weights.assign(c.B * c.Hq * c.Tq * c.Tk, 0);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hq; ++h)
+      for (int64_t i = 0; i < c.Tq; ++i) {
+        const int64_t row = (b * c.Hq + h) * c.Tq + i;
+        const int64_t hkv = h * c.Hkv / c.Hq;  // query heads are grouped in order
+        const int64_t pos = i + c.Tk - c.Tq;
+        std::vector<double> s(c.Tk, -inf);
+        for (int64_t j = 0; j < c.Tk; ++j) {
+          if (c.causal && j > pos) continue;
+          if (c.window_left >= 0 && j < pos - c.window_left) continue;
+          if (c.window_right >= 0 && j > pos + c.window_right) continue;
+          if (c.padding && j >= p.kv_len[b]) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < c.D; ++d) dot += double(a.q(b, h, i, d)) * a.k(b, hkv, j, d);
+          double x = dot * scale;
+          if (c.softcap > 0) x = c.softcap * std::tanh(x / c.softcap);
+          x += p.bias_at(b, h, i, j);
+          if (c.alibi) x -= p.alibi[h] * std::abs(double(pos - j));
+          s[j] = x;
+          e.max_abs_score = std::max(e.max_abs_score, std::abs(x));
+        }
+        double max = -inf;
+        for (double x : s) max = std::max(max, x);
+        if (max == -inf) continue;  // fully masked: out 0, lse -inf, weights 0
+        double z = 0;
+        for (double x : s) z += std::exp(x - max);
+        e.lse[row] = max + std::log(z);
+        for (int64_t j = 0; j < c.Tk; ++j) {
+          const double w = std::exp(s[j] - max) / z;
+          e.weights[row * c.Tk + j] = w;
+          for (int64_t d = 0; d < c.Dv; ++d)
+            e.out[row * c.Dv + d] += w * a.v(b, hkv, j, d);
+        }
+      }
+  return e;
+}
+
+// Tolerance for fp32 attention against the double answer: each score carries a rounding
+// error of a few ulps of its magnitude (plus D products summed), which moves a weight by
+// about that much relative; outputs are weighted sums of values of size `magnitude`.
+inline double attention_tolerance(const Case& c, double max_abs_score) {
+  const double score_error = 8 * FLT_EPSILON * (1 + max_abs_score) * std::sqrt(double(c.D));
+  return (score_error + 8 * FLT_EPSILON) * c.magnitude;
+}
+
+// Largest |actual - expected| over a view [B, H, T, X] against a flat [B, H, T, X] vector.
+// Any NaN counts as infinitely wrong.
+inline double max_error(const View& actual, const std::vector<double>& expected) {
+  double worst = 0;
+  int64_t n = 0;
+  for (int64_t a = 0; a < actual.shape[0]; ++a)
+    for (int64_t b = 0; b < actual.shape[1]; ++b)
+      for (int64_t c = 0; c < actual.shape[2]; ++c)
+        for (int64_t d = 0; d < actual.shape[3]; ++d, ++n) {
+          const double x = actual(a, b, c, d);
+          if (std::isnan(x)) return std::numeric_limits<double>::infinity();
+          worst = std::max(worst, std::abs(x - expected[n]));
+        }
+  return worst;
+}
+
+// lse compared where finite; -inf must match -inf exactly.
+inline double max_lse_error(const float* lse, const std::vector<double>& expected) {
+  double worst = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (std::isinf(expected[i]) || std::isinf(lse[i])) {
+      if (lse[i] != expected[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    if (std::isnan(lse[i])) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, std::abs(lse[i] - expected[i]) / (1 + std::abs(expected[i])));
+  }
+  return worst;
+}
+
+}  // namespace qkv::testing
