@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ struct Case {
   std::string name() const;
 };
 
+// gtest prints a parameter with PrintTo; the name reads better than the bytes.
+inline void PrintTo(const Case& c, std::ostream* os);
+
 inline std::string Case::name() const {
   std::string s = "B" + std::to_string(B) + "_Hq" + std::to_string(Hq) + "_Hkv" +
                   std::to_string(Hkv) + "_Tq" + std::to_string(Tq) + "_Tk" + std::to_string(Tk) +
@@ -54,6 +58,8 @@ inline std::string Case::name() const {
   if (seq_major) s += "_bthd";
   return s;
 }
+
+inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
 // Owns the inputs and outputs of one attention call.
 struct Problem {

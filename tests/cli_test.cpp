@@ -1,2 +1,199 @@
+// The qkv command line, run as a user runs it: output, --json, exit codes, error messages.
 #include <gtest/gtest.h>
-TEST(Cli, Todo) {}
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "qkv/attention.h"
+
+namespace {
+
+using nlohmann::json;
+
+struct Result {
+  int status;
+  std::string output;  // stdout, or stdout and stderr together when asked
+};
+
+Result run(const std::string& args, bool with_stderr = false) {
+  const std::string command =
+      std::string(QKV_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* pipe = popen(command.c_str(), "r");
+  EXPECT_NE(pipe, nullptr);
+  std::string output;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+json run_json(const std::string& args) {
+  const Result r = run(args);
+  EXPECT_EQ(r.status, 0) << args;
+  return json::parse(r.output);
+}
+
+std::string data(const char* name) { return std::string(QKV_TEST_DATA) + "/" + name; }
+
+TEST(CliExplain, ArticleNumbersForCreature) {
+  const json j = run_json("explain --json");
+  const json& creature = j["queries"][2];
+  EXPECT_EQ(creature["token"], "creature");
+  const double raw[] = {3, 2, 4}, scaled[] = {2.121, 1.414, 2.828}, w[] = {0.284, 0.140, 0.576};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_DOUBLE_EQ(creature["raw_scores"][i].get<double>(), raw[i]);
+    EXPECT_NEAR(creature["scaled_scores"][i].get<double>(), scaled[i], 5e-4);
+    EXPECT_NEAR(creature["weights"][i].get<double>(), w[i], 5e-4);
+  }
+  EXPECT_NEAR(creature["output"][0].get<double>(), 2.012, 5e-4);
+  EXPECT_NEAR(creature["output"][1].get<double>(), 0.856, 5e-4);
+  // The true values where the article rounds loosely (4.095, 29.354), and a note saying so.
+  EXPECT_NEAR(creature["exp"][1].get<double>(), 4.113, 5e-4);
+  EXPECT_NEAR(creature["z"].get<double>(), 29.374, 5e-4);
+  ASSERT_EQ(j["notes"].size(), 1u);
+  EXPECT_NE(j["notes"][0].get<std::string>().find("29.354"), std::string::npos);
+  EXPECT_NE(j["convention"].get<std::string>().find("K^T Q"), std::string::npos);
+}
+
+// explain works the steps out on its own, in double; the reference kernel must agree.
+TEST(CliExplain, StepsAgreeWithTheReferenceKernel) {
+  for (const char* flags : {"", " --causal"}) {
+    const json j = run_json(std::string("explain --json") + flags);
+    float q[6] = {1, 0, 0, 1, 2, 1}, k[6] = {1, 1, 0, 2, 2, 0}, v[6] = {1, 0, 0, 2, 3, 1};
+    float out[6], weights[9];
+    qkv::AttentionArgs a;
+    a.q = qkv::View(q, {1, 1, 3, 2});
+    a.k = qkv::View(k, {1, 1, 3, 2});
+    a.v = qkv::View(v, {1, 1, 3, 2});
+    a.out = qkv::View(out, {1, 1, 3, 2});
+    a.mask.causal = j["causal"];
+    qkv::reference::attention(a, qkv::View(weights, {1, 1, 3, 3}));
+    for (int i = 0; i < 3; ++i) {
+      for (int jj = 0; jj < 3; ++jj)
+        EXPECT_NEAR(j["queries"][i]["weights"][jj].get<double>(), weights[i * 3 + jj], 1e-6);
+      for (int d = 0; d < 2; ++d)
+        EXPECT_NEAR(j["queries"][i]["output"][d].get<double>(), out[i * 2 + d], 1e-6);
+    }
+  }
+}
+
+TEST(CliExplain, CausalMaskShowsMinusInfinityAndZeroWeights) {
+  const json j = run_json("explain --causal --json");
+  const json& fluffy = j["queries"][0];
+  EXPECT_EQ(fluffy["masked"], json({false, true, true}));
+  EXPECT_TRUE(fluffy["masked_scores"][1].is_null());
+  EXPECT_EQ(fluffy["weights"], json({1.0, 0.0, 0.0}));
+  const Result text = run("explain --causal");
+  EXPECT_NE(text.output.find("-inf"), std::string::npos);
+  EXPECT_NE(text.output.find("Causal mask"), std::string::npos);
+}
+
+TEST(CliExplain, TextShowsEveryStepAndTheConvention) {
+  const Result r = run("explain");
+  ASSERT_EQ(r.status, 0);
+  for (const char* expected : {"Raw scores", "Scaled scores", "Exponentials", "Z = ", "Weights",
+                               "0.284", "0.140", "0.576", "[2.012, 0.856]", "29.374",
+                               "column form", "row form"})
+    EXPECT_NE(r.output.find(expected), std::string::npos) << expected;
+}
+
+TEST(CliExplain, Softmax) {
+  const json j = run_json("explain softmax 2 1 0 --json");
+  const double w[] = {0.665, 0.245, 0.090};
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(j["weights"][i].get<double>(), w[i], 5e-4);
+  // Scores large enough to overflow e^s still give the right weights.
+  const json big = run_json("explain softmax 1000 999 --json");
+  EXPECT_NEAR(big["weights"][0].get<double>(), 1 / (1 + std::exp(-1.0)), 1e-12);
+  // Negative scores are numbers, not flags.
+  const json neg = run_json("explain softmax -1 2 --json");
+  EXPECT_NEAR(neg["weights"][1].get<double>(), 1 / (1 + std::exp(-3.0)), 1e-12);
+}
+
+TEST(CliExplain, UserInputForCrossAttention) {
+  const json j = run_json("explain --json --input " + data("cross_example.json"));
+  EXPECT_EQ(j["example"], "input");
+  EXPECT_EQ(j["tokens"], json({"le", "chat"}));
+  EXPECT_EQ(j["key_tokens"], json({"the", "black", "cat"}));
+  EXPECT_TRUE(j["notes"].empty());
+  // "chat" = [0, 2, 0.5] against the keys: 2, 2.5, 0.25, scaled by 1/√3.
+  const json& chat = j["queries"][1];
+  const double s[] = {2 / std::sqrt(3.0), 2.5 / std::sqrt(3.0), 0.25 / std::sqrt(3.0)};
+  const double z = std::exp(s[0]) + std::exp(s[1]) + std::exp(s[2]);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NEAR(chat["weights"][i].get<double>(), std::exp(s[i]) / z, 1e-12);
+}
+
+TEST(CliErrors, BadInputGivesAClearErrorAndStatusTwo) {
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"explain --input /no/such/file.json", "cannot open --input file"},
+      {"explain --input " + data("truncated.json"), "not valid JSON"},
+      {"explain --input " + data("bad_widths.json"), "q·k needs the same width"},
+      {"explain --frobnicate", "frobnicate"},
+      {"explain softmax", "scores"},
+      {"explain softmax 1 abc", "abc"},
+      {"params --preset gpt7", "unknown preset \"gpt7\""},
+      {"params --heads 7", "not divisible"},
+      {"params --heads 12 --kv-heads 5", "multiple of n_kv_heads"},
+      {"params --layers 0", "n_layers must be >= 1"},
+      {"params --mlp relu", "--mlp: unknown value \"relu\""},
+      {"nonsense", "unknown command \"nonsense\""},
+      {"", "subcommand"},
+  };
+  for (const auto& c : cases) {
+    const Result r = run(c.args, /*with_stderr=*/true);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind("qkv: error: ", 0), 0u) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+TEST(CliParams, Gpt3_175b) {
+  const json j = run_json("params --preset gpt3-175b --json");
+  EXPECT_EQ(j["per_head"]["w_q"], 1572864);
+  EXPECT_EQ(j["per_head"]["w_k"], 1572864);
+  EXPECT_EQ(j["per_head"]["value_down"], 1572864);
+  EXPECT_EQ(j["per_head"]["value_up"], 1572864);
+  EXPECT_EQ(j["per_head"]["total"], 6291456);
+  EXPECT_EQ(j["per_layer"]["attention_weights"], 603979776);
+  EXPECT_NEAR(j["total"].get<double>() / 175.0e9, 1.0, 0.005);
+  EXPECT_EQ(j["costs"]["score_grid_entries"], 2048 * 2048);
+  EXPECT_EQ(j["config"]["d_model"], 12288);
+}
+
+TEST(CliParams, FlagsOverrideAPreset) {
+  // GPT-3 175B with 8 key/value heads: W_K and value-down shrink 12-fold.
+  const json j = run_json("params --preset gpt3-175b --kv-heads 8 --seq 4096 --json");
+  EXPECT_EQ(j["per_layer"]["attention_weights"], 96 * 2 * 1572864 + 8 * 2 * 1572864);
+  EXPECT_EQ(j["costs"]["context"], 4096);
+  EXPECT_EQ(j["costs"]["kv_cache_bytes_per_token_bf16"], 2 * 96 * 8 * 128 * 2);
+  // A config from flags alone: d_head and d_ff follow from d_model and heads.
+  const json small = run_json("params --d-model 256 --layers 4 --heads 4 --vocab 256 "
+                              "--context 256 --json");
+  EXPECT_EQ(small["config"]["d_head"], 64);
+  EXPECT_EQ(small["config"]["d_ff"], 1024);
+}
+
+TEST(CliParams, TableAndList) {
+  const Result table = run("params --preset gpt3-175b");
+  EXPECT_EQ(table.status, 0);
+  for (const char* expected : {"1,572,864", "6,291,456", "603,979,776", "4,194,304", "174.6B"})
+    EXPECT_NE(table.output.find(expected), std::string::npos) << expected;
+  const Result list = run("params --list");
+  EXPECT_NE(list.output.find("llama2-70b"), std::string::npos);
+}
+
+TEST(CliDemo, TellsTheWorkedExample) {
+  const Result r = run("demo");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.output.find("[2.012, 0.856]"), std::string::npos);
+  EXPECT_NE(r.output.find("-inf"), std::string::npos);
+}
+
+}  // namespace

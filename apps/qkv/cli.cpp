@@ -44,6 +44,16 @@ int run(int argc, const char* const* argv) {
   add_params(app);
   add_demo(app);
   try {
+    // CLI11 would report an unknown command as "a subcommand is required"; say what it is.
+    if (argc > 1 && argv[1][0] != '-') {
+      bool known = false;
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands({})) {
+        known = known || sub->get_name() == argv[1];
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      }
+      check(known, "unknown command \"", argv[1], "\"; commands: ", names);
+    }
     app.parse(argc, argv);
     return 0;
   } catch (const CLI::CallForHelp& e) {

@@ -337,14 +337,14 @@ void explain_softmax(const std::vector<double>& scores, bool as_json, int digits
               << "\n";
     return;
   }
-  const std::string e = shift ? "e^(s - " + fmt(shift, digits) + ")" : "e^s";
+  const std::string e = shift ? "e^(s - " + num(shift, digits) + ")" : "e^s";
   std::cout << "softmax(s)_i = e^(s_i) / Z, Z = sum_j e^(s_j): positive weights that sum to 1\n\n"
-            << "  " << std::setw(12) << "score s" << std::setw(14) << e << std::setw(12)
+            << "  " << std::setw(12) << "score s" << std::setw(16) << e << std::setw(12)
             << "weight" << "\n";
   for (size_t i = 0; i < scores.size(); ++i)
-    std::cout << "  " << std::setw(12) << fmt(scores[i], digits) << std::setw(14)
+    std::cout << "  " << std::setw(12) << fmt(scores[i], digits) << std::setw(16)
               << fmt(exps[i], digits) << std::setw(12) << fmt(weights[i], digits) << "\n";
-  std::cout << "  " << std::setw(12) << "Z =" << std::setw(14) << fmt(z, digits) << std::setw(12)
+  std::cout << "  " << std::setw(12) << "Z =" << std::setw(16) << fmt(z, digits) << std::setw(12)
             << fmt(1.0, digits) << "\n";
   if (shift)
     std::cout << "\n(e^s would overflow, so every score is shifted by the largest one first; "

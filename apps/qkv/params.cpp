@@ -115,7 +115,7 @@ void print_report(const std::string& name, const std::string& description, const
                   const ParamCounts& p, const CostCounts& k) {
   auto& out = std::cout;
   auto row = [&](const std::string& label, int64_t n, const std::string& extra = "") {
-    out << "    " << std::left << std::setw(38) << label << std::right << std::setw(20)
+    out << "    " << std::left << std::setw(42) << label << std::right << std::setw(20)
         << with_commas(n) << "  " << extra << "\n";
   };
   out << name << (description.empty() ? "" : " - " + description) << "\n"
@@ -164,13 +164,13 @@ void print_report(const std::string& name, const std::string& description, const
   row("score grid per head per layer", k.score_grid_entries,
       with_commas(k.context) + "^2 entries: quadratic in the context");
   row("  ... all heads and layers", k.score_grid_entries_all);
-  out << "    " << std::left << std::setw(38) << "KV cache per token" << std::right
+  out << "    " << std::left << std::setw(42) << "KV cache per token" << std::right
       << std::setw(20) << bytes_str(k.kv_cache_bytes_per_token_fp32) << "  fp32 ("
       << bytes_str(k.kv_cache_bytes_per_token_bf16) << " bf16)\n";
-  out << "    " << std::left << std::setw(38) << "KV cache for the context" << std::right
+  out << "    " << std::left << std::setw(42) << "KV cache for the context" << std::right
       << std::setw(20) << bytes_str(k.kv_cache_bytes_fp32) << "  fp32 ("
       << bytes_str(k.kv_cache_bytes_bf16) << " bf16)\n";
-  out << "    " << std::left << std::setw(38) << "weights" << std::right << std::setw(20)
+  out << "    " << std::left << std::setw(42) << "weights" << std::right << std::setw(20)
       << bytes_str(k.weight_bytes_fp32) << "  fp32\n";
   row("forward FLOPs per token", k.forward_flops_per_token,
       "(" + short_count(k.forward_flops_per_token) + "; matmuls " +
