@@ -1,6 +1,7 @@
 // qkv::attention (the dispatcher) and the argument checks every kernel shares.
 #include <cmath>
 
+#include "attention/kernels.h"
 #include "attention/masks.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
@@ -69,6 +70,9 @@ void validate(const AttentionArgs& a, const char* where) {
             " is not finite");
 }
 
-void attention(const AttentionArgs& args) { reference::attention(args); }
+void attention(const AttentionArgs& args) {
+  validate(args, "attention");
+  detail::flash_forward(args);
+}
 
 }  // namespace qkv

@@ -1,0 +1,220 @@
+// Tiled attention forward, FlashAttention-2 style (Dao 2023, algorithm 1), on the CPU.
+//
+// Legend: B batch, H heads, Tq queries, Tk keys, D head dim, Dv value dim, Mq query-tile
+// rows, Kt key-tile rows, N vector lanes (16 on AVX-512).
+//
+// Work is split over (batch, head, query tile); each unit writes only its own rows of out
+// and lse, so results do not depend on the thread count. For one unit:
+//   Qt[D][Mq]  ← scale · Q[tile]ᵀ        packed once; one query per vector lane
+//   m, l [Mq]  ← -inf, 0                 running max and sum of each query row
+//   Ot[Dv][Mq] ← 0                       the output, transposed
+//   for each key tile [j0, j1) that some query of the tile can see:
+//     S[Kt][Mq] ← K[j0:j1] Qt            scores: K rows read in place, broadcast
+//     S ← softcap, + bias, − ALiBi, -inf where masked (only tiles that need it)
+//     m' ← max(m, max_j S);  alpha ← e^(m − m');  P ← e^(S − m')
+//     l ← alpha · l + Σ_j P;  Ot ← alpha · Ot + Vᵀ P;  m ← m'
+//   out ← Otᵀ / l,  lse ← m + log l      (l = 0: the row saw no key → 0 and -inf)
+//
+// Memory traffic: Qt (D × Mq floats) and Ot (Dv × Mq) stay in L1/L2 for the whole key loop;
+// each key tile of K and V is read once per query tile, so K and V stream Tq / Mq times.
+// With Mq = 64 that is one pass over K and V per 64 queries, and the two tile products
+// (2 · Mq · Kt · D flops each) dominate: the kernel is compute-bound from Tq ≈ 64 on.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attention/kernels.h"
+#include "attention/masks.h"
+#include "attention/simd.h"
+#include "qkv/threads.h"
+#include "util/scratch.h"
+
+namespace qkv::detail {
+namespace {
+
+namespace hn = simd::hn;
+using simd::df;
+using simd::Vf;
+
+constexpr int kQueryVectors = 4;  // Mq = 4 N = 64 rows: Qt of D = 128 is 32 KiB
+constexpr int64_t kKeyTile = 128; // S is Kt × Mq = 32 KiB: stays in L1/L2 between its uses
+
+struct Shape {
+  int64_t B, Hq, Hkv, Tq, Tk, D, Dv, Mq;
+};
+
+// Per-lane visible key ranges of one query tile, and which key tiles need a mask.
+struct TileMask {
+  std::vector<int32_t> begin, end;  // [Mq]; padded lanes get an empty range
+  int64_t lo = 0, hi = 0;           // keys any real query can see: [lo, hi)
+
+  void init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const Shape& n) {
+    begin.assign(n.Mq, 0);
+    end.assign(n.Mq, 0);
+    lo = n.Tk;
+    hi = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const KeyRange k = visible_keys(mask, b, i0 + r, n.Tq, n.Tk);
+      begin[r] = static_cast<int32_t>(k.begin);
+      end[r] = static_cast<int32_t>(std::max(k.begin, k.end));
+      if (k.begin < k.end) lo = std::min(lo, k.begin), hi = std::max(hi, k.end);
+    }
+  }
+  // True when every real query sees every key of [j0, j1).
+  bool covers(int64_t j0, int64_t j1, int64_t rows) const {
+    for (int64_t r = 0; r < rows; ++r)
+      if (begin[r] > j0 || end[r] < j1) return false;
+    return true;
+  }
+};
+
+// The per-element score steps after q·k: softcap, bias, ALiBi, then the mask.
+void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& tm,
+                      int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk,
+                      bool masked, const Shape& n, float* S) {
+  const size_t N = simd::lanes();
+  const int64_t nvec = (rows + N - 1) / N;
+  const float* slope = a.mask.alibi;
+  const Vf cap = hn::Set(df, a.softcap), inv_cap = hn::Set(df, a.softcap > 0 ? 1 / a.softcap : 0);
+  alignas(64) float column[hn::MaxLanes(df)];
+  for (int64_t jj = 0; jj < nk; ++jj) {
+    const int64_t j = j0 + jj;
+    for (int64_t v = 0; v < nvec; ++v) {
+      float* s = S + jj * n.Mq + v * N;
+      Vf x = hn::Load(df, s);
+      if (a.softcap > 0) x = hn::Mul(cap, hn::Tanh(df, hn::Mul(x, inv_cap)));
+      if (!bias.empty()) {
+        for (size_t l = 0; l < N; ++l) {
+          const int64_t i = std::min<int64_t>(i0 + v * N + l, i0 + rows - 1);
+          column[l] = bias(b, h, i, j);
+        }
+        x = hn::Add(x, hn::Load(df, column));
+      }
+      if (slope) {
+        for (size_t l = 0; l < N; ++l) {
+          const int64_t i = i0 + v * N + l;
+          column[l] = static_cast<float>(std::abs(i + (n.Tk - n.Tq) - j));
+        }
+        x = hn::NegMulAdd(hn::Set(df, slope[h]), hn::Load(df, column), x);
+      }
+      if (masked) {
+        const hn::RebindToSigned<decltype(df)> di;
+        const auto jv = hn::Set(di, static_cast<int32_t>(j));
+        const auto hidden = hn::Or(hn::Lt(jv, hn::LoadU(di, tm.begin.data() + v * N)),
+                                   hn::Not(hn::Lt(jv, hn::LoadU(di, tm.end.data() + v * N))));
+        x = hn::IfThenElse(hn::RebindMask(df, hidden), hn::Set(df, simd::kMinusInf), x);
+      }
+      hn::Store(x, df, s);
+    }
+  }
+}
+
+// One (batch, head, query tile) unit.
+template <int NQV>
+void query_tile(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
+                int64_t b, int64_t h, int64_t i0, int64_t rows) {
+  const size_t N = simd::lanes();
+  const int64_t Mq = n.Mq;
+  const int64_t hkv = h / (n.Hq / n.Hkv);
+  float* Qt = thread_scratch(0, n.D * Mq);
+  float* S = thread_scratch(1, kKeyTile * Mq);
+  float* Ot = thread_scratch(2, n.Dv * Mq);
+  float* m = thread_scratch(3, 4 * Mq);  // m, l, alpha, and the new max, each [Mq]
+  float* l = m + Mq;
+  float* alpha = l + Mq;
+  thread_local TileMask tm;
+  tm.init(a.mask, b, i0, rows, n);
+
+  // Qt ← scale · Q[tile]ᵀ, zero in padded lanes.
+  for (int64_t d = 0; d < n.D; ++d)
+    for (int64_t r = 0; r < Mq; ++r) Qt[d * Mq + r] = r < rows ? scale * a.q(b, h, i0 + r, d) : 0;
+  std::fill(Ot, Ot + n.Dv * Mq, 0.0f);
+  std::fill(m, m + Mq, simd::kMinusInf);
+  std::fill(l, l + Mq, 0.0f);
+
+  const bool transforms = has_score_transforms(a);
+  const float* k0 = &a.k(b, hkv, 0, 0);
+  const float* v0 = &a.v(b, hkv, 0, 0);
+  const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
+  for (int64_t j0 = tm.lo / kKeyTile * kKeyTile; j0 < tm.hi; j0 += kKeyTile) {
+    const int64_t j1 = std::min(j0 + kKeyTile, tm.hi);
+    const int64_t nk = j1 - j0;
+    simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, Qt, n.D, Mq, S);
+    const bool masked = !tm.covers(j0, j1, rows);
+    if (transforms || masked)
+      transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, S);
+
+    // Online softmax, lane by lane (each lane is one query row).
+    for (int v = 0; v < NQV; ++v) {
+      Vf mx = hn::Load(df, m + v * N);
+      for (int64_t jj = 0; jj < nk; ++jj) mx = hn::Max(mx, hn::Load(df, S + jj * Mq + v * N));
+      const Vf m_old = hn::Load(df, m + v * N);
+      // A row that has seen no key yet keeps max -inf; subtract 0 instead so that
+      // e^(-inf - (-inf)) does not become NaN.
+      const Vf shift = hn::IfThenZeroElse(hn::Eq(mx, hn::Set(df, simd::kMinusInf)), mx);
+      const Vf a_v = simd::exp_nonpositive(hn::Sub(m_old, shift));
+      Vf sum = hn::Zero(df);
+      for (int64_t jj = 0; jj < nk; ++jj) {
+        float* s = S + jj * Mq + v * N;
+        const Vf p = simd::exp_nonpositive(hn::Sub(hn::Load(df, s), shift));
+        hn::Store(p, df, s);
+        sum = hn::Add(sum, p);
+      }
+      hn::Store(hn::MulAdd(hn::Load(df, l + v * N), a_v, sum), df, l + v * N);
+      hn::Store(a_v, df, alpha + v * N);
+      hn::Store(mx, df, m + v * N);
+    }
+    simd::accumulate_tile<NQV>(S, nk, Mq, v0 + j0 * vs, vs, n.Dv, alpha, Ot);
+  }
+
+  // out ← Otᵀ / l; lse ← m + log l.
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = l[r] > 0 ? 1 / l[r] : 0;
+    for (int64_t e = 0; e < n.Dv; ++e) a.out(b, h, i0 + r, e) = Ot[e * Mq + r] * inv;
+    if (a.lse)
+      a.lse[(b * n.Hq + h) * n.Tq + i0 + r] =
+          l[r] > 0 ? m[r] + std::log(l[r]) : simd::kMinusInf;
+  }
+}
+
+// Q, K, V with a non-unit stride along the head dim (rare) are copied to contiguous
+// storage first; the micro-kernels read rows with unit stride.
+View contiguous_rows(const View& t, std::vector<float>& storage) {
+  if (t.stride[3] == 1) return t;
+  storage.resize(t.numel());
+  View c(storage.data(), {t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
+  for (int64_t a = 0; a < t.shape[0]; ++a)
+    for (int64_t b = 0; b < t.shape[1]; ++b)
+      for (int64_t i = 0; i < t.shape[2]; ++i)
+        for (int64_t d = 0; d < t.shape[3]; ++d) c(a, b, i, d) = t(a, b, i, d);
+  return c;
+}
+
+}  // namespace
+
+void flash_forward(const AttentionArgs& args) {
+  std::vector<float> k_copy, v_copy;
+  AttentionArgs a = args;
+  a.k = contiguous_rows(args.k, k_copy);
+  a.v = contiguous_rows(args.v, v_copy);
+  const size_t N = simd::lanes();
+  const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2], a.k.shape[2],
+                a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};
+  const View bias =
+      a.mask.bias.empty() ? View{} : broadcast_bias(a.mask.bias, n.B, n.Hq, n.Tq, n.Tk, "attention");
+  const float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(n.D));
+  const int64_t tiles = (n.Tq + n.Mq - 1) / n.Mq;
+  const int64_t units = n.B * n.Hq * tiles;
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t t = u % tiles, h = (u / tiles) % n.Hq, b = u / (tiles * n.Hq);
+    const int64_t i0 = t * n.Mq, rows = std::min(n.Mq, n.Tq - i0);
+    const int nqv = static_cast<int>((rows + N - 1) / N);
+    simd::with_count<kQueryVectors>(nqv, [&](auto c) {
+      query_tile<decltype(c)::value>(a, bias, scale, n, b, h, i0, rows);
+    });
+  }
+}
+
+}  // namespace qkv::detail

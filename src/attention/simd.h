@@ -1,0 +1,144 @@
+// SIMD building blocks of the attention kernels, on Highway (static dispatch: the build
+// targets the host CPU with -march=native, so HWY_NAMESPACE is its best target).
+//
+// The tiled kernels put one *query* per vector lane: a vector holds the same key's score for
+// N consecutive queries (N = 16 on AVX-512). Row max and row sum of the softmax are then
+// lane-wise max and add, with no horizontal reductions, and K and V are read in place as
+// scalar broadcasts. Only Q (and dO in the backward) is packed, once per query tile,
+// transposed to [D][queries].
+#pragma once
+
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+namespace qkv::simd {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using Df = hn::ScalableTag<float>;
+using Vf = hn::Vec<Df>;
+inline constexpr Df df;
+inline size_t lanes() { return hn::Lanes(df); }
+
+inline constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+
+// e^x for x <= 0 (softmax arguments after the max is subtracted), ~2 ulp.
+// x = n ln2 + r with |r| <= ln2/2; e^r by a degree-6 polynomial; 2^n by the exponent bits.
+// Below -87.3 (where e^x leaves the normal range) and for -inf it returns exactly 0, so a
+// masked score gets exactly zero weight.
+HWY_INLINE Vf exp_nonpositive(Vf x) {
+  const hn::RebindToSigned<Df> di;
+  const Vf too_small = hn::Set(df, -87.3f);
+  const auto underflow = hn::Lt(x, too_small);
+  x = hn::Max(x, too_small);
+  const Vf n = hn::Round(hn::Mul(x, hn::Set(df, 1.44269504088896341f)));
+  Vf r = hn::NegMulAdd(n, hn::Set(df, 0.693359375f), x);     // ln2 split in two parts
+  r = hn::NegMulAdd(n, hn::Set(df, -2.12194440e-4f), r);     // for an exact reduction
+  Vf p = hn::Set(df, 1.0f / 720);
+  p = hn::MulAdd(p, r, hn::Set(df, 1.0f / 120));
+  p = hn::MulAdd(p, r, hn::Set(df, 1.0f / 24));
+  p = hn::MulAdd(p, r, hn::Set(df, 1.0f / 6));
+  p = hn::MulAdd(p, r, hn::Set(df, 0.5f));
+  p = hn::MulAdd(p, r, hn::Set(df, 1.0f));
+  p = hn::MulAdd(p, r, hn::Set(df, 1.0f));
+  const auto exponent = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  return hn::IfThenZeroElse(underflow, hn::Mul(p, hn::BitCast(df, exponent)));
+}
+
+// Calls f(std::integral_constant<int, k>) for the runtime k in [1, Max]: turns a tile's
+// remainder size into a template argument so the micro-kernels keep their registers.
+template <int Max, typename F>
+HWY_INLINE void with_count(int k, F&& f) {
+  if constexpr (Max >= 1) {
+    if (k == Max) return f(std::integral_constant<int, Max>{});
+    with_count<Max - 1>(k, std::forward<F>(f));
+  }
+}
+
+// ---- Micro-kernels ------------------------------------------------------------------------
+// `Mq` is the query-tile width in floats (a multiple of the lane count); NQV vectors of it
+// are live. Rows of A, B, V, K are read through a row stride, their elements contiguous.
+
+// C[j][q] = Σ_d A[j][d] · Bt[d][q] for NK rows j: scores S = K Qᵀ (and dP = V dOᵀ).
+template <int NQV, int NK>
+HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
+                                  const float* HWY_RESTRICT bt, int64_t depth, int64_t Mq,
+                                  float* HWY_RESTRICT c) {
+  const size_t N = lanes();
+  Vf acc[NK][NQV];
+  for (int j = 0; j < NK; ++j)
+    for (int v = 0; v < NQV; ++v) acc[j][v] = hn::Zero(df);
+  for (int64_t d = 0; d < depth; ++d) {
+    Vf b[NQV];
+    for (int v = 0; v < NQV; ++v) b[v] = hn::Load(df, bt + d * Mq + v * N);
+    for (int j = 0; j < NK; ++j) {
+      const Vf x = hn::Set(df, a[j * a_stride + d]);
+      for (int v = 0; v < NQV; ++v) acc[j][v] = hn::MulAdd(x, b[v], acc[j][v]);
+    }
+  }
+  for (int j = 0; j < NK; ++j)
+    for (int v = 0; v < NQV; ++v) hn::Store(acc[j][v], df, c + j * Mq + v * N);
+}
+
+// Ct[e][q] = Ct[e][q] · alpha[q] + Σ_j B[j][e] · P[j][q] for NE columns e starting at e0:
+// the output O += P V, kept transposed (and dQ += dS K in the backward).
+template <int NQV, int NE>
+HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int64_t Mq,
+                                  const float* HWY_RESTRICT b, int64_t b_stride, int64_t e0,
+                                  const float* HWY_RESTRICT alpha, float* HWY_RESTRICT ct) {
+  const size_t N = lanes();
+  Vf acc[NE][NQV];
+  for (int e = 0; e < NE; ++e)
+    for (int v = 0; v < NQV; ++v) {
+      acc[e][v] = hn::Load(df, ct + (e0 + e) * Mq + v * N);
+      if (alpha) acc[e][v] = hn::Mul(acc[e][v], hn::Load(df, alpha + v * N));
+    }
+  for (int64_t j = 0; j < rows; ++j) {
+    Vf x[NQV];
+    for (int v = 0; v < NQV; ++v) x[v] = hn::Load(df, p + j * Mq + v * N);
+    const float* brow = b + j * b_stride + e0;
+    for (int e = 0; e < NE; ++e) {
+      const Vf y = hn::Set(df, brow[e]);
+      for (int v = 0; v < NQV; ++v) acc[e][v] = hn::MulAdd(y, x[v], acc[e][v]);
+    }
+  }
+  for (int e = 0; e < NE; ++e)
+    for (int v = 0; v < NQV; ++v) hn::Store(acc[e][v], df, ct + (e0 + e) * Mq + v * N);
+}
+
+// Full-width drivers over any number of rows / columns, with the remainders dispatched to
+// smaller instantiations.
+inline constexpr int kRowsPerBlock = 6;     // NK: 6 × 4 accumulators + 4 + 1 of 32 registers
+inline constexpr int kColumnsPerBlock = 6;  // NE: likewise
+
+template <int NQV>
+void scores_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt,
+                 int64_t depth, int64_t Mq, float* c) {
+  int64_t j = 0;
+  for (; j + kRowsPerBlock <= rows; j += kRowsPerBlock)
+    rows_times_packed<NQV, kRowsPerBlock>(a + j * a_stride, a_stride, bt, depth, Mq, c + j * Mq);
+  if (j < rows)
+    with_count<kRowsPerBlock - 1>(static_cast<int>(rows - j), [&](auto nk) {
+      rows_times_packed<NQV, decltype(nk)::value>(a + j * a_stride, a_stride, bt, depth, Mq,
+                                                  c + j * Mq);
+    });
+}
+
+template <int NQV>
+void accumulate_tile(const float* p, int64_t rows, int64_t Mq, const float* b, int64_t b_stride,
+                     int64_t columns, const float* alpha, float* ct) {
+  int64_t e = 0;
+  for (; e + kColumnsPerBlock <= columns; e += kColumnsPerBlock)
+    packed_times_rows<NQV, kColumnsPerBlock>(p, rows, Mq, b, b_stride, e, alpha, ct);
+  if (e < columns)
+    with_count<kColumnsPerBlock - 1>(static_cast<int>(columns - e), [&](auto ne) {
+      packed_times_rows<NQV, decltype(ne)::value>(p, rows, Mq, b, b_stride, e, alpha, ct);
+    });
+}
+
+}  // namespace qkv::simd
