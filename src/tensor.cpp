@@ -1,5 +1,7 @@
 #include "qkv/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -88,8 +90,13 @@ Tensor::Tensor(std::initializer_list<int64_t> shape) {
   numel_ = view_.numel();
   // aligned_alloc wants a size that is a multiple of the alignment.
   const size_t bytes = (static_cast<size_t>(numel_) * sizeof(float) + 63) / 64 * 64;
-  float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+  // Large tensors are aligned to 2 MiB and ask for transparent huge pages: touching fresh
+  // 4 KiB pages is slow here (~11 µs each) and huge pages also spare TLB misses.
+  const bool huge = bytes >= (4u << 20);
+  const size_t alignment = huge ? (2u << 20) : 64;
+  float* p = static_cast<float*>(std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment));
   check(p != nullptr, "Tensor: cannot allocate ", bytes, " bytes for ", shape_str(view_));
+  if (huge) madvise(p, bytes, MADV_HUGEPAGE);
   std::memset(p, 0, bytes);
   storage_.reset(p);
   view_.data = p;

@@ -43,6 +43,7 @@ int run(int argc, const char* const* argv) {
   add_explain(app);
   add_params(app);
   add_demo(app);
+  add_bench(app);
   try {
     // CLI11 would report an unknown command as "a subcommand is required"; say what it is.
     if (argc > 1 && argv[1][0] != '-') {

@@ -72,7 +72,13 @@ void validate(const AttentionArgs& a, const char* where) {
 
 void attention(const AttentionArgs& args) {
   validate(args, "attention");
-  detail::flash_forward(args);
+  // A few queries per key/value head (decoding against a cache): split the keys instead of
+  // the queries, so every core streams its share of K and V.
+  const int64_t Tq = args.q.shape[2], group = args.q.shape[1] / args.k.shape[1];
+  if (Tq <= detail::kDecodeMaxQueries && group * Tq <= detail::kDecodeMaxRows)
+    detail::decode_forward(args);
+  else
+    detail::flash_forward(args);
 }
 
 }  // namespace qkv

@@ -37,7 +37,7 @@ using simd::df;
 using simd::Vf;
 
 constexpr int kQueryVectors = 4;  // Mq = 4 N = 64 rows: Qt of D = 128 is 32 KiB
-constexpr int64_t kKeyTile = 128; // S is Kt × Mq = 32 KiB: stays in L1/L2 between its uses
+constexpr int64_t kKeyTile = 64;   // S is Kt × Mq = 16 KiB: stays in L1 between its three uses
 
 struct Shape {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv, Mq;

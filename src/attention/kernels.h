@@ -8,7 +8,11 @@ namespace qkv::detail {
 // Tiled FlashAttention-2 forward (flash_forward.cpp): any Tq.
 void flash_forward(const AttentionArgs& a);
 
-// Split-KV decoding (decode.cpp): a few queries against a long cache.
+// Split-KV decoding (decode.cpp): a few queries against a long cache. qkv::attention picks
+// it when Tq <= kDecodeMaxQueries and (Hq / Hkv) · Tq <= kDecodeMaxRows: beyond that the
+// rows sharing a key fill the vector lanes of the tiled kernel better.
+inline constexpr int64_t kDecodeMaxQueries = 4;
+inline constexpr int64_t kDecodeMaxRows = 16;
 void decode_forward(const AttentionArgs& a);
 
 // The score transforms after q·k, in the order of include/qkv/attention.h.

@@ -1,0 +1,196 @@
+// `qkv bench attention`: times qkv::attention on one shape and reports GFLOP/s, the
+// fraction of the fp32 FMA peak and of the read bandwidth, both measured in the same run,
+// and the error against the reference kernel.
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "attention/masks.h"
+#include "cli.h"
+#include "qkv/attention.h"
+#include "qkv/error.h"
+#include "qkv/threads.h"
+#include "util/machine.h"
+
+namespace qkv::cli {
+namespace {
+
+using nlohmann::json;
+
+struct BenchOptions {
+  int64_t batch = 1, heads = 8, kv_heads = 0, seq = 2048, queries = 0, dim = 128, dim_v = 0;
+  bool causal = false, backward = false, json = false, no_reference = false, seq_major = false;
+  int window = -1;
+  int64_t kv_len = 0;
+  int threads = 0;
+  double min_time = 1.0;
+};
+
+// Runs f until `min_time` seconds have passed (at least 3 times, after one warm-up) and
+// returns the median time of one run in seconds.
+template <typename F>
+double time_median(F&& f, double min_time) {
+  f();
+  std::vector<double> times;
+  const double start = detail::now_seconds();
+  while (times.size() < 3 || (detail::now_seconds() - start < min_time && times.size() < 1000)) {
+    const double t0 = detail::now_seconds();
+    f();
+    times.push_back(detail::now_seconds() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// (query, key) pairs the mask leaves visible, summed over batches: the work actually done.
+double visible_pairs(const AttentionArgs& a) {
+  const int64_t B = a.q.shape[0], Tq = a.q.shape[2], Tk = a.k.shape[2];
+  double pairs = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Tq; ++i) {
+      const detail::KeyRange r = detail::visible_keys(a.mask, b, i, Tq, Tk);
+      pairs += std::max<int64_t>(0, r.end - r.begin);
+    }
+  return pairs;
+}
+
+void bench_attention(const BenchOptions& o) {
+  const int threads = o.threads > 0 ? o.threads : num_threads();
+  set_num_threads(threads);
+  const int64_t B = o.batch, Hq = o.heads, Hkv = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  const int64_t Tk = o.seq, Tq = o.queries > 0 ? o.queries : o.seq, D = o.dim;
+  const int64_t Dv = o.dim_v > 0 ? o.dim_v : o.dim;
+  check(B > 0 && Hq > 0 && Tk > 0 && D > 0, "bench: sizes must be >= 1");
+  check(Hq % Hkv == 0, "bench: --heads ", Hq, " is not a multiple of --kv-heads ", Hkv);
+
+  // [B, H, T, D] storage, or [B, T, H, D] seen through transposed views.
+  auto make = [&](int64_t H, int64_t T, int64_t E) {
+    return o.seq_major ? Tensor({B, T, H, E}) : Tensor({B, H, T, E});
+  };
+  auto view = [&](const Tensor& t) { return o.seq_major ? t.view().transpose(1, 2) : t.view(); };
+  Tensor q = make(Hq, Tq, D), k = make(Hkv, Tk, D), v = make(Hkv, Tk, Dv), out = make(Hq, Tq, Dv);
+  Tensor lse({B, Hq, Tq});
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  for (Tensor* t : {&q, &k, &v})
+    for (int64_t i = 0; i < t->numel(); ++i) t->data()[i] = uniform(rng);
+  std::vector<int32_t> kv_len(B, static_cast<int32_t>(o.kv_len > 0 ? o.kv_len : Tk));
+
+  AttentionArgs a;
+  a.q = view(q);
+  a.k = view(k);
+  a.v = view(v);
+  a.out = view(out);
+  a.lse = lse.data();
+  a.mask.causal = o.causal;
+  a.mask.window_left = o.window;
+  if (o.kv_len > 0) a.mask.kv_len = kv_len.data();
+  validate(a, "bench");
+
+  const double flops = 2.0 * (D + Dv) * Hq * visible_pairs(a);
+  const double bytes = 4.0 * (q.numel() + k.numel() + v.numel() + out.numel());
+  const double seconds = time_median([&] { attention(a); }, o.min_time);
+
+  // The error against the reference on a slice it can afford: batch 0, head 0, the last
+  // (up to) 256 queries. The mask is bottom-right aligned, so the slice keeps its meaning.
+  const int64_t rows = std::min<int64_t>(Tq, 256);
+  AttentionArgs r = a;
+  Tensor ref_out({1, 1, rows, Dv});
+  r.q = a.q.slice(0, 0, 1).slice(1, 0, 1).slice(2, Tq - rows, Tq);
+  r.k = a.k.slice(0, 0, 1).slice(1, 0, 1);
+  r.v = a.v.slice(0, 0, 1).slice(1, 0, 1);
+  r.out = ref_out;
+  r.lse = nullptr;
+  reference::attention(r);
+  double max_abs_err = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t e = 0; e < Dv; ++e)
+      max_abs_err = std::max<double>(
+          max_abs_err, std::abs(ref_out.view()(0, 0, i, e) - a.out(0, 0, Tq - rows + i, e)));
+
+  // The whole reference, timed, when its score grids fit and it takes seconds, not minutes.
+  json reference_ms = nullptr;
+  if (!o.no_reference && flops < 2e10 && double(Tq) * Tk * threads * 4 < 2e9) {
+    reference_ms = 1e3 * time_median([&] { reference::attention(a); }, 0);
+  }
+
+  const double peak = detail::measure_fma_peak_gflops(threads);
+  const double read_gbps = detail::measure_read_gbps(4.0 * (k.numel() + v.numel()), threads);
+  const double gflops = flops / seconds / 1e9;
+  json result = {{"benchmark", "attention"},
+                 {"batch", B},
+                 {"heads", Hq},
+                 {"kv_heads", Hkv},
+                 {"queries", Tq},
+                 {"seq", Tk},
+                 {"dim", D},
+                 {"dim_v", Dv},
+                 {"causal", o.causal},
+                 {"window", o.window},
+                 {"kv_len", o.kv_len > 0 ? o.kv_len : Tk},
+                 {"layout", o.seq_major ? "bthd" : "bhtd"},
+                 {"backward", o.backward},
+                 {"threads", threads},
+                 {"ms", seconds * 1e3},
+                 {"gflops", gflops},
+                 {"gbps", bytes / seconds / 1e9},
+                 {"kv_gbps", 4.0 * (k.numel() + v.numel()) / seconds / 1e9},
+                 {"peak_gflops", peak},
+                 {"fraction_of_peak", gflops / peak},
+                 {"read_gbps", read_gbps},
+                 {"fraction_of_read", 4.0 * (k.numel() + v.numel()) / seconds / 1e9 / read_gbps},
+                 {"reference_ms", reference_ms},
+                 {"max_abs_err", max_abs_err},
+                 {"peak_rss_mb", detail::peak_rss_mb()}};
+  if (!o.json) {
+    std::cout << std::fixed << std::setprecision(2) << "attention B=" << B << " Hq=" << Hq
+              << " Hkv=" << Hkv << " Tq=" << Tq << " Tk=" << Tk << " D=" << D
+              << (o.causal ? " causal" : "") << ", " << threads << " thread(s)\n"
+              << "  " << seconds * 1e3 << " ms, " << gflops << " GFLOP/s = "
+              << 100 * gflops / peak << "% of the measured fp32 FMA peak (" << peak
+              << " GFLOP/s)\n"
+              << "  K and V read at " << result["kv_gbps"].get<double>() << " GB/s; a plain read "
+              << "loop over as many bytes: " << read_gbps << " GB/s\n"
+              << std::scientific << "  max |error| against the reference: " << max_abs_err
+              << std::fixed << "\n";
+    if (!reference_ms.is_null())
+      std::cout << "  reference kernel: " << reference_ms.get<double>() << " ms ("
+                << reference_ms.get<double>() / (seconds * 1e3) << "x slower)\n";
+  }
+  std::cout << result.dump() << "\n";
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks against yardsticks measured in the same run");
+  bench->require_subcommand(1);
+  CLI::App* cmd = bench->add_subcommand("attention", "Time qkv::attention on one shape");
+  cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str();
+  cmd->add_option("--heads", o->heads, "Query heads")->capture_default_str();
+  cmd->add_option("--kv-heads", o->kv_heads, "Key/value heads (GQA/MQA); default = heads");
+  cmd->add_option("--seq", o->seq, "Keys (the sequence or cache length)")->capture_default_str();
+  cmd->add_option("--queries", o->queries, "Queries; default = seq (1 = decoding)");
+  cmd->add_option("--dim", o->dim, "Head dim of q and k")->capture_default_str();
+  cmd->add_option("--dim-v", o->dim_v, "Head dim of v; default = dim");
+  cmd->add_flag("--causal", o->causal, "Causal mask");
+  cmd->add_option("--window", o->window, "Sliding window: keys at most N positions back");
+  cmd->add_option("--kv-len", o->kv_len, "Padding: only the first N keys of each batch row count");
+  cmd->add_flag("--bthd", o->seq_major, "Store tensors as [B, T, H, D] (strided views)");
+  cmd->add_flag("--backward", o->backward, "Time forward + backward (not yet available)");
+  cmd->add_option("--threads", o->threads, "Threads; default all cores");
+  cmd->add_option("--min-time", o->min_time, "Seconds to repeat the timed call")->capture_default_str();
+  cmd->add_flag("--no-reference", o->no_reference, "Skip timing the reference kernel");
+  cmd->add_flag("--json", o->json, "Print only the JSON result line");
+  cmd->callback([o] {
+    check(!o->backward, "bench: --backward needs the backward kernel, which is not built yet");
+    bench_attention(*o);
+  });
+}
+
+}  // namespace qkv::cli

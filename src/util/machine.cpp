@@ -1,0 +1,107 @@
+#include "util/machine.h"
+
+#include <omp.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "attention/simd.h"
+
+namespace qkv::detail {
+
+namespace hn = simd::hn;
+using simd::df;
+using simd::Vf;
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
+
+// 16 independent accumulators hide the FMA latency (4 cycles × 2 ports = 8 in flight).
+constexpr int kChains = 16;
+
+HWY_NOINLINE double fma_loop(int64_t iterations) {
+  Vf acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = hn::Set(df, 1.0f + c * 1e-3f);
+  const Vf x = hn::Set(df, 0.999999f), y = hn::Set(df, 1e-7f);
+  for (int64_t i = 0; i < iterations; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = hn::MulAdd(acc[c], x, y);
+  Vf sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = hn::Add(sum, acc[c]);
+  return hn::GetLane(hn::SumOfLanes(df, sum));
+}
+
+}  // namespace
+
+double measure_fma_peak_gflops(int threads, double seconds) {
+  const int64_t chunk = 1 << 20;
+  double flops = 0, elapsed = 0;
+  volatile double sink = 0;
+  fma_loop(chunk);  // warm up the clock
+  const double start = now_seconds();
+  int64_t rounds = 0;
+  while (now_seconds() - start < seconds) {
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+    {
+      const double r = fma_loop(chunk);
+      sink = sink + r;
+      flops += 2.0 * kChains * simd::lanes() * chunk;
+    }
+    ++rounds;
+  }
+  elapsed = now_seconds() - start;
+  return flops / elapsed / 1e9;
+}
+
+double measure_read_gbps(size_t bytes, int threads, double seconds) {
+  const size_t n = std::max<size_t>(bytes / sizeof(float), 1024) / 64 * 64;
+  // Allocated like a large qkv::Tensor (2 MiB aligned, huge pages), so the yardstick reads
+  // memory the way the kernels do.
+  const size_t bytes_rounded = (n * sizeof(float) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+  float* data = static_cast<float*>(std::aligned_alloc(2u << 20, bytes_rounded));
+  madvise(data, bytes_rounded, MADV_HUGEPAGE);
+  // Touch every page first (first touch of a fresh page costs far more than a read).
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < n; ++i) data[i] = 1.0f;
+  double best = 0;
+  volatile float sink = 0;
+  const double start = now_seconds();
+  do {
+    const double t0 = now_seconds();
+    float total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      // Each thread sums its own contiguous share with four independent accumulators.
+      const size_t N = simd::lanes(), t = omp_get_thread_num(), T = omp_get_num_threads();
+      const size_t begin = n * t / T / (4 * N) * (4 * N), end = n * (t + 1) / T / (4 * N) * (4 * N);
+      Vf s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+      for (size_t i = begin; i < end; i += 4 * N) {
+        s0 = hn::Add(s0, hn::Load(df, data + i));
+        s1 = hn::Add(s1, hn::Load(df, data + i + N));
+        s2 = hn::Add(s2, hn::Load(df, data + i + 2 * N));
+        s3 = hn::Add(s3, hn::Load(df, data + i + 3 * N));
+      }
+      total += hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+    }
+    sink = sink + total;
+    best = std::max(best, n * sizeof(float) / (now_seconds() - t0) / 1e9);
+  } while (now_seconds() - start < seconds);
+  std::free(data);
+  return best;
+}
+
+double peak_rss_mb() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;  // Linux reports KiB
+}
+
+}  // namespace qkv::detail

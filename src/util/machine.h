@@ -1,0 +1,23 @@
+// Yardsticks measured on the machine itself, for benchmarks: the fp32 FMA peak and the
+// memory read bandwidth. Benchmarks divide by these, measured in the same run, because the
+// clock of these machines wanders (3.0–3.3 GHz).
+#pragma once
+
+#include <cstddef>
+
+namespace qkv::detail {
+
+// GFLOP/s of a register-only FMA loop on `threads` threads (2 flops per FMA lane).
+double measure_fma_peak_gflops(int threads, double seconds = 0.2);
+
+// GB/s of a plain vectorised read (sum) over `bytes` bytes on `threads` threads; the
+// buffer is allocated and touched first, and the best of a few passes is kept.
+double measure_read_gbps(size_t bytes, int threads, double seconds = 0.3);
+
+// Peak resident set size of this process so far, in MiB.
+double peak_rss_mb();
+
+// Seconds since an arbitrary start, monotonic.
+double now_seconds();
+
+}  // namespace qkv::detail
