@@ -104,17 +104,46 @@ std::vector<Case> shape_grid() {
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashOptions, ::testing::ValuesIn(shape_grid()),
                          [](const auto& info) { return info.param.name(); });
 
+// Decoding: 1 to 4 queries against a long cache take the split-KV path (several chunks).
+std::vector<Case> decode_grid() {
+  std::vector<Case> cases;
+  const Case base{.B = 2, .Hq = 8, .Hkv = 8, .Tq = 1, .Tk = 1000, .D = 64, .Dv = 64};
+  auto add = [&](auto edit) {
+    Case c = base;
+    edit(c);
+    cases.push_back(c);
+  };
+  add([](Case&) {});
+  add([](Case& c) { c.Tq = 4; c.causal = true; });
+  add([](Case& c) { c.Tq = 3; c.causal = true; c.Hkv = 2; });   // 12 rows per kv head
+  add([](Case& c) { c.Hkv = 1; c.D = 128; c.Dv = 128; });       // MQA: 8 rows per kv head
+  add([](Case& c) { c.Tk = 3000; c.D = 16; c.Dv = 40; });
+  add([](Case& c) { c.Tk = 257; c.padding = true; c.B = 3; });
+  add([](Case& c) { c.Tq = 2; c.window_left = 300; c.causal = true; });
+  add([](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2; });
+  add([](Case& c) { c.bias = BiasKind::full; c.Tq = 2; c.Hkv = 4; });
+  add([](Case& c) { c.seq_major = true; c.Tq = 2; c.Hkv = 4; c.causal = true; });
+  add([](Case& c) { c.D = 256; c.Dv = 256; c.Tk = 600; });
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Decode, FlashOptions, ::testing::ValuesIn(decode_grid()),
+                         [](const auto& info) { return info.param.name(); });
+
 TEST(FlashEdges, FullyMaskedRowsGiveZeroAndMinusInf) {
-  Case c{.B = 2, .Hq = 2, .Hkv = 2, .Tq = 40, .Tk = 40, .D = 16, .Dv = 16};
-  c.padding = true;
-  Problem p(c);
-  p.kv_len = {40, 0};
-  attention(p.args);
-  for (int64_t h = 0; h < 2; ++h)
-    for (int64_t i = 0; i < 40; ++i) {
-      EXPECT_EQ(p.lse.data()[(2 + h) * 40 + i], -INFINITY);
-      for (int64_t e = 0; e < 16; ++e) ASSERT_EQ(p.args.out(1, h, i, e), 0.0f);
-    }
+  for (const int64_t Tq : {40, 1}) {  // tiled and decoding paths
+    Case c{.B = 2, .Hq = 2, .Hkv = 2, .Tq = Tq, .Tk = 600, .D = 16, .Dv = 16};
+    c.padding = true;
+    Problem p(c);
+    p.kv_len = {600, 0};
+    attention(p.args);
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < Tq; ++i) {
+        EXPECT_EQ(p.lse.data()[(2 + h) * Tq + i], -INFINITY);
+        EXPECT_TRUE(std::isfinite(p.lse.data()[h * Tq + i]));
+        for (int64_t e = 0; e < 16; ++e) ASSERT_EQ(p.args.out(1, h, i, e), 0.0f);
+      }
+  }
 }
 
 TEST(FlashEdges, LogitsOfTenThousand) {
@@ -136,18 +165,23 @@ TEST(FlashEdges, LogitsOfTenThousand) {
 }
 
 TEST(FlashThreads, SameBitsWithOneAndTwoThreads) {
-  Case c{.B = 1, .Hq = 4, .Hkv = 2, .Tq = 300, .Tk = 300, .D = 64, .Dv = 64};
-  c.causal = true;
-  c.padding = true;
-  Problem one(c), two(c);
-  const int saved = num_threads();
-  set_num_threads(1);
-  attention(one.args);
-  set_num_threads(2);
-  attention(two.args);
-  set_num_threads(saved);
-  for (int64_t i = 0; i < one.out.numel(); ++i) ASSERT_EQ(one.out.data()[i], two.out.data()[i]);
-  for (int64_t i = 0; i < one.lse.numel(); ++i) ASSERT_EQ(one.lse.data()[i], two.lse.data()[i]);
+  // The tiled path, then the decoding path.
+  for (const int64_t Tq : {300, 2}) {
+    Case c{.B = 1, .Hq = 4, .Hkv = 2, .Tq = Tq, .Tk = 2000, .D = 64, .Dv = 64};
+    c.causal = true;
+    c.padding = true;
+    Problem one(c), two(c);
+    const int saved = num_threads();
+    set_num_threads(1);
+    attention(one.args);
+    set_num_threads(2);
+    attention(two.args);
+    set_num_threads(saved);
+    for (int64_t i = 0; i < one.out.numel(); ++i)
+      ASSERT_EQ(one.out.data()[i], two.out.data()[i]) << "Tq " << Tq;
+    for (int64_t i = 0; i < one.lse.numel(); ++i)
+      ASSERT_EQ(one.lse.data()[i], two.lse.data()[i]) << "Tq " << Tq;
+  }
 }
 
 }  // namespace
