@@ -128,6 +128,37 @@ struct Problem {
   }
 };
 
+// The inputs in double precision, canonical order: q [B, Hq, Tq, D], k [B, Hkv, Tk, D],
+// v [B, Hkv, Tk, Dv], bias expanded to [B, Hq, Tq, Tk] (empty when none).
+struct Inputs {
+  std::vector<double> q, k, v, bias;
+  std::vector<int32_t> kv_len;
+  std::vector<float> alibi;
+};
+
+inline Inputs inputs_of(const Problem& p) {
+  const Case& c = p.c;
+  Inputs in;
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hq; ++h)
+      for (int64_t i = 0; i < c.Tq; ++i)
+        for (int64_t d = 0; d < c.D; ++d) in.q.push_back(p.args.q(b, h, i, d));
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < c.Hkv; ++h)
+      for (int64_t j = 0; j < c.Tk; ++j) {  // both canonical: k row j, then v row j
+        for (int64_t d = 0; d < c.D; ++d) in.k.push_back(p.args.k(b, h, j, d));
+        for (int64_t e = 0; e < c.Dv; ++e) in.v.push_back(p.args.v(b, h, j, e));
+      }
+  if (c.bias != BiasKind::none)
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t h = 0; h < c.Hq; ++h)
+        for (int64_t i = 0; i < c.Tq; ++i)
+          for (int64_t j = 0; j < c.Tk; ++j) in.bias.push_back(p.bias_at(b, h, i, j));
+  in.kv_len = p.kv_len;
+  in.alibi = p.alibi;
+  return in;
+}
+
 // The answer in double precision: out [B, Hq, Tq, Dv], lse [B, Hq, Tq] and weights
 // [B, Hq, Tq, Tk], all flattened in that order.
 struct Expected {
@@ -135,9 +166,7 @@ struct Expected {
   double max_abs_score = 0;  // over visible scores: sets the tolerance
 };
 
-inline Expected naive_attention(const Problem& p) {
-  const Case& c = p.c;
-  const AttentionArgs& a = p.args;
+inline Expected naive_attention(const Case& c, const Inputs& in) {
   const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D));
   const double inf = std::numeric_limits<double>::infinity();
   Expected e;
@@ -150,18 +179,20 @@ inline Expected naive_attention(const Problem& p) {
         const int64_t row = (b * c.Hq + h) * c.Tq + i;
         const int64_t hkv = h * c.Hkv / c.Hq;  // query heads are grouped in order
         const int64_t pos = i + c.Tk - c.Tq;
+        const double* q = &in.q[row * c.D];
         std::vector<double> s(c.Tk, -inf);
         for (int64_t j = 0; j < c.Tk; ++j) {
           if (c.causal && j > pos) continue;
           if (c.window_left >= 0 && j < pos - c.window_left) continue;
           if (c.window_right >= 0 && j > pos + c.window_right) continue;
-          if (c.padding && j >= p.kv_len[b]) continue;
+          if (c.padding && j >= in.kv_len[b]) continue;
+          const double* k = &in.k[((b * c.Hkv + hkv) * c.Tk + j) * c.D];
           double dot = 0;
-          for (int64_t d = 0; d < c.D; ++d) dot += double(a.q(b, h, i, d)) * a.k(b, hkv, j, d);
+          for (int64_t d = 0; d < c.D; ++d) dot += q[d] * k[d];
           double x = dot * scale;
           if (c.softcap > 0) x = c.softcap * std::tanh(x / c.softcap);
-          x += p.bias_at(b, h, i, j);
-          if (c.alibi) x -= p.alibi[h] * std::abs(double(pos - j));
+          if (!in.bias.empty()) x += in.bias[row * c.Tk + j];
+          if (c.alibi) x -= in.alibi[h] * std::abs(double(pos - j));
           s[j] = x;
           e.max_abs_score = std::max(e.max_abs_score, std::abs(x));
         }
@@ -174,12 +205,14 @@ inline Expected naive_attention(const Problem& p) {
         for (int64_t j = 0; j < c.Tk; ++j) {
           const double w = std::exp(s[j] - max) / z;
           e.weights[row * c.Tk + j] = w;
-          for (int64_t d = 0; d < c.Dv; ++d)
-            e.out[row * c.Dv + d] += w * a.v(b, hkv, j, d);
+          const double* v = &in.v[((b * c.Hkv + hkv) * c.Tk + j) * c.Dv];
+          for (int64_t d = 0; d < c.Dv; ++d) e.out[row * c.Dv + d] += w * v[d];
         }
       }
   return e;
 }
+
+inline Expected naive_attention(const Problem& p) { return naive_attention(p.c, inputs_of(p)); }
 
 // Tolerance for fp32 attention against the double answer: each score carries a rounding
 // error of a few ulps of its magnitude (plus D products summed), which moves a weight by

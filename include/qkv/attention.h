@@ -51,11 +51,22 @@ struct AttentionArgs {
   Mask mask;
 };
 
-// The fast path. Until the tiled kernels land it runs the reference kernel.
+// The fast path: tiled FlashAttention-2 forward, or split-KV decoding when Tq is small.
+// Never allocates Tq × Tk memory.
 void attention(const AttentionArgs& args);
+
+// Gradients (FlashAttention-2 backward): `args` as the forward saw them, with `out` and `lse`
+// as the forward wrote them (lse is required); dout = ∂L/∂out [B, Hq, Tq, Dv]. Writes (does
+// not accumulate into) dq [B, Hq, Tq, D], dk [B, Hkv, Tk, D], dv [B, Hkv, Tk, Dv]; with GQA,
+// dk and dv sum over the query heads of each group. The scores are recomputed from lse, so
+// nothing Tq × Tk is stored. The bias and ALiBi slopes are constants: no gradient for them.
+// Same bits for any thread count.
+void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv);
 
 // Throws qkv::Error naming the first argument whose shape, layout or value is wrong.
 void validate(const AttentionArgs& args, const char* where);
+void validate_backward(const AttentionArgs& args, const View& dout, const View& dq,
+                       const View& dk, const View& dv, const char* where);
 
 namespace reference {
 
@@ -63,6 +74,11 @@ namespace reference {
 // formula above step by step. `weights`, when given, receives the softmax weights
 // [B, Hq, Tq, Tk] (0 where masked).
 void attention(const AttentionArgs& args, View weights = {});
+
+// The backward written from the formula: recomputes P, then dV = Pᵀ dO, dP = dO Vᵀ,
+// dS = P ∘ (dP − rowsum(P ∘ dP)), dQ = scale · dS K, dK = scale · dSᵀ Q (through the softcap's
+// derivative when it is on). Does not need args.out or args.lse.
+void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv);
 
 }  // namespace reference
 }  // namespace qkv

@@ -70,6 +70,30 @@ void validate(const AttentionArgs& a, const char* where) {
             " is not finite");
 }
 
+void validate_backward(const AttentionArgs& a, const View& dout, const View& dq,
+                       const View& dk, const View& dv, const char* where) {
+  validate(a, where);
+  const struct {
+    const View& grad;
+    const View& like;
+    const char* name;
+    const char* like_name;
+  } pairs[] = {{dout, a.out, "dout", "out"}, {dq, a.q, "dq", "q"}, {dk, a.k, "dk", "k"},
+               {dv, a.v, "dv", "v"}};
+  for (const auto& p : pairs) {
+    check_ndim(p.grad, 4, where, p.name);
+    for (int d = 0; d < 4; ++d)
+      check(p.grad.shape[d] == p.like.shape[d], where, ": ", p.name, " is ", shape_str(p.grad),
+            " but ", p.like_name, " is ", shape_str(p.like));
+  }
+}
+
+void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv) {
+  validate_backward(args, dout, dq, dk, dv, "attention_backward");
+  check(args.lse != nullptr, "attention_backward: lse is required (pass the forward's lse)");
+  detail::flash_backward(args, dout, dq, dk, dv);
+}
+
 void attention(const AttentionArgs& args) {
   validate(args, "attention");
   // A few queries per key/value head (decoding against a cache): split the keys instead of

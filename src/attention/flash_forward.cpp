@@ -26,6 +26,7 @@
 #include "attention/kernels.h"
 #include "attention/masks.h"
 #include "attention/simd.h"
+#include "attention/tiles.h"
 #include "qkv/threads.h"
 #include "util/scratch.h"
 
@@ -35,79 +36,7 @@ namespace {
 namespace hn = simd::hn;
 using simd::df;
 using simd::Vf;
-
-constexpr int kQueryVectors = 4;  // Mq = 4 N = 64 rows: Qt of D = 128 is 32 KiB
-constexpr int64_t kKeyTile = 64;   // S is Kt × Mq = 16 KiB: stays in L1 between its three uses
-
-struct Shape {
-  int64_t B, Hq, Hkv, Tq, Tk, D, Dv, Mq;
-};
-
-// Per-lane visible key ranges of one query tile, and which key tiles need a mask.
-struct TileMask {
-  std::vector<int32_t> begin, end;  // [Mq]; padded lanes get an empty range
-  int64_t lo = 0, hi = 0;           // keys any real query can see: [lo, hi)
-
-  void init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const Shape& n) {
-    begin.assign(n.Mq, 0);
-    end.assign(n.Mq, 0);
-    lo = n.Tk;
-    hi = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const KeyRange k = visible_keys(mask, b, i0 + r, n.Tq, n.Tk);
-      begin[r] = static_cast<int32_t>(k.begin);
-      end[r] = static_cast<int32_t>(std::max(k.begin, k.end));
-      if (k.begin < k.end) lo = std::min(lo, k.begin), hi = std::max(hi, k.end);
-    }
-  }
-  // True when every real query sees every key of [j0, j1).
-  bool covers(int64_t j0, int64_t j1, int64_t rows) const {
-    for (int64_t r = 0; r < rows; ++r)
-      if (begin[r] > j0 || end[r] < j1) return false;
-    return true;
-  }
-};
-
-// The per-element score steps after q·k: softcap, bias, ALiBi, then the mask.
-void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& tm,
-                      int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk,
-                      bool masked, const Shape& n, float* S) {
-  const size_t N = simd::lanes();
-  const int64_t nvec = (rows + N - 1) / N;
-  const float* slope = a.mask.alibi;
-  const Vf cap = hn::Set(df, a.softcap), inv_cap = hn::Set(df, a.softcap > 0 ? 1 / a.softcap : 0);
-  alignas(64) float column[hn::MaxLanes(df)];
-  for (int64_t jj = 0; jj < nk; ++jj) {
-    const int64_t j = j0 + jj;
-    for (int64_t v = 0; v < nvec; ++v) {
-      float* s = S + jj * n.Mq + v * N;
-      Vf x = hn::Load(df, s);
-      if (a.softcap > 0) x = hn::Mul(cap, hn::Tanh(df, hn::Mul(x, inv_cap)));
-      if (!bias.empty()) {
-        for (size_t l = 0; l < N; ++l) {
-          const int64_t i = std::min<int64_t>(i0 + v * N + l, i0 + rows - 1);
-          column[l] = bias(b, h, i, j);
-        }
-        x = hn::Add(x, hn::Load(df, column));
-      }
-      if (slope) {
-        for (size_t l = 0; l < N; ++l) {
-          const int64_t i = i0 + v * N + l;
-          column[l] = static_cast<float>(std::abs(i + (n.Tk - n.Tq) - j));
-        }
-        x = hn::NegMulAdd(hn::Set(df, slope[h]), hn::Load(df, column), x);
-      }
-      if (masked) {
-        const hn::RebindToSigned<decltype(df)> di;
-        const auto jv = hn::Set(di, static_cast<int32_t>(j));
-        const auto hidden = hn::Or(hn::Lt(jv, hn::LoadU(di, tm.begin.data() + v * N)),
-                                   hn::Not(hn::Lt(jv, hn::LoadU(di, tm.end.data() + v * N))));
-        x = hn::IfThenElse(hn::RebindMask(df, hidden), hn::Set(df, simd::kMinusInf), x);
-      }
-      hn::Store(x, df, s);
-    }
-  }
-}
+using namespace tiles;
 
 // One (batch, head, query tile) unit.
 template <int NQV>
@@ -142,7 +71,7 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
     simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, Qt, n.D, Mq, S);
     const bool masked = !tm.covers(j0, j1, rows);
     if (transforms || masked)
-      transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, S);
+      transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, S, nullptr);
 
     // Online softmax, lane by lane (each lane is one query row).
     for (int v = 0; v < NQV; ++v) {
@@ -175,19 +104,6 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
       a.lse[(b * n.Hq + h) * n.Tq + i0 + r] =
           l[r] > 0 ? m[r] + std::log(l[r]) : simd::kMinusInf;
   }
-}
-
-// Q, K, V with a non-unit stride along the head dim (rare) are copied to contiguous
-// storage first; the micro-kernels read rows with unit stride.
-View contiguous_rows(const View& t, std::vector<float>& storage) {
-  if (t.stride[3] == 1) return t;
-  storage.resize(t.numel());
-  View c(storage.data(), {t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
-  for (int64_t a = 0; a < t.shape[0]; ++a)
-    for (int64_t b = 0; b < t.shape[1]; ++b)
-      for (int64_t i = 0; i < t.shape[2]; ++i)
-        for (int64_t d = 0; d < t.shape[3]; ++d) c(a, b, i, d) = t(a, b, i, d);
-  return c;
 }
 
 }  // namespace

@@ -15,6 +15,10 @@ inline constexpr int64_t kDecodeMaxQueries = 4;
 inline constexpr int64_t kDecodeMaxRows = 16;
 void decode_forward(const AttentionArgs& a);
 
+// Tiled FlashAttention-2 backward (flash_backward.cpp).
+void flash_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
+                    const View& dv);
+
 // The score transforms after q·k, in the order of include/qkv/attention.h.
 inline bool has_score_transforms(const AttentionArgs& a) {
   return a.softcap > 0 || !a.mask.bias.empty() || a.mask.alibi != nullptr;

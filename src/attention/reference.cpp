@@ -79,7 +79,71 @@ void weighted_values(const AttentionArgs& a, const Dims& n, int64_t b, int64_t h
   }
 }
 
+// dq, dk, dv for one (batch, key/value head): every query head of its group.
+void backward_group(const AttentionArgs& a, const Dims& n, const View& bias, float scale,
+                    const View& dout, const View& dq, const View& dk, const View& dv, int64_t b,
+                    int64_t hkv, float* P) {
+  const int64_t group = n.Hq / n.Hkv;
+  std::vector<double> dK(n.Tk * n.D, 0.0), dV(n.Tk * n.Dv, 0.0), dS(n.Tk);
+  for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
+    scores(a, n, bias, scale, b, h, P);
+    softmax_rows(P, n.Tq, n.Tk, nullptr);
+    for (int64_t i = 0; i < n.Tq; ++i) {
+      const float* p = P + i * n.Tk;
+      // dP_ij = dO_i · v_j, and D_i = Σ_j P_ij dP_ij (= dO_i · O_i).
+      double Di = 0;
+      for (int64_t j = 0; j < n.Tk; ++j) {
+        double dP = 0;
+        for (int64_t e = 0; e < n.Dv; ++e) dP += double(dout(b, h, i, e)) * a.v(b, hkv, j, e);
+        dS[j] = dP;
+        Di += p[j] * dP;
+      }
+      std::vector<double> dQ(n.D, 0.0);
+      for (int64_t j = 0; j < n.Tk; ++j) {
+        if (p[j] == 0) continue;  // masked (or underflowed): no gradient flows
+        double ds = p[j] * (dS[j] - Di);  // ∂L/∂s_ij through the softmax
+        if (a.softcap > 0) {  // s = c · tanh(x / c): ∂s/∂x = 1 − tanh²
+          double dot = 0;
+          for (int64_t d = 0; d < n.D; ++d) dot += double(a.q(b, h, i, d)) * a.k(b, hkv, j, d);
+          const double t = std::tanh(dot * scale / a.softcap);
+          ds *= 1 - t * t;
+        }
+        for (int64_t d = 0; d < n.D; ++d) {
+          dQ[d] += scale * ds * a.k(b, hkv, j, d);
+          dK[j * n.D + d] += scale * ds * a.q(b, h, i, d);
+        }
+        for (int64_t e = 0; e < n.Dv; ++e) dV[j * n.Dv + e] += p[j] * double(dout(b, h, i, e));
+      }
+      for (int64_t d = 0; d < n.D; ++d) dq(b, h, i, d) = static_cast<float>(dQ[d]);
+    }
+  }
+  for (int64_t j = 0; j < n.Tk; ++j) {
+    for (int64_t d = 0; d < n.D; ++d) dk(b, hkv, j, d) = static_cast<float>(dK[j * n.D + d]);
+    for (int64_t e = 0; e < n.Dv; ++e) dv(b, hkv, j, e) = static_cast<float>(dV[j * n.Dv + e]);
+  }
+}
+
 }  // namespace
+
+void attention_backward(const AttentionArgs& a, View dout, View dq, View dk, View dv) {
+  constexpr const char* where = "reference::attention_backward";
+  validate_backward(a, dout, dq, dk, dv, where);
+  const Dims n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
+               a.k.shape[2], a.q.shape[3], a.v.shape[3]};
+  const View bias = a.mask.bias.empty()
+                        ? View{}
+                        : detail::broadcast_bias(a.mask.bias, n.B, n.Hq, n.Tq, n.Tk, where);
+  const float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(n.D));
+  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n.B * n.Hkv));
+  std::vector<std::vector<float>> grids(threads, std::vector<float>(n.Tq * n.Tk));
+  // One (batch, kv head) per iteration: it owns its dk and dv rows, so no two threads write
+  // the same gradient.
+#pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
+  for (int64_t b = 0; b < n.B; ++b)
+    for (int64_t hkv = 0; hkv < n.Hkv; ++hkv)
+      backward_group(a, n, bias, scale, dout, dq, dk, dv, b, hkv,
+                     grids[omp_get_thread_num()].data());
+}
 
 void attention(const AttentionArgs& a, View weights) {
   constexpr const char* where = "reference::attention";

@@ -111,6 +111,30 @@ HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int
     for (int v = 0; v < NQV; ++v) hn::Store(acc[e][v], df, ct + (e0 + e) * Mq + v * N);
 }
 
+// C[j][e] += Σ_q P[j][q] · R[q][e] for NJ rows j and NEV vectors of columns from e0:
+// a tile product reduced over the queries, vectorised along e (backward: dV += Pᵀ dO and
+// dK += dSᵀ Q). R rows are padded to whole vectors.
+template <int NJ, int NEV>
+HWY_INLINE void packed_transposed_times_rows(const float* HWY_RESTRICT p, int64_t Mq,
+                                             int64_t queries, const float* HWY_RESTRICT r,
+                                             int64_t r_stride, int64_t e0,
+                                             float* HWY_RESTRICT c, int64_t c_stride) {
+  const size_t N = lanes();
+  Vf acc[NJ][NEV];
+  for (int j = 0; j < NJ; ++j)
+    for (int v = 0; v < NEV; ++v) acc[j][v] = hn::Load(df, c + j * c_stride + e0 + v * N);
+  for (int64_t q = 0; q < queries; ++q) {
+    Vf x[NEV];
+    for (int v = 0; v < NEV; ++v) x[v] = hn::Load(df, r + q * r_stride + e0 + v * N);
+    for (int j = 0; j < NJ; ++j) {
+      const Vf y = hn::Set(df, p[j * Mq + q]);
+      for (int v = 0; v < NEV; ++v) acc[j][v] = hn::MulAdd(y, x[v], acc[j][v]);
+    }
+  }
+  for (int j = 0; j < NJ; ++j)
+    for (int v = 0; v < NEV; ++v) hn::Store(acc[j][v], df, c + j * c_stride + e0 + v * N);
+}
+
 // Full-width drivers over any number of rows / columns, with the remainders dispatched to
 // smaller instantiations.
 inline constexpr int kRowsPerBlock = 6;     // NK: 6 × 4 accumulators + 4 + 1 of 32 registers
@@ -139,6 +163,38 @@ void accumulate_tile(const float* p, int64_t rows, int64_t Mq, const float* b, i
     with_count<kColumnsPerBlock - 1>(static_cast<int>(columns - e), [&](auto ne) {
       packed_times_rows<NQV, decltype(ne)::value>(p, rows, Mq, b, b_stride, e, alpha, ct);
     });
+}
+
+inline constexpr int kTransposedRows = 4;     // NJ × NEV = 4 × 6 accumulators
+inline constexpr int kTransposedVectors = 6;
+
+// C[Kt][E] += Pᵀ R over `queries` queries; E (a multiple of the lane count) is the padded
+// row width of R and C.
+inline void accumulate_transposed_tile(const float* p, int64_t rows, int64_t Mq,
+                                       int64_t queries, const float* r, int64_t r_stride,
+                                       int64_t columns, float* c, int64_t c_stride) {
+  const int64_t N = static_cast<int64_t>(lanes());
+  const int64_t vectors = columns / N;
+  auto column_blocks = [&](auto nj) {
+    constexpr int NJ = decltype(nj)::value;
+    return [&, p, c](int64_t j) {
+      int64_t v = 0;
+      for (; v + kTransposedVectors <= vectors; v += kTransposedVectors)
+        packed_transposed_times_rows<NJ, kTransposedVectors>(p + j * Mq, Mq, queries, r, r_stride,
+                                                             v * N, c + j * c_stride, c_stride);
+      if (v < vectors)
+        with_count<kTransposedVectors - 1>(static_cast<int>(vectors - v), [&](auto nev) {
+          packed_transposed_times_rows<NJ, decltype(nev)::value>(
+              p + j * Mq, Mq, queries, r, r_stride, v * N, c + j * c_stride, c_stride);
+        });
+    };
+  };
+  int64_t j = 0;
+  for (; j + kTransposedRows <= rows; j += kTransposedRows)
+    column_blocks(std::integral_constant<int, kTransposedRows>{})(j);
+  if (j < rows)
+    with_count<kTransposedRows - 1>(static_cast<int>(rows - j),
+                                    [&](auto nj) { column_blocks(nj)(j); });
 }
 
 }  // namespace qkv::simd

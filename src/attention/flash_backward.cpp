@@ -1,0 +1,186 @@
+// Tiled attention backward, FlashAttention-2 style (Dao 2023, algorithm 2), on the CPU.
+//
+// Legend as in flash_forward.cpp; E_pad is a row width rounded up to whole vectors.
+//
+// Nothing Tq × Tk is stored: each tile of probabilities is recomputed from the forward's
+// log-sum-exp, P = e^(S − lse). Work is split over (batch, key/value head): one thread owns
+// the dK and dV of a head (summed over the query heads of its GQA group) and the dQ of those
+// query heads, so there are no atomics and the result is the same bits for any thread count
+// (as PyTorch's CPU flash backward does). For one unit:
+//   dK, dV [Tk][E_pad] ← 0
+//   for each query head h of the group, for each query tile:
+//     Qt  ← scale · Qᵀ [D][Mq],  Qr ← Q [Mq][D_pad]         packed once per query tile
+//     dOt ← dOᵀ [Dv][Mq],        dOr ← dO [Mq][Dv_pad]
+//     Di  ← rowsum(dO ∘ O) [Mq],  dQt ← 0 [D][Mq]
+//     for each key tile [j0, j1) the tile can see:
+//       S  ← K Qt, transformed and masked as in the forward;  P ← e^(S − lse)
+//       dV[j0:j1] += P  dOr            (reduced over the queries)
+//       dP ← V dOt;  dS ← P ∘ (dP − Di)  (∘ (1 − tanh²) under a softcap)
+//       dK[j0:j1] += dS Qr;  dQt += Kᵀ dS
+//     dq ← scale · dQtᵀ
+//   dk ← scale · dK,  dv ← dV
+// Five tile products per (query tile, key tile), against two in the forward: the backward
+// does 2.5× the forward's flops.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attention/kernels.h"
+#include "attention/simd.h"
+#include "attention/tiles.h"
+#include "qkv/threads.h"
+#include "util/scratch.h"
+
+namespace qkv::detail {
+namespace {
+
+namespace hn = simd::hn;
+using simd::df;
+using simd::Vf;
+using tiles::kKeyTile;
+using tiles::kQueryVectors;
+using tiles::Shape;
+using tiles::TileMask;
+
+int64_t padded(int64_t n) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  return (n + N - 1) / N * N;
+}
+
+// Scratch slots of one thread.
+struct Buffers {
+  float *Qt, *Qr, *dOt, *dOr, *S, *dP, *tanh, *dQt, *row;  // row: lse and Di, [2][Mq]
+};
+
+template <int NQV>
+void query_tile(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
+                const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0,
+                int64_t rows, const Buffers& w, float* dK, float* dV) {
+  const size_t N = simd::lanes();
+  const int64_t Mq = n.Mq, hkv = h / (n.Hq / n.Hkv);
+  const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
+  thread_local TileMask tm;
+  tm.init(a.mask, b, i0, rows, n);
+  if (tm.lo >= tm.hi) {  // the tile sees no key: its gradient is zero
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < n.D; ++d) dq(b, h, i0 + r, d) = 0;
+    return;
+  }
+
+  // Pack the tile: transposed for the score-shaped products, row-major for the reductions.
+  float* lse = w.row;
+  float* Di = w.row + Mq;
+  std::fill(w.Qr, w.Qr + Mq * Dp, 0.0f);
+  std::fill(w.dOr, w.dOr + Mq * Dvp, 0.0f);
+  for (int64_t r = 0; r < Mq; ++r) {
+    const bool real = r < rows;
+    for (int64_t d = 0; d < n.D; ++d) {
+      const float x = real ? a.q(b, h, i0 + r, d) : 0;
+      w.Qt[d * Mq + r] = scale * x;
+      w.Qr[r * Dp + d] = x;
+    }
+    double di = 0;
+    for (int64_t e = 0; e < n.Dv; ++e) {
+      const float g = real ? dout(b, h, i0 + r, e) : 0;
+      w.dOt[e * Mq + r] = g;
+      w.dOr[r * Dvp + e] = g;
+      if (real) di += double(g) * a.out(b, h, i0 + r, e);
+    }
+    Di[r] = static_cast<float>(di);
+    // A row that saw no key has lse = -inf; any finite value works, as all its P are 0.
+    const float l = real ? a.lse[(b * n.Hq + h) * n.Tq + i0 + r] : 0;
+    lse[r] = std::isinf(l) ? 0 : l;
+  }
+  std::fill(w.dQt, w.dQt + n.D * Mq, 0.0f);
+
+  const float* k0 = &a.k(b, hkv, 0, 0);
+  const float* v0 = &a.v(b, hkv, 0, 0);
+  const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
+  const bool transforms = has_score_transforms(a);
+  const Vf one = hn::Set(df, 1.0f);
+  for (int64_t j0 = tm.lo / kKeyTile * kKeyTile; j0 < tm.hi; j0 += kKeyTile) {
+    const int64_t j1 = std::min(j0 + kKeyTile, tm.hi), nk = j1 - j0;
+    // S ← K Qt, transformed; P ← e^(S − lse) in place.
+    simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, w.Qt, n.D, Mq, w.S);
+    const bool masked = !tm.covers(j0, j1, rows);
+    if (transforms || masked)
+      tiles::transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
+    for (int64_t jj = 0; jj < nk; ++jj)
+      for (int v = 0; v < NQV; ++v) {
+        float* s = w.S + jj * Mq + v * N;
+        hn::Store(simd::exp_nonpositive(hn::Sub(hn::Load(df, s), hn::Load(df, lse + v * N))),
+                  df, s);
+      }
+    // dV[j0:j1] += P dOr
+    simd::accumulate_transposed_tile(w.S, nk, Mq, rows, w.dOr, Dvp, Dvp, dV + j0 * Dvp, Dvp);
+    // dP ← V dOt;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP.
+    simd::scores_tile<NQV>(v0 + j0 * vs, vs, nk, w.dOt, n.Dv, Mq, w.dP);
+    for (int64_t jj = 0; jj < nk; ++jj)
+      for (int v = 0; v < NQV; ++v) {
+        const int64_t at = jj * Mq + v * N;
+        Vf ds = hn::Mul(hn::Load(df, w.S + at),
+                        hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, Di + v * N)));
+        if (a.softcap > 0) {
+          const Vf t = hn::Load(df, w.tanh + at);
+          ds = hn::Mul(ds, hn::NegMulAdd(t, t, one));
+        }
+        hn::Store(ds, df, w.dP + at);
+      }
+    // dK[j0:j1] += dS Qr;  dQt += Kᵀ dS.
+    simd::accumulate_transposed_tile(w.dP, nk, Mq, rows, w.Qr, Dp, Dp, dK + j0 * Dp, Dp);
+    simd::accumulate_tile<NQV>(w.dP, nk, Mq, k0 + j0 * ks, ks, n.D, nullptr, w.dQt);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < n.D; ++d) dq(b, h, i0 + r, d) = scale * w.dQt[d * Mq + r];
+}
+
+}  // namespace
+
+void flash_backward(const AttentionArgs& args, const View& dout, const View& dq, const View& dk,
+                    const View& dv) {
+  std::vector<float> k_copy, v_copy;
+  AttentionArgs a = args;
+  a.k = tiles::contiguous_rows(args.k, k_copy);
+  a.v = tiles::contiguous_rows(args.v, v_copy);
+  const size_t N = simd::lanes();
+  const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2], a.k.shape[2],
+                a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};
+  const View bias = a.mask.bias.empty()
+                        ? View{}
+                        : broadcast_bias(a.mask.bias, n.B, n.Hq, n.Tq, n.Tk, "attention_backward");
+  const float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(n.D));
+  const int64_t Dp = padded(n.D), Dvp = padded(n.Dv), Mq = n.Mq;
+  const int64_t tiles_q = (n.Tq + Mq - 1) / Mq, group = n.Hq / n.Hkv;
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
+  for (int64_t u = 0; u < n.B * n.Hkv; ++u) {
+    const int64_t b = u / n.Hkv, hkv = u % n.Hkv;
+    Buffers w;
+    w.Qt = thread_scratch(0, n.D * Mq);
+    w.Qr = thread_scratch(1, Mq * Dp);
+    w.dOt = thread_scratch(2, n.Dv * Mq);
+    w.dOr = thread_scratch(3, Mq * Dvp);
+    float* tile = thread_scratch(4, 3 * kKeyTile * Mq + 2 * Mq + n.D * Mq);
+    w.S = tile;
+    w.dP = w.S + kKeyTile * Mq;
+    w.tanh = w.dP + kKeyTile * Mq;
+    w.row = w.tanh + kKeyTile * Mq;
+    w.dQt = w.row + 2 * Mq;
+    float* dK = thread_scratch(5, n.Tk * (Dp + Dvp));
+    float* dV = dK + n.Tk * Dp;
+    std::fill(dK, dK + n.Tk * (Dp + Dvp), 0.0f);
+    for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h)
+      for (int64_t t = 0; t < tiles_q; ++t) {
+        const int64_t i0 = t * Mq, rows = std::min(Mq, n.Tq - i0);
+        simd::with_count<kQueryVectors>(static_cast<int>((rows + N - 1) / N), [&](auto c) {
+          query_tile<decltype(c)::value>(a, bias, scale, n, dout, dq, b, h, i0, rows, w, dK, dV);
+        });
+      }
+    for (int64_t j = 0; j < n.Tk; ++j) {
+      for (int64_t d = 0; d < n.D; ++d) dk(b, hkv, j, d) = scale * dK[j * Dp + d];
+      for (int64_t e = 0; e < n.Dv; ++e) dv(b, hkv, j, e) = dV[j * Dvp + e];
+    }
+  }
+}
+
+}  // namespace qkv::detail

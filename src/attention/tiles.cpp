@@ -1,0 +1,90 @@
+#include "attention/tiles.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attention/simd.h"
+
+namespace qkv::detail::tiles {
+
+namespace hn = simd::hn;
+using simd::df;
+using simd::Vf;
+
+void TileMask::init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const Shape& n) {
+  begin.assign(n.Mq, 0);
+  end.assign(n.Mq, 0);
+  lo = n.Tk;
+  hi = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const KeyRange k = visible_keys(mask, b, i0 + r, n.Tq, n.Tk);
+    begin[r] = static_cast<int32_t>(k.begin);
+    end[r] = static_cast<int32_t>(std::max(k.begin, k.end));
+    if (k.begin < k.end) lo = std::min(lo, k.begin), hi = std::max(hi, k.end);
+  }
+}
+
+bool TileMask::covers(int64_t j0, int64_t j1, int64_t rows) const {
+  for (int64_t r = 0; r < rows; ++r)
+    if (begin[r] > j0 || end[r] < j1) return false;
+  return true;
+}
+
+// The per-element score steps after q·k: softcap, bias, ALiBi, then the mask.
+void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& tm,
+                      int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk,
+                      bool masked, const Shape& n, float* S, float* tanh_out) {
+  const size_t N = simd::lanes();
+  const int64_t nvec = (rows + N - 1) / N;
+  const float* slope = a.mask.alibi;
+  const Vf cap = hn::Set(df, a.softcap), inv_cap = hn::Set(df, a.softcap > 0 ? 1 / a.softcap : 0);
+  alignas(64) float column[hn::MaxLanes(df)];
+  for (int64_t jj = 0; jj < nk; ++jj) {
+    const int64_t j = j0 + jj;
+    for (int64_t v = 0; v < nvec; ++v) {
+      float* s = S + jj * n.Mq + v * N;
+      Vf x = hn::Load(df, s);
+      if (a.softcap > 0) {
+        const Vf t = hn::Tanh(df, hn::Mul(x, inv_cap));
+        if (tanh_out) hn::Store(t, df, tanh_out + jj * n.Mq + v * N);
+        x = hn::Mul(cap, t);
+      }
+      if (!bias.empty()) {
+        for (size_t l = 0; l < N; ++l) {
+          const int64_t i = std::min<int64_t>(i0 + v * N + l, i0 + rows - 1);
+          column[l] = bias(b, h, i, j);
+        }
+        x = hn::Add(x, hn::Load(df, column));
+      }
+      if (slope) {
+        for (size_t l = 0; l < N; ++l) {
+          const int64_t i = i0 + v * N + l;
+          column[l] = static_cast<float>(std::abs(i + (n.Tk - n.Tq) - j));
+        }
+        x = hn::NegMulAdd(hn::Set(df, slope[h]), hn::Load(df, column), x);
+      }
+      if (masked) {
+        const hn::RebindToSigned<decltype(df)> di;
+        const auto jv = hn::Set(di, static_cast<int32_t>(j));
+        const auto hidden = hn::Or(hn::Lt(jv, hn::LoadU(di, tm.begin.data() + v * N)),
+                                   hn::Not(hn::Lt(jv, hn::LoadU(di, tm.end.data() + v * N))));
+        x = hn::IfThenElse(hn::RebindMask(df, hidden), hn::Set(df, simd::kMinusInf), x);
+      }
+      hn::Store(x, df, s);
+    }
+  }
+}
+
+View contiguous_rows(const View& t, std::vector<float>& storage) {
+  if (t.stride[3] == 1) return t;
+  storage.resize(t.numel());
+  View c(storage.data(), {t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
+  for (int64_t a = 0; a < t.shape[0]; ++a)
+    for (int64_t b = 0; b < t.shape[1]; ++b)
+      for (int64_t i = 0; i < t.shape[2]; ++i)
+        for (int64_t d = 0; d < t.shape[3]; ++d) c(a, b, i, d) = t(a, b, i, d);
+  return c;
+}
+
+
+}  // namespace qkv::detail::tiles

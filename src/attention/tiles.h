@@ -1,0 +1,44 @@
+// Pieces shared by the tiled forward and backward kernels: tile sizes, the per-tile mask,
+// and the score transforms applied to a tile of scores.
+//
+// Tiles hold one query per vector lane: a score tile S is [Kt][Mq], row jj holding key
+// j0 + jj's score for the Mq queries of the tile (see simd.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/masks.h"
+#include "qkv/attention.h"
+
+namespace qkv::detail::tiles {
+
+inline constexpr int kQueryVectors = 4;   // Mq = 4 N = 64 rows: Qt of D = 128 is 32 KiB
+inline constexpr int64_t kKeyTile = 64;   // S is Kt × Mq = 16 KiB: stays in L1 between uses
+
+struct Shape {
+  int64_t B, Hq, Hkv, Tq, Tk, D, Dv, Mq;
+};
+
+// Per-lane visible key ranges of one query tile, and which key tiles need a mask.
+struct TileMask {
+  std::vector<int32_t> begin, end;  // [Mq]; padded lanes get an empty range
+  int64_t lo = 0, hi = 0;           // keys any real query of the tile can see: [lo, hi)
+
+  void init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const Shape& n);
+  // True when every real query sees every key of [j0, j1): the tile needs no mask.
+  bool covers(int64_t j0, int64_t j1, int64_t rows) const;
+};
+
+// The per-element score steps after q·k on a tile S (scaled scores in, final scores out):
+// softcap, bias, ALiBi, then -inf where `masked` and the key is hidden. When `tanh_out` is
+// given and softcap is on, it receives tanh(s / softcap), which the backward needs.
+void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& tm, int64_t b,
+                      int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk, bool masked,
+                      const Shape& n, float* S, float* tanh_out);
+
+// K and V with a non-unit stride along the head dim (rare) are copied to contiguous storage
+// first; the micro-kernels read rows with unit stride.
+View contiguous_rows(const View& t, std::vector<float>& storage);
+
+}  // namespace qkv::detail::tiles

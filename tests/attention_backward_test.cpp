@@ -1,0 +1,198 @@
+// Attention gradients: the reference backward against finite differences of an independent
+// double-precision forward, and the tiled backward against the reference backward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "attention_problem.h"
+#include "qkv/attention.h"
+#include "qkv/error.h"
+#include "qkv/threads.h"
+
+namespace qkv {
+namespace {
+
+using testing::BiasKind;
+using testing::Case;
+using testing::Inputs;
+using testing::Problem;
+
+// Gradients of one problem, with dout drawn at random; the loss is L = Σ out ∘ dout.
+struct Grads {
+  Tensor dout, dq, dk, dv;
+  explicit Grads(const Case& c, uint32_t seed = 3)
+      : dout({c.B, c.Hq, c.Tq, c.Dv}), dq({c.B, c.Hq, c.Tq, c.D}), dk({c.B, c.Hkv, c.Tk, c.D}),
+        dv({c.B, c.Hkv, c.Tk, c.Dv}) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1, 1);
+    for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = uniform(rng);
+  }
+};
+
+double loss(const Case& c, const Inputs& in, const Tensor& dout) {
+  const testing::Expected e = testing::naive_attention(c, in);
+  double l = 0;
+  for (size_t i = 0; i < e.out.size(); ++i) l += e.out[i] * dout.data()[i];
+  return l;
+}
+
+// Central differences in double precision, for every element of q, k and v.
+void expect_matches_finite_differences(const Case& c) {
+  Problem p(c);
+  Grads g(c);
+  reference::attention_backward(p.args, g.dout, g.dq, g.dk, g.dv);
+  Inputs in = testing::inputs_of(p);
+  const double h = 1e-6;
+  double worst = 0;
+  auto check = [&](std::vector<double>& x, const Tensor& grad, const char* name) {
+    ASSERT_EQ(static_cast<int64_t>(x.size()), grad.numel());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double saved = x[i];
+      x[i] = saved + h;
+      const double up = loss(c, in, g.dout);
+      x[i] = saved - h;
+      const double down = loss(c, in, g.dout);
+      x[i] = saved;
+      const double numeric = (up - down) / (2 * h);
+      // fp32 gradients: a few ulps of their magnitude, plus the finite-difference error.
+      const double err = std::abs(grad.data()[i] - numeric) / (1 + std::abs(numeric));
+      worst = std::max(worst, err);
+      ASSERT_LT(err, 1e-5) << name << "[" << i << "] analytic " << grad.data()[i]
+                           << " numeric " << numeric << " (" << c.name() << ")";
+    }
+  };
+  check(in.q, g.dq, "dq");
+  check(in.k, g.dk, "dk");
+  check(in.v, g.dv, "dv");
+}
+
+class ReferenceBackward : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ReferenceBackward, MatchesFiniteDifferences) {
+  expect_matches_finite_differences(GetParam());
+}
+
+std::vector<Case> tiny_grid() {
+  std::vector<Case> cases;
+  const Case base{.B = 2, .Hq = 2, .Hkv = 2, .Tq = 4, .Tk = 4, .D = 3, .Dv = 3};
+  auto add = [&](auto edit) {
+    Case c = base;
+    edit(c);
+    cases.push_back(c);
+  };
+  add([](Case&) {});
+  add([](Case& c) { c.causal = true; });
+  add([](Case& c) { c.Hq = 4; c.Hkv = 2; c.causal = true; });  // GQA sums over the group
+  add([](Case& c) { c.Hq = 4; c.Hkv = 1; });
+  add([](Case& c) { c.Tq = 3; c.Tk = 5; c.Dv = 2; });           // cross, Dv ≠ D
+  add([](Case& c) { c.window_left = 1; c.window_right = 1; });
+  add([](Case& c) { c.padding = true; c.causal = true; });
+  add([](Case& c) { c.softcap = 0.8f; c.magnitude = 2; });
+  add([](Case& c) { c.bias = BiasKind::full; c.alibi = true; c.scale = 0.7f; });
+  add([](Case& c) { c.Tq = 5; c.Tk = 2; c.causal = true; });  // rows that see nothing
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, ReferenceBackward, ::testing::ValuesIn(tiny_grid()),
+                         [](const auto& info) { return info.param.name(); });
+
+// ---- The tiled backward against the reference backward ------------------------------------
+
+void expect_backward_matches_reference(const Case& c) {
+  Problem fast(c), ref(c);
+  attention(fast.args);  // the fast backward needs the forward's out and lse
+  Grads gf(c), gr(c);
+  attention_backward(fast.args, gf.dout, gf.dq, gf.dk, gf.dv);
+  reference::attention_backward(ref.args, gr.dout, gr.dq, gr.dk, gr.dv);
+  // Gradients sum Tq (or Tk) products of values of size ~magnitude: scale the fp32
+  // tolerance by the longer sum.
+  const double tol = 64 * FLT_EPSILON * std::sqrt(double(std::max(c.Tq, c.Tk)) * c.D) *
+                     c.magnitude * (1 + std::abs(c.softcap));
+  auto compare = [&](const Tensor& a, const Tensor& b, const char* name) {
+    double worst = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      ASSERT_FALSE(std::isnan(a.data()[i])) << name;
+      worst = std::max<double>(worst, std::abs(a.data()[i] - b.data()[i]) /
+                                          (1 + std::abs(b.data()[i])));
+    }
+    EXPECT_LE(worst, tol) << name << " " << c.name();
+  };
+  compare(gf.dq, gr.dq, "dq");
+  compare(gf.dk, gr.dk, "dk");
+  compare(gf.dv, gr.dv, "dv");
+}
+
+class FlashBackward : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashBackward, MatchesReferenceBackward) { expect_backward_matches_reference(GetParam()); }
+
+std::vector<Case> backward_grid() {
+  std::vector<Case> cases;
+  const Case base{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32};
+  auto add = [&](auto edit) {
+    Case c = base;
+    edit(c);
+    cases.push_back(c);
+  };
+  add([](Case&) {});
+  add([](Case& c) { c.causal = true; });
+  add([](Case& c) { c.Tq = 1; c.Tk = 1; });
+  add([](Case& c) { c.Tq = 7; c.Tk = 130; c.causal = true; });
+  add([](Case& c) { c.Tq = 130; c.Tk = 7; c.causal = true; });
+  add([](Case& c) { c.Tq = c.Tk = 129; c.window_left = 20; c.causal = true; });
+  add([](Case& c) { c.Tq = c.Tk = 129; c.window_left = 9; c.window_right = 30; });
+  add([](Case& c) { c.padding = true; c.B = 3; c.causal = true; });
+  add([](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; });
+  add([](Case& c) { c.softcap = 1.5f; c.magnitude = 3; });
+  add([](Case& c) { c.Hkv = 2; c.causal = true; });
+  add([](Case& c) { c.Hkv = 1; c.Tq = c.Tk = 65; });
+  add([](Case& c) { c.Tq = 33; c.Tk = 100; c.D = 16; c.Dv = 40; });
+  add([](Case& c) { c.D = c.Dv = 80; c.Tq = c.Tk = 63; c.causal = true; });
+  add([](Case& c) { c.D = c.Dv = 128; c.Tq = c.Tk = 65; c.B = 1; });
+  add([](Case& c) { c.D = c.Dv = 256; c.Tq = c.Tk = 33; c.B = 1; c.Hq = c.Hkv = 2; });
+  add([](Case& c) { c.seq_major = true; c.Hkv = 2; c.causal = true; c.padding = true; });
+  add([](Case& c) { c.Tq = c.Tk = 1000; c.D = c.Dv = 16; c.B = 1; c.Hq = 2; c.Hkv = 1;
+                    c.causal = true; });
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, FlashBackward, ::testing::ValuesIn(backward_grid()),
+                         [](const auto& info) { return info.param.name(); });
+
+TEST(FlashBackwardThreads, SameBitsWithOneAndTwoThreads) {
+  Case c{.B = 1, .Hq = 4, .Hkv = 2, .Tq = 200, .Tk = 200, .D = 64, .Dv = 64};
+  c.causal = true;
+  Problem p(c);
+  attention(p.args);
+  Grads one(c), two(c);
+  const int saved = num_threads();
+  set_num_threads(1);
+  attention_backward(p.args, one.dout, one.dq, one.dk, one.dv);
+  set_num_threads(2);
+  attention_backward(p.args, two.dout, two.dq, two.dk, two.dv);
+  set_num_threads(saved);
+  for (auto [a, b] : {std::pair{&one.dq, &two.dq}, {&one.dk, &two.dk}, {&one.dv, &two.dv}})
+    for (int64_t i = 0; i < a->numel(); ++i) ASSERT_EQ(a->data()[i], b->data()[i]);
+}
+
+TEST(FlashBackwardErrors, NeedsLseAndMatchingShapes) {
+  Case c{.B = 1, .Hq = 2, .Hkv = 2, .Tq = 5, .Tk = 5, .D = 8, .Dv = 8};
+  Problem p(c);
+  Grads g(c);
+  AttentionArgs a = p.args;
+  a.lse = nullptr;
+  EXPECT_THROW(attention_backward(a, g.dout, g.dq, g.dk, g.dv), Error);
+  Tensor wrong({1, 2, 5, 4});
+  try {
+    attention_backward(p.args, g.dout, wrong, g.dk, g.dv);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dq is [1, 2, 5, 4] but q is [1, 2, 5, 8]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace qkv
