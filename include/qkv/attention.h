@@ -40,6 +40,17 @@ struct Mask {
   const float* alibi = nullptr;    // optional [Hq] ALiBi slopes
 };
 
+// Packed variable-length batch (FlashAttention's "varlen", cu_seqlens): sequences of
+// different lengths laid end to end along T, with B = 1. Sequence s owns queries
+// [cu_seqlens_q[s], cu_seqlens_q[s+1]) and keys [cu_seqlens_k[s], cu_seqlens_k[s+1]); it never
+// sees another sequence's keys, and its mask (causal, window) is that of a batch of its own.
+// No padding is stored or computed. The bias, if any, is indexed by packed positions.
+struct Packed {
+  int num_seqs = 0;                     // 0 = off
+  const int32_t* cu_seqlens_q = nullptr;  // [num_seqs + 1], 0 … Tq, non-decreasing
+  const int32_t* cu_seqlens_k = nullptr;  // [num_seqs + 1], 0 … Tk, non-decreasing
+};
+
 struct AttentionArgs {
   View q;                 // [B, Hq, Tq, D]
   View k;                 // [B, Hkv, Tk, D]
@@ -49,6 +60,7 @@ struct AttentionArgs {
   float scale = 0;        // 0 means 1/sqrt(D)
   float softcap = 0;      // 0 means off
   Mask mask;
+  Packed packed;          // optional: several sequences packed along T (then B must be 1)
 };
 
 // The fast path: tiled FlashAttention-2 forward, or split-KV decoding when Tq is small.

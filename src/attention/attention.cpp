@@ -3,6 +3,7 @@
 
 #include "attention/kernels.h"
 #include "attention/masks.h"
+#include "attention/packed.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 
@@ -68,6 +69,7 @@ void validate(const AttentionArgs& a, const char* where) {
     for (int64_t h = 0; h < Hq; ++h)
       check(std::isfinite(a.mask.alibi[h]), where, ": alibi slope of head ", h,
             " is not finite");
+  detail::validate_packed(a, where);
 }
 
 void validate_backward(const AttentionArgs& a, const View& dout, const View& dq,
@@ -88,14 +90,10 @@ void validate_backward(const AttentionArgs& a, const View& dout, const View& dq,
   }
 }
 
-void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv) {
-  validate_backward(args, dout, dq, dk, dv, "attention_backward");
-  check(args.lse != nullptr, "attention_backward: lse is required (pass the forward's lse)");
-  detail::flash_backward(args, dout, dq, dk, dv);
-}
+namespace {
 
-void attention(const AttentionArgs& args) {
-  validate(args, "attention");
+// Forward for one (unpacked) problem: the kernel that suits its shape.
+void forward(const AttentionArgs& args) {
   // A few queries per key/value head (decoding against a cache): split the keys instead of
   // the queries, so every core streams its share of K and V.
   const int64_t Tq = args.q.shape[2], group = args.q.shape[1] / args.k.shape[1];
@@ -103,6 +101,25 @@ void attention(const AttentionArgs& args) {
     detail::decode_forward(args);
   else
     detail::flash_forward(args);
+}
+
+}  // namespace
+
+void attention(const AttentionArgs& args) {
+  validate(args, "attention");
+  if (args.packed.num_seqs > 0)
+    detail::run_packed_forward(args, [](const AttentionArgs& seq, int) { forward(seq); });
+  else
+    forward(args);
+}
+
+void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv) {
+  validate_backward(args, dout, dq, dk, dv, "attention_backward");
+  check(args.lse != nullptr, "attention_backward: lse is required (pass the forward's lse)");
+  if (args.packed.num_seqs > 0)
+    detail::run_packed_backward(args, dout, dq, dk, dv, detail::flash_backward);
+  else
+    detail::flash_backward(args, dout, dq, dk, dv);
 }
 
 }  // namespace qkv

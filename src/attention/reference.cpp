@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include "attention/masks.h"
+#include "attention/packed.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/threads.h"
@@ -128,6 +129,8 @@ void backward_group(const AttentionArgs& a, const Dims& n, const View& bias, flo
 void attention_backward(const AttentionArgs& a, View dout, View dq, View dk, View dv) {
   constexpr const char* where = "reference::attention_backward";
   validate_backward(a, dout, dq, dk, dv, where);
+  if (a.packed.num_seqs > 0)
+    return detail::run_packed_backward(a, dout, dq, dk, dv, attention_backward);
   const Dims n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
                a.k.shape[2], a.q.shape[3], a.v.shape[3]};
   const View bias = a.mask.bias.empty()
@@ -156,6 +159,19 @@ void attention(const AttentionArgs& a, View weights) {
               weights.shape[3] == n.Tk,
           where, ": weights is ", shape_str(weights), ", expected [", n.B, ", ", n.Hq, ", ",
           n.Tq, ", ", n.Tk, "]");
+  }
+  if (a.packed.num_seqs > 0) {
+    // Each sequence alone; weights across sequences stay 0.
+    if (!weights.empty())
+      for (int64_t h = 0; h < weights.shape[1]; ++h)
+        for (int64_t i = 0; i < weights.shape[2]; ++i)
+          for (int64_t j = 0; j < weights.shape[3]; ++j) weights(0, h, i, j) = 0;
+    return detail::run_packed_forward(a, [&](const AttentionArgs& seq, int s) {
+      const Packed& p = a.packed;
+      attention(seq, weights.empty() ? View{}
+                                     : weights.slice(2, p.cu_seqlens_q[s], p.cu_seqlens_q[s + 1])
+                                           .slice(3, p.cu_seqlens_k[s], p.cu_seqlens_k[s + 1]));
+    });
   }
   const View bias = a.mask.bias.empty()
                         ? View{}
