@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""qkv's attention against PyTorch's, on the same shapes, in the same run.
+
+For each shape it runs `qkv bench attention ... --json` (which measures the fp32 FMA peak and
+the read bandwidth in the same process) and then times PyTorch on the same shape and thread
+count, taking PyTorch's fastest CPU path of the ones it has: its scaled-dot-product attention
+(torch.nn.functional._scaled_dot_product_attention in 1.13) and the explicit
+softmax(q kᵀ / √d + mask) v in matmuls. FLOPs are counted the same way for both.
+
+  /usr/bin/python3 bench/compare_torch.py                      # the table of docs/benchmarks.md
+  /usr/bin/python3 bench/compare_torch.py --seq 2048 --dim 128 --causal --threads 2
+  /usr/bin/python3 bench/compare_torch.py --quick              # a few shapes
+
+Prints one markdown row per shape (and the raw JSON with --json).
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QKV = os.path.join(ROOT, "build", "release", "qkv")
+
+
+def qkv_bench(shape, threads, min_time):
+    cmd = [QKV, "bench", "attention", "--batch", "1", "--heads", str(shape["heads"]),
+           "--seq", str(shape["seq"]), "--dim", str(shape["dim"]), "--threads", str(threads),
+           "--min-time", str(min_time), "--no-reference", "--json"]
+    if shape.get("queries"):
+        cmd += ["--queries", str(shape["queries"])]
+    if shape.get("kv_heads"):
+        cmd += ["--kv-heads", str(shape["kv_heads"])]
+    if shape["causal"]:
+        cmd.append("--causal")
+    if shape["backward"]:
+        cmd.append("--backward")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def torch_time(shape, threads, min_time):
+    """Median seconds of PyTorch's fastest path, and which path that was."""
+    torch.set_num_threads(threads)
+    H, T, D = shape["heads"], shape["seq"], shape["dim"]
+    Tq = shape.get("queries") or T
+    Hkv = shape.get("kv_heads") or H
+    g = torch.Generator().manual_seed(1)
+    q = torch.rand(1, H, Tq, D, generator=g) * 2 - 1
+    k = torch.rand(1, Hkv, T, D, generator=g) * 2 - 1
+    v = torch.rand(1, Hkv, T, D, generator=g) * 2 - 1
+    if Hkv != H:  # PyTorch 1.13 has no GQA: expand the shared heads
+        k = k.repeat_interleave(H // Hkv, dim=1)
+        v = v.repeat_interleave(H // Hkv, dim=1)
+    causal = shape["causal"]
+    # Bottom-right aligned causal mask, as qkv's (True = attend).
+    keep = None
+    if causal:
+        pos = torch.arange(Tq).view(Tq, 1) + (T - Tq)
+        keep = torch.arange(T).view(1, T) <= pos
+    backward = shape["backward"]
+    if backward:
+        q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
+    dout = torch.rand(1, H, Tq, D, generator=g)
+
+    def sdpa():
+        if causal and Tq == T:
+            out, _ = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)
+        else:
+            out, _ = F._scaled_dot_product_attention(q, k, v, keep, 0.0, False, False)
+        return out
+
+    additive = None
+    if causal:
+        additive = torch.zeros(Tq, T).masked_fill(~keep, float("-inf"))
+
+    def matmuls():
+        s = torch.matmul(q, k.transpose(-1, -2)) * (1 / math.sqrt(D))
+        if additive is not None:
+            s = s + additive
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+
+    best = None
+    for name, fn in (("sdpa", sdpa), ("matmul+softmax", matmuls)):
+        def run():
+            out = fn()
+            if backward:
+                out.backward(dout)
+                q.grad = k.grad = v.grad = None
+        run()  # warm up
+        times = []
+        start = time.perf_counter()
+        while len(times) < 2 or (time.perf_counter() - start < min_time and len(times) < 50):
+            t0 = time.perf_counter()
+            with torch.set_grad_enabled(backward):
+                run()
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        median = times[len(times) // 2]
+        if best is None or median < best[0]:
+            best = (median, name)
+    return best
+
+
+def row(shape, threads, min_time):
+    r = qkv_bench(shape, threads, min_time)
+    torch_s, path = torch_time(shape, threads, min_time)
+    flops = r["gflops"] * r["ms"] / 1e3 * 1e9  # the same FLOP count for PyTorch
+    torch_gflops = flops / torch_s / 1e9
+    r.update({"torch_ms": torch_s * 1e3, "torch_gflops": torch_gflops, "torch_path": path,
+              "ratio_to_torch": torch_s * 1e3 / r["ms"], "torch": torch.__version__})
+    return r
+
+
+def markdown(r):
+    kind = "decode" if r["queries"] == 1 else ("fwd+bwd" if r["backward"] else "fwd")
+    return (f"| {kind} | {r['heads']}/{r['kv_heads']} | {r['queries']} | {r['seq']} | {r['dim']} "
+            f"| {'yes' if r['causal'] else 'no'} | {r['threads']} | {r['ms']:.2f} "
+            f"| {r['gflops']:.0f} | {100 * r['fraction_of_peak']:.0f}% "
+            f"| {r['kv_gbps']:.1f} ({100 * r['fraction_of_read']:.0f}%) "
+            f"| {r['torch_ms']:.2f} ({r['torch_path']}) | {r['ratio_to_torch']:.1f}x |")
+
+
+HEADER = ("| kind | Hq/Hkv | Tq | Tk | D | causal | threads | qkv ms | qkv GFLOP/s "
+          "| of FMA peak | K+V GB/s (of read loop) | PyTorch ms (path) | qkv speed-up |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def table_shapes(quick):
+    seqs = [512, 2048] if quick else [512, 2048, 8192]
+    shapes = []
+    for backward in (False, True):
+        for dim in (64, 128):
+            for seq in seqs:
+                for causal in (False, True):
+                    shapes.append(dict(heads=8, seq=seq, dim=dim, causal=causal,
+                                       backward=backward))
+    for seq in ([1024, 32768] if quick else [1024, 4096, 32768]):
+        shapes.append(dict(heads=8, seq=seq, dim=128, causal=False, backward=False, queries=1))
+    return shapes
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seq", type=int)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kv-heads", type=int)
+    ap.add_argument("--queries", type=int)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    ap.add_argument("--min-time", type=float, default=1.0)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    if not os.path.exists(QKV):
+        sys.exit(f"compare_torch.py: {QKV} is missing; run `make build` first")
+    if a.seq:
+        shapes = [dict(heads=a.heads, kv_heads=a.kv_heads, seq=a.seq, dim=a.dim,
+                       causal=a.causal, backward=a.backward, queries=a.queries)]
+    else:
+        shapes = table_shapes(a.quick)
+    print(f"PyTorch {torch.__version__}; {os.cpu_count()} cores")
+    print(HEADER)
+    for shape in shapes:
+        for threads in a.threads:
+            r = row(shape, threads, a.min_time)
+            print(markdown(r), flush=True)
+            if a.json:
+                print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
