@@ -74,24 +74,18 @@ TEST_P(ReferenceBackward, MatchesFiniteDifferences) {
 }
 
 std::vector<Case> tiny_grid() {
-  std::vector<Case> cases;
-  const Case base{.B = 2, .Hq = 2, .Hkv = 2, .Tq = 4, .Tk = 4, .D = 3, .Dv = 3};
-  auto add = [&](auto edit) {
-    Case c = base;
-    edit(c);
-    cases.push_back(c);
-  };
-  add([](Case&) {});
-  add([](Case& c) { c.causal = true; });
-  add([](Case& c) { c.Hq = 4; c.Hkv = 2; c.causal = true; });  // GQA sums over the group
-  add([](Case& c) { c.Hq = 4; c.Hkv = 1; });
-  add([](Case& c) { c.Tq = 3; c.Tk = 5; c.Dv = 2; });           // cross, Dv ≠ D
-  add([](Case& c) { c.window_left = 1; c.window_right = 1; });
-  add([](Case& c) { c.padding = true; c.causal = true; });
-  add([](Case& c) { c.softcap = 0.8f; c.magnitude = 2; });
-  add([](Case& c) { c.bias = BiasKind::full; c.alibi = true; c.scale = 0.7f; });
-  add([](Case& c) { c.Tq = 5; c.Tk = 2; c.causal = true; });  // rows that see nothing
-  return cases;
+  return testing::variations(Case{.B = 2, .Hq = 2, .Hkv = 2, .Tq = 4, .Tk = 4, .D = 3, .Dv = 3}, {
+      [](Case&) {},
+      [](Case& c) { c.causal = true; },
+      [](Case& c) { c.Hq = 4; c.Hkv = 2; c.causal = true; },  // GQA sums over the group
+      [](Case& c) { c.Hq = 4; c.Hkv = 1; },
+      [](Case& c) { c.Tq = 3; c.Tk = 5; c.Dv = 2; },  // cross, Dv ≠ D
+      [](Case& c) { c.window_left = 1; c.window_right = 1; },
+      [](Case& c) { c.padding = true; c.causal = true; },
+      [](Case& c) { c.softcap = 0.8f; c.magnitude = 2; },
+      [](Case& c) { c.bias = BiasKind::full; c.alibi = true; c.scale = 0.7f; },
+      [](Case& c) { c.Tq = 5; c.Tk = 2; c.causal = true; },  // rows that see nothing
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ReferenceBackward, ::testing::ValuesIn(tiny_grid()),
@@ -128,33 +122,27 @@ class FlashBackward : public ::testing::TestWithParam<Case> {};
 TEST_P(FlashBackward, MatchesReferenceBackward) { expect_backward_matches_reference(GetParam()); }
 
 std::vector<Case> backward_grid() {
-  std::vector<Case> cases;
-  const Case base{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32};
-  auto add = [&](auto edit) {
-    Case c = base;
-    edit(c);
-    cases.push_back(c);
-  };
-  add([](Case&) {});
-  add([](Case& c) { c.causal = true; });
-  add([](Case& c) { c.Tq = 1; c.Tk = 1; });
-  add([](Case& c) { c.Tq = 7; c.Tk = 130; c.causal = true; });
-  add([](Case& c) { c.Tq = 130; c.Tk = 7; c.causal = true; });
-  add([](Case& c) { c.Tq = c.Tk = 129; c.window_left = 20; c.causal = true; });
-  add([](Case& c) { c.Tq = c.Tk = 129; c.window_left = 9; c.window_right = 30; });
-  add([](Case& c) { c.padding = true; c.B = 3; c.causal = true; });
-  add([](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; });
-  add([](Case& c) { c.softcap = 1.5f; c.magnitude = 3; });
-  add([](Case& c) { c.Hkv = 2; c.causal = true; });
-  add([](Case& c) { c.Hkv = 1; c.Tq = c.Tk = 65; });
-  add([](Case& c) { c.Tq = 33; c.Tk = 100; c.D = 16; c.Dv = 40; });
-  add([](Case& c) { c.D = c.Dv = 80; c.Tq = c.Tk = 63; c.causal = true; });
-  add([](Case& c) { c.D = c.Dv = 128; c.Tq = c.Tk = 65; c.B = 1; });
-  add([](Case& c) { c.D = c.Dv = 256; c.Tq = c.Tk = 33; c.B = 1; c.Hq = c.Hkv = 2; });
-  add([](Case& c) { c.seq_major = true; c.Hkv = 2; c.causal = true; c.padding = true; });
-  add([](Case& c) { c.Tq = c.Tk = 1000; c.D = c.Dv = 16; c.B = 1; c.Hq = 2; c.Hkv = 1;
-                    c.causal = true; });
-  return cases;
+  return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32}, {
+      [](Case&) {},
+      [](Case& c) { c.causal = true; },
+      [](Case& c) { c.Tq = 1; c.Tk = 1; },
+      [](Case& c) { c.Tq = 7; c.Tk = 130; c.causal = true; },
+      [](Case& c) { c.Tq = 130; c.Tk = 7; c.causal = true; },
+      [](Case& c) { c.Tq = c.Tk = 129; c.window_left = 20; c.causal = true; },
+      [](Case& c) { c.Tq = c.Tk = 129; c.window_left = 9; c.window_right = 30; },
+      [](Case& c) { c.padding = true; c.B = 3; c.causal = true; },
+      [](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; },
+      [](Case& c) { c.softcap = 1.5f; c.magnitude = 3; },
+      [](Case& c) { c.Hkv = 2; c.causal = true; },
+      [](Case& c) { c.Hkv = 1; c.Tq = c.Tk = 65; },
+      [](Case& c) { c.Tq = 33; c.Tk = 100; c.D = 16; c.Dv = 40; },
+      [](Case& c) { c.D = c.Dv = 80; c.Tq = c.Tk = 63; c.causal = true; },
+      [](Case& c) { c.D = c.Dv = 128; c.Tq = c.Tk = 65; c.B = 1; },
+      [](Case& c) { c.D = c.Dv = 256; c.Tq = c.Tk = 33; c.B = 1; c.Hq = c.Hkv = 2; },
+      [](Case& c) { c.seq_major = true; c.Hkv = 2; c.causal = true; c.padding = true; },
+      [](Case& c) { c.Tq = c.Tk = 1000; c.D = c.Dv = 16; c.B = 1; c.Hq = 2; c.Hkv = 1;
+                        c.causal = true; },
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, FlashBackward, ::testing::ValuesIn(backward_grid()),

@@ -43,40 +43,34 @@ class FlashOptions : public ::testing::TestWithParam<Case> {};
 TEST_P(FlashOptions, MatchesReference) { expect_matches_reference(GetParam()); }
 
 std::vector<Case> option_grid() {
-  std::vector<Case> cases;
-  const Case base{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32};
-  auto add = [&](auto edit) {
-    Case c = base;
-    edit(c);
-    cases.push_back(c);
-  };
-  add([](Case&) {});
-  add([](Case& c) { c.causal = true; });
-  add([](Case& c) { c.Tq = 1; c.Tk = 1; });
-  add([](Case& c) { c.Tq = 7; c.Tk = 300; c.causal = true; });
-  add([](Case& c) { c.Tq = 300; c.Tk = 7; c.causal = true; });  // first rows see nothing
-  add([](Case& c) { c.Tq = 200; c.Tk = 200; c.window_left = 20; c.causal = true; });
-  add([](Case& c) { c.Tq = 200; c.Tk = 200; c.window_left = 9; c.window_right = 30; });
-  add([](Case& c) { c.padding = true; c.B = 3; c.Tq = c.Tk = 150; });
-  add([](Case& c) { c.padding = true; c.causal = true; c.B = 3; c.Tq = c.Tk = 150; });
-  add([](Case& c) { c.bias = BiasKind::full; });
-  add([](Case& c) { c.bias = BiasKind::query_key; c.causal = true; });
-  add([](Case& c) { c.bias = BiasKind::batch_key; });
-  add([](Case& c) { c.bias = BiasKind::head_query_key; });
-  add([](Case& c) { c.alibi = true; c.causal = true; });
-  add([](Case& c) { c.alibi = true; });
-  add([](Case& c) { c.softcap = 1.5f; c.magnitude = 3; });
-  add([](Case& c) { c.scale = 0.3f; });
-  add([](Case& c) { c.Hkv = 2; c.causal = true; });
-  add([](Case& c) { c.Hkv = 1; });
-  add([](Case& c) { c.Tq = 33; c.Tk = 150; c.D = 16; c.Dv = 40; });  // cross, Dv ≠ D
-  add([](Case& c) { c.seq_major = true; c.causal = true; });
-  add([](Case& c) {
-    c.Hkv = 2; c.Tq = 70; c.Tk = 190; c.Dv = 24; c.causal = true; c.window_left = 50;
-    c.padding = true; c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2;
-    c.seq_major = true;
+  return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32}, {
+      [](Case&) {},
+      [](Case& c) { c.causal = true; },
+      [](Case& c) { c.Tq = 1; c.Tk = 1; },
+      [](Case& c) { c.Tq = 7; c.Tk = 300; c.causal = true; },
+      [](Case& c) { c.Tq = 300; c.Tk = 7; c.causal = true; },  // first rows see nothing
+      [](Case& c) { c.Tq = 200; c.Tk = 200; c.window_left = 20; c.causal = true; },
+      [](Case& c) { c.Tq = 200; c.Tk = 200; c.window_left = 9; c.window_right = 30; },
+      [](Case& c) { c.padding = true; c.B = 3; c.Tq = c.Tk = 150; },
+      [](Case& c) { c.padding = true; c.causal = true; c.B = 3; c.Tq = c.Tk = 150; },
+      [](Case& c) { c.bias = BiasKind::full; },
+      [](Case& c) { c.bias = BiasKind::query_key; c.causal = true; },
+      [](Case& c) { c.bias = BiasKind::batch_key; },
+      [](Case& c) { c.bias = BiasKind::head_query_key; },
+      [](Case& c) { c.alibi = true; c.causal = true; },
+      [](Case& c) { c.alibi = true; },
+      [](Case& c) { c.softcap = 1.5f; c.magnitude = 3; },
+      [](Case& c) { c.scale = 0.3f; },
+      [](Case& c) { c.Hkv = 2; c.causal = true; },
+      [](Case& c) { c.Hkv = 1; },
+      [](Case& c) { c.Tq = 33; c.Tk = 150; c.D = 16; c.Dv = 40; },  // cross, Dv ≠ D
+      [](Case& c) { c.seq_major = true; c.causal = true; },
+      [](Case& c) {
+        c.Hkv = 2; c.Tq = 70; c.Tk = 190; c.Dv = 24; c.causal = true; c.window_left = 50;
+        c.padding = true; c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2;
+        c.seq_major = true;
+      },
   });
-  return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Options, FlashOptions, ::testing::ValuesIn(option_grid()),
@@ -106,25 +100,19 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FlashOptions, ::testing::ValuesIn(shape_grid())
 
 // Decoding: 1 to 4 queries against a long cache take the split-KV path (several chunks).
 std::vector<Case> decode_grid() {
-  std::vector<Case> cases;
-  const Case base{.B = 2, .Hq = 8, .Hkv = 8, .Tq = 1, .Tk = 1000, .D = 64, .Dv = 64};
-  auto add = [&](auto edit) {
-    Case c = base;
-    edit(c);
-    cases.push_back(c);
-  };
-  add([](Case&) {});
-  add([](Case& c) { c.Tq = 4; c.causal = true; });
-  add([](Case& c) { c.Tq = 3; c.causal = true; c.Hkv = 2; });   // 12 rows per kv head
-  add([](Case& c) { c.Hkv = 1; c.D = 128; c.Dv = 128; });       // MQA: 8 rows per kv head
-  add([](Case& c) { c.Tk = 3000; c.D = 16; c.Dv = 40; });
-  add([](Case& c) { c.Tk = 257; c.padding = true; c.B = 3; });
-  add([](Case& c) { c.Tq = 2; c.window_left = 300; c.causal = true; });
-  add([](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2; });
-  add([](Case& c) { c.bias = BiasKind::full; c.Tq = 2; c.Hkv = 4; });
-  add([](Case& c) { c.seq_major = true; c.Tq = 2; c.Hkv = 4; c.causal = true; });
-  add([](Case& c) { c.D = 256; c.Dv = 256; c.Tk = 600; });
-  return cases;
+  return testing::variations(Case{.B = 2, .Hq = 8, .Hkv = 8, .Tq = 1, .Tk = 1000, .D = 64, .Dv = 64}, {
+      [](Case&) {},
+      [](Case& c) { c.Tq = 4; c.causal = true; },
+      [](Case& c) { c.Tq = 3; c.causal = true; c.Hkv = 2; },  // 12 rows per kv head
+      [](Case& c) { c.Hkv = 1; c.D = 128; c.Dv = 128; },  // MQA: 8 rows per kv head
+      [](Case& c) { c.Tk = 3000; c.D = 16; c.Dv = 40; },
+      [](Case& c) { c.Tk = 257; c.padding = true; c.B = 3; },
+      [](Case& c) { c.Tq = 2; c.window_left = 300; c.causal = true; },
+      [](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2; },
+      [](Case& c) { c.bias = BiasKind::full; c.Tq = 2; c.Hkv = 4; },
+      [](Case& c) { c.seq_major = true; c.Tq = 2; c.Hkv = 4; c.causal = true; },
+      [](Case& c) { c.D = 256; c.Dv = 256; c.Tk = 600; },
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Decode, FlashOptions, ::testing::ValuesIn(decode_grid()),

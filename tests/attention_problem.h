@@ -12,6 +12,8 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <limits>
 #include <ostream>
 #include <random>
@@ -60,6 +62,18 @@ inline std::string Case::name() const {
 }
 
 inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
+
+// A grid of cases: `base` changed by each edit in turn (an empty edit keeps it as it is).
+inline std::vector<Case> variations(const Case& base,
+                                    std::initializer_list<std::function<void(Case&)>> edits) {
+  std::vector<Case> cases;
+  for (const auto& edit : edits) {
+    Case c = base;
+    edit(c);
+    cases.push_back(c);
+  }
+  return cases;
+}
 
 // Owns the inputs and outputs of one attention call.
 struct Problem {

@@ -89,42 +89,36 @@ TEST(ArticleExample, SoftmaxOfTwoOneZero) {
 // ---- Every option against the double-precision loop ---------------------------------------
 
 std::vector<Case> option_grid() {
-  std::vector<Case> cases;
-  const Case base{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 7, .Tk = 7, .D = 16, .Dv = 16};
-  auto add = [&](auto edit) {
-    Case c = base;
-    edit(c);
-    cases.push_back(c);
-  };
-  add([](Case&) {});
-  add([](Case& c) { c.causal = true; });
-  add([](Case& c) { c.Tq = 1; c.Tk = 1; });
-  add([](Case& c) { c.Tq = 3; c.Tk = 11; c.causal = true; });   // bottom-right aligned
-  add([](Case& c) { c.Tq = 11; c.Tk = 3; c.causal = true; });   // first rows see nothing
-  add([](Case& c) { c.window_left = 2; c.causal = true; });     // causal sliding window
-  add([](Case& c) { c.window_left = 1; c.window_right = 2; });  // two-sided window
-  add([](Case& c) { c.padding = true; c.B = 3; });
-  add([](Case& c) { c.padding = true; c.causal = true; c.B = 3; });
-  add([](Case& c) { c.bias = BiasKind::full; });
-  add([](Case& c) { c.bias = BiasKind::query_key; });
-  add([](Case& c) { c.bias = BiasKind::batch_key; });
-  add([](Case& c) { c.bias = BiasKind::head_query_key; c.causal = true; });
-  add([](Case& c) { c.alibi = true; c.causal = true; });
-  add([](Case& c) { c.alibi = true; });
-  add([](Case& c) { c.softcap = 1.5f; c.magnitude = 3; });
-  add([](Case& c) { c.scale = 0.3f; });
-  add([](Case& c) { c.Hkv = 2; });                              // GQA
-  add([](Case& c) { c.Hkv = 1; c.causal = true; });             // MQA
-  add([](Case& c) { c.Tq = 5; c.Tk = 13; c.D = 8; c.Dv = 24; }); // cross-attention, Dv ≠ D
-  add([](Case& c) { c.seq_major = true; });                     // [B, T, H, D] storage
-  add([](Case& c) { c.seq_major = true; c.Hkv = 2; c.causal = true; c.padding = true; });
-  add([](Case& c) {  // everything at once
-    c.Hkv = 2; c.Tq = 6; c.Tk = 9; c.Dv = 12; c.causal = true; c.window_left = 4;
-    c.padding = true; c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2;
-    c.seq_major = true;
+  return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 7, .Tk = 7, .D = 16, .Dv = 16}, {
+      [](Case&) {},
+      [](Case& c) { c.causal = true; },
+      [](Case& c) { c.Tq = 1; c.Tk = 1; },
+      [](Case& c) { c.Tq = 3; c.Tk = 11; c.causal = true; },  // bottom-right aligned
+      [](Case& c) { c.Tq = 11; c.Tk = 3; c.causal = true; },  // first rows see nothing
+      [](Case& c) { c.window_left = 2; c.causal = true; },  // causal sliding window
+      [](Case& c) { c.window_left = 1; c.window_right = 2; },  // two-sided window
+      [](Case& c) { c.padding = true; c.B = 3; },
+      [](Case& c) { c.padding = true; c.causal = true; c.B = 3; },
+      [](Case& c) { c.bias = BiasKind::full; },
+      [](Case& c) { c.bias = BiasKind::query_key; },
+      [](Case& c) { c.bias = BiasKind::batch_key; },
+      [](Case& c) { c.bias = BiasKind::head_query_key; c.causal = true; },
+      [](Case& c) { c.alibi = true; c.causal = true; },
+      [](Case& c) { c.alibi = true; },
+      [](Case& c) { c.softcap = 1.5f; c.magnitude = 3; },
+      [](Case& c) { c.scale = 0.3f; },
+      [](Case& c) { c.Hkv = 2; },  // GQA
+      [](Case& c) { c.Hkv = 1; c.causal = true; },  // MQA
+      [](Case& c) { c.Tq = 5; c.Tk = 13; c.D = 8; c.Dv = 24; },  // cross-attention, Dv ≠ D
+      [](Case& c) { c.seq_major = true; },  // [B, T, H, D] storage
+      [](Case& c) { c.seq_major = true; c.Hkv = 2; c.causal = true; c.padding = true; },
+      [](Case& c) {  // everything at once
+        c.Hkv = 2; c.Tq = 6; c.Tk = 9; c.Dv = 12; c.causal = true; c.window_left = 4;
+        c.padding = true; c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2;
+        c.seq_major = true;
+      },
+      [](Case& c) { c.Tq = 65; c.Tk = 129; c.D = 80; c.Dv = 80; c.causal = true; },
   });
-  add([](Case& c) { c.Tq = 65; c.Tk = 129; c.D = 80; c.Dv = 80; c.causal = true; });
-  return cases;
 }
 
 class ReferenceOptions : public ::testing::TestWithParam<Case> {};

@@ -141,9 +141,8 @@ void decode_forward(const AttentionArgs& a) {
   n.G = n.Hq / n.Hkv;
   n.R = n.G * n.Tq;
   n.chunks = (n.Tk + kChunk - 1) / kChunk;
-  const View bias =
-      a.mask.bias.empty() ? View{} : broadcast_bias(a.mask.bias, n.B, n.Hq, n.Tq, n.Tk, "attention");
-  const float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(n.D));
+  const View bias = full_bias(a, "attention");
+  const float scale = effective_scale(a);
   const int64_t units = n.B * n.Hkv * n.chunks;
   float* parts = thread_scratch(6, units * n.R * (n.Dv + 2));
   const bool contiguous_rows = a.k.stride[3] == 1 && a.v.stride[3] == 1;

@@ -145,10 +145,8 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   const size_t N = simd::lanes();
   const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2], a.k.shape[2],
                 a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};
-  const View bias = a.mask.bias.empty()
-                        ? View{}
-                        : broadcast_bias(a.mask.bias, n.B, n.Hq, n.Tq, n.Tk, "attention_backward");
-  const float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(n.D));
+  const View bias = full_bias(a, "attention_backward");
+  const float scale = effective_scale(a);
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv), Mq = n.Mq;
   const int64_t tiles_q = (n.Tq + Mq - 1) / Mq, group = n.Hq / n.Hkv;
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "qkv/attention.h"
@@ -38,5 +39,17 @@ inline float alibi_bias(const Mask& mask, int64_t h, int64_t i, int64_t j, int64
 // Throws unless the bias has 2 to 4 dims, each (aligned right) 1 or equal to the full size.
 View broadcast_bias(const View& bias, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk,
                     const char* where);
+
+// args.mask.bias broadcast to [B, Hq, Tq, Tk], or an empty view when there is none.
+inline View full_bias(const AttentionArgs& a, const char* where) {
+  if (a.mask.bias.empty()) return View{};
+  return broadcast_bias(a.mask.bias, a.q.shape[0], a.q.shape[1], a.q.shape[2], a.k.shape[2],
+                        where);
+}
+
+// The score scale: args.scale, or 1/sqrt(D) when it is 0.
+inline float effective_scale(const AttentionArgs& a) {
+  return a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(a.q.shape[3]));
+}
 
 }  // namespace qkv::detail

@@ -24,6 +24,9 @@ constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
 struct Dims {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv;
+  explicit Dims(const AttentionArgs& a)
+      : B(a.q.shape[0]), Hq(a.q.shape[1]), Hkv(a.k.shape[1]), Tq(a.q.shape[2]),
+        Tk(a.k.shape[2]), D(a.q.shape[3]), Dv(a.v.shape[3]) {}
 };
 
 // S[i, j] for one (b, h): every step up to and including the mask.
@@ -131,12 +134,9 @@ void attention_backward(const AttentionArgs& a, View dout, View dq, View dk, Vie
   validate_backward(a, dout, dq, dk, dv, where);
   if (a.packed.num_seqs > 0)
     return detail::run_packed_backward(a, dout, dq, dk, dv, attention_backward);
-  const Dims n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
-               a.k.shape[2], a.q.shape[3], a.v.shape[3]};
-  const View bias = a.mask.bias.empty()
-                        ? View{}
-                        : detail::broadcast_bias(a.mask.bias, n.B, n.Hq, n.Tq, n.Tk, where);
-  const float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(n.D));
+  const Dims n(a);
+  const View bias = detail::full_bias(a, where);
+  const float scale = detail::effective_scale(a);
   const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n.B * n.Hkv));
   std::vector<std::vector<float>> grids(threads, std::vector<float>(n.Tq * n.Tk));
   // One (batch, kv head) per iteration: it owns its dk and dv rows, so no two threads write
@@ -151,8 +151,7 @@ void attention_backward(const AttentionArgs& a, View dout, View dq, View dk, Vie
 void attention(const AttentionArgs& a, View weights) {
   constexpr const char* where = "reference::attention";
   validate(a, where);
-  const Dims n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
-               a.k.shape[2], a.q.shape[3], a.v.shape[3]};
+  const Dims n(a);
   if (!weights.empty()) {
     check_ndim(weights, 4, where, "weights [B, Hq, Tq, Tk]");
     check(weights.shape[0] == n.B && weights.shape[1] == n.Hq && weights.shape[2] == n.Tq &&
@@ -173,10 +172,8 @@ void attention(const AttentionArgs& a, View weights) {
                                            .slice(3, p.cu_seqlens_k[s], p.cu_seqlens_k[s + 1]));
     });
   }
-  const View bias = a.mask.bias.empty()
-                        ? View{}
-                        : detail::broadcast_bias(a.mask.bias, n.B, n.Hq, n.Tq, n.Tk, where);
-  const float scale = a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(n.D));
+  const View bias = detail::full_bias(a, where);
+  const float scale = detail::effective_scale(a);
 
   // One score grid per thread, allocated here: nothing may throw inside the parallel loop.
   const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n.B * n.Hq));
