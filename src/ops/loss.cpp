@@ -1,0 +1,55 @@
+// Softmax cross-entropy over the vocabulary, mean over the positions that count.
+#include <algorithm>
+#include <cmath>
+
+#include "ops/rows.h"
+#include "qkv/ops.h"
+#include "qkv/threads.h"
+
+namespace qkv {
+
+using detail::check_rows;
+using detail::row;
+
+float cross_entropy_forward(View probs, View logits, const int32_t* targets) {
+  constexpr const char* where = "cross_entropy_forward";
+  check_rows(logits, -1, -1, where, "logits [N, V]");
+  const int64_t N = logits.shape[0], V = logits.shape[1];
+  check_rows(probs, N, V, where, "probs [N, V]");
+  for (int64_t n = 0; n < N; ++n)
+    check(targets[n] == kIgnoreIndex || (targets[n] >= 0 && targets[n] < V), where,
+          ": targets[", n, "] = ", targets[n], " is outside [0, ", V, ") and not the ignore index");
+  double total = 0;
+  int64_t count = 0;
+#pragma omp parallel for schedule(static) num_threads(num_threads()) reduction(+ : total, count)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* l = row(logits, n);
+    float* p = row(probs, n);
+    const float max = *std::max_element(l, l + V);
+    double z = 0;
+    for (int64_t v = 0; v < V; ++v) z += (p[v] = std::exp(l[v] - max));
+    for (int64_t v = 0; v < V; ++v) p[v] = static_cast<float>(p[v] / z);
+    if (targets[n] == kIgnoreIndex) continue;
+    total += std::log(z) + max - l[targets[n]];  // −log softmax, without underflow
+    ++count;
+  }
+  return count ? static_cast<float>(total / count) : 0.0f;
+}
+
+void cross_entropy_backward(View dlogits, View probs, const int32_t* targets, float dloss) {
+  const int64_t N = probs.shape[0], V = probs.shape[1];
+  check_rows(dlogits, N, V, "cross_entropy_backward", "dlogits [N, V]");
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) count += targets[n] != kIgnoreIndex;
+  if (count == 0) return;
+  const float scale = dloss / count;
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] == kIgnoreIndex) continue;
+    const float* p = row(probs, n);
+    float* d = row(dlogits, n);
+    for (int64_t v = 0; v < V; ++v) d[v] += scale * (p[v] - (v == targets[n] ? 1.0f : 0.0f));
+  }
+}
+
+}  // namespace qkv

@@ -1,0 +1,122 @@
+// Where a token is: embeddings (token and learned positions), sinusoidal encodings, rotary
+// embeddings and ALiBi slopes. Attention alone is blind to order; these break the symmetry.
+#include <cmath>
+
+#include "ops/rows.h"
+#include "qkv/ops.h"
+#include "qkv/threads.h"
+
+namespace qkv {
+
+using detail::check_rows;
+using detail::row;
+
+namespace {
+
+void check_ids(const int32_t* ids, int64_t N, int64_t size, const char* where,
+               const char* name) {
+  for (int64_t n = 0; n < N; ++n)
+    check(ids[n] >= 0 && ids[n] < size, where, ": ", name, "[", n, "] = ", ids[n],
+          " is outside [0, ", size, ")");
+}
+
+}  // namespace
+
+void embedding_forward(View y, const int32_t* tokens, View table, const int32_t* pos,
+                       View positions) {
+  constexpr const char* where = "embedding_forward";
+  check_rows(table, -1, -1, where, "table [V, C]");
+  const int64_t C = table.shape[1];
+  check_rows(y, -1, C, where, "y [N, C]");
+  const int64_t N = y.shape[0];
+  check_ids(tokens, N, table.shape[0], where, "tokens");
+  if (pos) {
+    check_rows(positions, -1, C, where, "positions [T, C]");
+    check_ids(pos, N, positions.shape[0], where, "pos");
+  }
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (int64_t n = 0; n < N; ++n) {
+    const float* e = row(table, tokens[n]);
+    const float* p = pos ? row(positions, pos[n]) : nullptr;
+    float* yr = row(y, n);
+    for (int64_t c = 0; c < C; ++c) yr[c] = e[c] + (p ? p[c] : 0.0f);
+  }
+}
+
+void embedding_backward(View dtable, const int32_t* tokens, View dy, const int32_t* pos,
+                        View dpositions) {
+  const int64_t N = dy.shape[0], C = dy.shape[1];
+  // Serial: several positions may hold the same token.
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = row(dy, n);
+    if (!dtable.empty()) {
+      float* d = row(dtable, tokens[n]);
+      for (int64_t c = 0; c < C; ++c) d[c] += g[c];
+    }
+    if (pos && !dpositions.empty()) {
+      float* d = row(dpositions, pos[n]);
+      for (int64_t c = 0; c < C; ++c) d[c] += g[c];
+    }
+  }
+}
+
+void sinusoidal_table(View table) {
+  check_rows(table, -1, -1, "sinusoidal_table", "table [T, C]");
+  const int64_t T = table.shape[0], C = table.shape[1];
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c) {
+      const double angle = t / std::pow(10000.0, double(c / 2 * 2) / C);
+      table(t, c) = static_cast<float>(c % 2 == 0 ? std::sin(angle) : std::cos(angle));
+    }
+}
+
+namespace {
+
+// Rotates every pair of x [B, T, H, D] by ±angle(pos, j); sign = -1 undoes the rotation.
+void rotate(View x, int64_t pos0, float theta, RopePairs pairs, float sign, const char* where) {
+  check_ndim(x, 4, where, "x [B, T, H, D]");
+  const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2], D = x.shape[3];
+  check(D % 2 == 0, where, ": rotary embeddings need an even head dim, got ", D);
+  const int64_t half = D / 2;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(num_threads())
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < half; ++j) {
+        // Frequency theta^(−2j/D), angle = position · frequency (in double: positions of
+        // tens of thousands times small frequencies lose digits in float).
+        const double angle = (pos0 + t) * std::pow(double(theta), -2.0 * j / D);
+        const float c = static_cast<float>(std::cos(angle));
+        const float s = sign * static_cast<float>(std::sin(angle));
+        const int64_t i0 = pairs == RopePairs::adjacent ? 2 * j : j;
+        const int64_t i1 = pairs == RopePairs::adjacent ? 2 * j + 1 : j + half;
+        for (int64_t h = 0; h < H; ++h) {
+          float& a = x(b, t, h, i0);
+          float& e = x(b, t, h, i1);
+          const float x0 = a, x1 = e;
+          a = x0 * c - x1 * s;
+          e = x0 * s + x1 * c;
+        }
+      }
+}
+
+}  // namespace
+
+void rope_forward(View x, int64_t pos0, float theta, RopePairs pairs) {
+  rotate(x, pos0, theta, pairs, 1.0f, "rope_forward");
+}
+
+// The rotation is orthogonal: its gradient is the inverse rotation.
+void rope_backward(View dx, int64_t pos0, float theta, RopePairs pairs) {
+  rotate(dx, pos0, theta, pairs, -1.0f, "rope_backward");
+}
+
+void alibi_slopes(int64_t n_heads, float* slopes) {
+  check(n_heads >= 1, "alibi_slopes: need at least one head, got ", n_heads);
+  int64_t p = 1;  // the largest power of two <= n_heads
+  while (p * 2 <= n_heads) p *= 2;
+  for (int64_t h = 0; h < p; ++h) slopes[h] = std::exp2(-8.0f * (h + 1) / p);
+  // The rest: every other slope of the sequence for 2p heads (ALiBi's reference code).
+  for (int64_t h = p; h < n_heads; ++h) slopes[h] = std::exp2(-8.0f * (2 * (h - p) + 1) / (2 * p));
+}
+
+}  // namespace qkv
