@@ -4,7 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "qkv/tensor.h"
 
 namespace qkv {
 
@@ -26,6 +30,10 @@ struct ModelConfig {
   PositionKind positions = PositionKind::learned;
   bool bias = true;            // biases in the linear layers (and LayerNorm)
   bool tied_embeddings = true; // the language-model head reuses the token embedding
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000;    // rotary base frequency
+  bool rope_halves = false;    // rotary pairs (j, j + D/2) as GPT-NeoX; false: (2j, 2j+1)
+  bool causal = true;          // a decoder; false only for experiments on symmetry
 };
 
 std::string to_string(NormKind);
@@ -34,5 +42,52 @@ std::string to_string(PositionKind);
 
 // Throws qkv::Error naming the first field that is out of range or inconsistent.
 void validate(const ModelConfig& config);
+
+// One named tensor inside the flat parameter buffer.
+struct ParamInfo {
+  std::string name;   // e.g. "layers.3.attn.qkv.weight"
+  int64_t offset = 0; // in floats, into Model::weights and Model::grads
+  int64_t rows = 0, cols = 1;
+  bool decay = false; // matrices and embeddings get weight decay; biases and norms do not
+};
+
+// A decoder-only transformer with its parameters, gradients and activations.
+// Parameters and gradients are each one flat buffer (the llm.c layout): zeroing gradients is
+// one fill, an optimizer step one loop, a checkpoint one write.
+class Model {
+ public:
+  // Random initialisation as GPT-2: N(0, 0.02) weights, residual projections scaled by
+  // 1/sqrt(2 · n_layers), zero biases, unit norm weights.
+  Model(const ModelConfig& config, uint64_t seed);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamInfo& param(const std::string& name) const;
+  View weight(const std::string& name) const;  // [rows, cols] view into weights
+  View grad(const std::string& name) const;
+  int64_t num_params() const { return num_params_; }
+  float* weights() const { return weights_.data(); }
+  float* grads() const { return grads_.data(); }
+
+  // Forward over tokens [B, T] (every position at once, causal). With targets [B, T]
+  // (kIgnoreIndex where a position does not count) it returns the mean cross-entropy and
+  // keeps what backward needs; without, it returns 0. Logits [B·T, vocab] stay readable.
+  float forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
+  // After a forward with targets: grads += ∂loss/∂params.
+  void backward();
+  void zero_grad();
+  View logits() const;
+
+ private:
+  struct Activations;
+  ModelConfig config_;
+  std::vector<ParamInfo> params_;
+  int64_t num_params_ = 0;
+  Tensor weights_, grads_;
+  std::unique_ptr<Activations> acts_;
+};
 
 }  // namespace qkv

@@ -1,0 +1,329 @@
+// The decoder: embeddings → n_layers × (x += attn(norm(x)); x += ffn(norm(x))) → norm →
+// logits, forward over every position at once and the full backward (llm.c's structure,
+// with qkv's attention kernels in the middle).
+//
+// Legend: B batch, T positions, N = B·T rows, C = d_model, Hq/Hkv heads, dh = d_head,
+// W = (Hq + 2 Hkv) · dh the fused QKV width, F = d_ff, V = vocab.
+#include <cmath>
+#include <random>
+
+#include "qkv/attention.h"
+#include "qkv/error.h"
+#include "qkv/model.h"
+#include "qkv/ops.h"
+
+namespace qkv {
+
+namespace {
+
+Tensor zeros(int64_t rows, int64_t cols) { return Tensor({rows, cols}); }
+
+}  // namespace
+
+// Everything the forward keeps for the backward, and the backward's scratch.
+struct Model::Activations {
+  int64_t B = 0, T = 0;
+  std::vector<int32_t> tokens, targets, pos;
+  struct Layer {
+    Tensor ln1, mean1, rstd1, qkv, att, lse, mid, ln2, mean2, rstd2, h, u, g;
+  };
+  std::vector<Tensor> resid;  // [L + 1] × [N, C]: the residual stream before each layer
+  std::vector<Layer> layers;
+  Tensor lnf, meanf, rstdf, logits, probs;
+  // Backward scratch.
+  Tensor dresid, dmid, dln, dqkv, datt, dh, du, dg, dlogits, dlnf;
+  bool have_targets = false;
+};
+
+Model::~Model() = default;
+
+Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
+  validate(config_);
+  const ModelConfig& c = config_;
+  const int64_t C = c.d_model, W = (c.n_heads + 2 * c.n_kv_heads) * c.d_head;
+  const int64_t A = c.n_heads * c.d_head;
+  auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool decay) {
+    params_.push_back({name, num_params_, rows, cols, decay});
+    num_params_ += rows * cols;
+  };
+  add("embedding.token", c.vocab_size, C, true);
+  if (c.positions == PositionKind::learned) add("embedding.position", c.context, C, true);
+  const bool ln = c.norm == NormKind::layer_norm;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    add(p + "norm1.weight", C, 1, false);
+    if (ln) add(p + "norm1.bias", C, 1, false);
+    add(p + "attn.qkv.weight", W, C, true);
+    if (c.bias) add(p + "attn.qkv.bias", W, 1, false);
+    add(p + "attn.out.weight", C, A, true);
+    if (c.bias) add(p + "attn.out.bias", C, 1, false);
+    add(p + "norm2.weight", C, 1, false);
+    if (ln) add(p + "norm2.bias", C, 1, false);
+    if (c.mlp == MlpKind::gelu) {
+      add(p + "mlp.fc.weight", c.d_ff, C, true);
+      if (c.bias) add(p + "mlp.fc.bias", c.d_ff, 1, false);
+    } else {
+      add(p + "mlp.gate.weight", c.d_ff, C, true);
+      add(p + "mlp.up.weight", c.d_ff, C, true);
+      if (c.bias) add(p + "mlp.gate.bias", c.d_ff, 1, false), add(p + "mlp.up.bias", c.d_ff, 1, false);
+    }
+    add(p + "mlp.proj.weight", C, c.d_ff, true);
+    if (c.bias) add(p + "mlp.proj.bias", C, 1, false);
+  }
+  add("norm.weight", C, 1, false);
+  if (ln) add("norm.bias", C, 1, false);
+  if (!c.tied_embeddings) add("lm_head.weight", c.vocab_size, C, true);
+
+  weights_ = Tensor({num_params_});
+  grads_ = Tensor({num_params_});
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const float residual_scale = 1.0f / std::sqrt(2.0f * c.n_layers);
+  for (const ParamInfo& p : params_) {
+    float* w = weights_.data() + p.offset;
+    const int64_t n = p.rows * p.cols;
+    const bool is_norm = p.name.find("norm") != std::string::npos && p.name.ends_with("weight");
+    const bool is_residual = p.name.ends_with("attn.out.weight") || p.name.ends_with("mlp.proj.weight");
+    for (int64_t i = 0; i < n; ++i) {
+      if (is_norm) w[i] = 1;
+      else if (p.decay) w[i] = normal(rng) * (is_residual ? residual_scale : 1.0f);
+      else w[i] = 0;
+    }
+  }
+  acts_ = std::make_unique<Activations>();
+}
+
+const ParamInfo& Model::param(const std::string& name) const {
+  for (const ParamInfo& p : params_)
+    if (p.name == name) return p;
+  fail("model: no parameter named \"", name, "\"");
+}
+
+View Model::weight(const std::string& name) const {
+  const ParamInfo& p = param(name);
+  return View(weights_.data() + p.offset, {p.rows, p.cols});
+}
+
+View Model::grad(const std::string& name) const {
+  const ParamInfo& p = param(name);
+  return View(grads_.data() + p.offset, {p.rows, p.cols});
+}
+
+void Model::zero_grad() { grads_.fill(0); }
+
+View Model::logits() const {
+  check(!acts_->logits.view().empty(), "model: logits before any forward");
+  return acts_->logits.view().slice(0, 0, acts_->B * acts_->T);
+}
+
+namespace {
+
+// The attention of one layer over the fused QKV rows [N, W] (heads split by strides).
+struct HeadViews {
+  View q, k, v, out;            // [B, H, T, dh]
+  View q_bthd, k_bthd;          // [B, T, H, dh] for the rotary embedding
+};
+
+HeadViews head_views(const ModelConfig& c, float* qkv, float* att, int64_t B, int64_t T) {
+  const int64_t dh = c.d_head, Hq = c.n_heads, Hkv = c.n_kv_heads;
+  const int64_t W = (Hq + 2 * Hkv) * dh, A = Hq * dh;
+  HeadViews v;
+  v.q = View(qkv, {B, Hq, T, dh}, {T * W, dh, W, 1});
+  v.k = View(qkv + Hq * dh, {B, Hkv, T, dh}, {T * W, dh, W, 1});
+  v.v = View(qkv + (Hq + Hkv) * dh, {B, Hkv, T, dh}, {T * W, dh, W, 1});
+  v.out = View(att, {B, Hq, T, dh}, {T * A, dh, A, 1});
+  v.q_bthd = v.q.transpose(1, 2);
+  v.k_bthd = v.k.transpose(1, 2);
+  return v;
+}
+
+const float* bias_or_null(const Model& m, const std::string& name) {
+  return m.config().bias ? m.weight(name).data : nullptr;
+}
+
+}  // namespace
+
+float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
+  const ModelConfig& c = config_;
+  check(B >= 1 && T >= 1, "model forward: need B, T >= 1, got ", B, ", ", T);
+  check(T <= c.context || c.positions != PositionKind::learned, "model forward: T = ", T,
+        " is longer than the context of ", c.context, " learned positions");
+  const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size;
+  const int64_t W = (c.n_heads + 2 * c.n_kv_heads) * c.d_head, A = c.n_heads * c.d_head;
+  Activations& a = *acts_;
+  if (a.B * a.T < N || a.layers.empty()) {  // (re)allocate for the larger batch
+    a.resid.clear();
+    for (int64_t l = 0; l <= c.n_layers; ++l) a.resid.push_back(zeros(N, C));
+    a.layers.clear();
+    a.layers.resize(c.n_layers);
+    for (auto& L : a.layers) {
+      L.ln1 = zeros(N, C), L.mean1 = zeros(N, 1), L.rstd1 = zeros(N, 1);
+      L.qkv = zeros(N, W), L.att = zeros(N, A), L.lse = zeros(N * c.n_heads, 1);
+      L.mid = zeros(N, C), L.ln2 = zeros(N, C), L.mean2 = zeros(N, 1), L.rstd2 = zeros(N, 1);
+      L.h = zeros(N, F), L.g = zeros(N, F);
+      if (c.mlp == MlpKind::swiglu) L.u = zeros(N, F);
+    }
+    a.lnf = zeros(N, C), a.meanf = zeros(N, 1), a.rstdf = zeros(N, 1);
+    a.logits = zeros(N, V), a.probs = zeros(N, V);
+    a.dresid = zeros(N, C), a.dmid = zeros(N, C), a.dln = zeros(N, C), a.dqkv = zeros(N, W);
+    a.datt = zeros(N, A), a.dh = zeros(N, F), a.dg = zeros(N, F), a.dlogits = zeros(N, V);
+    a.dlnf = zeros(N, C);
+    if (c.mlp == MlpKind::swiglu) a.du = zeros(N, F);
+  }
+  a.B = B, a.T = T;
+  a.tokens.assign(tokens, tokens + N);
+  a.targets.assign(N, kIgnoreIndex);
+  if (targets) a.targets.assign(targets, targets + N);
+  a.have_targets = targets != nullptr;
+  a.pos.resize(N);
+  for (int64_t n = 0; n < N; ++n) a.pos[n] = static_cast<int32_t>(n % T);
+  auto rows = [N](const Tensor& t) { return t.view().slice(0, 0, N); };
+  const bool ln = c.norm == NormKind::layer_norm;
+  auto norm = [&](View y, float* mean, float* rstd, View x, const std::string& name) {
+    if (ln) layernorm_forward(y, mean, rstd, x, weight(name + ".weight").data,
+                              weight(name + ".bias").data, c.norm_eps);
+    else rmsnorm_forward(y, rstd, x, weight(name + ".weight").data, c.norm_eps);
+  };
+
+  // Embeddings, plus learned or sinusoidal positions.
+  thread_local Tensor sinusoids;
+  View positions;
+  if (c.positions == PositionKind::learned) positions = weight("embedding.position");
+  if (c.positions == PositionKind::sinusoidal) {
+    if (sinusoids.numel() < T * C) sinusoids = zeros(std::max(T, c.context), C);
+    sinusoidal_table(sinusoids);
+    positions = sinusoids;
+  }
+  embedding_forward(rows(a.resid[0]), a.tokens.data(), weight("embedding.token"),
+                    positions.empty() ? nullptr : a.pos.data(), positions);
+  std::vector<float> slopes(c.n_heads);
+  if (c.positions == PositionKind::alibi) alibi_slopes(c.n_heads, slopes.data());
+
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    auto& L = a.layers[l];
+    // x += attn(norm(x))
+    norm(rows(L.ln1), L.mean1.data(), L.rstd1.data(), rows(a.resid[l]), p + "norm1");
+    linear_forward(rows(L.qkv), rows(L.ln1), weight(p + "attn.qkv.weight"),
+                   bias_or_null(*this, p + "attn.qkv.bias"));
+    const HeadViews hv = head_views(c, L.qkv.data(), L.att.data(), B, T);
+    if (c.positions == PositionKind::rotary) {
+      const RopePairs pairs = c.rope_halves ? RopePairs::halves : RopePairs::adjacent;
+      rope_forward(hv.q_bthd, 0, c.rope_theta, pairs);
+      rope_forward(hv.k_bthd, 0, c.rope_theta, pairs);
+    }
+    AttentionArgs args{.q = hv.q, .k = hv.k, .v = hv.v, .out = hv.out, .lse = L.lse.data()};
+    args.mask.causal = c.causal;
+    if (c.positions == PositionKind::alibi) args.mask.alibi = slopes.data();
+    attention(args);
+    linear_forward(rows(L.mid), rows(L.att), weight(p + "attn.out.weight"),
+                   bias_or_null(*this, p + "attn.out.bias"));
+    residual_forward(rows(L.mid), rows(L.mid), rows(a.resid[l]));
+    // x += ffn(norm(x))
+    norm(rows(L.ln2), L.mean2.data(), L.rstd2.data(), rows(L.mid), p + "norm2");
+    if (c.mlp == MlpKind::gelu) {
+      linear_forward(rows(L.h), rows(L.ln2), weight(p + "mlp.fc.weight"),
+                     bias_or_null(*this, p + "mlp.fc.bias"));
+      gelu_forward(rows(L.g), rows(L.h), Gelu::tanh);
+    } else {
+      linear_forward(rows(L.h), rows(L.ln2), weight(p + "mlp.gate.weight"),
+                     bias_or_null(*this, p + "mlp.gate.bias"));
+      linear_forward(rows(L.u), rows(L.ln2), weight(p + "mlp.up.weight"),
+                     bias_or_null(*this, p + "mlp.up.bias"));
+      swiglu_forward(rows(L.g), rows(L.h), rows(L.u));
+    }
+    linear_forward(rows(a.resid[l + 1]), rows(L.g), weight(p + "mlp.proj.weight"),
+                   bias_or_null(*this, p + "mlp.proj.bias"));
+    residual_forward(rows(a.resid[l + 1]), rows(a.resid[l + 1]), rows(L.mid));
+  }
+  norm(rows(a.lnf), a.meanf.data(), a.rstdf.data(), rows(a.resid[c.n_layers]), "norm");
+  const View head = c.tied_embeddings ? weight("embedding.token") : weight("lm_head.weight");
+  linear_forward(rows(a.logits), rows(a.lnf), head, nullptr);
+  if (!targets) return 0;
+  return cross_entropy_forward(rows(a.probs), rows(a.logits), a.targets.data());
+}
+
+void Model::backward() {
+  const ModelConfig& c = config_;
+  Activations& a = *acts_;
+  check(a.have_targets, "model backward: the last forward had no targets");
+  const int64_t B = a.B, T = a.T, N = B * T;
+  auto rows = [N](const Tensor& t) { return t.view().slice(0, 0, N); };
+  auto zero = [&](const Tensor& t) { std::fill(t.data(), t.data() + rows(t).numel(), 0.0f); };
+  const bool ln = c.norm == NormKind::layer_norm;
+  auto norm_backward = [&](View dx, View dy, View x, const float* mean, const float* rstd,
+                           const std::string& name) {
+    if (ln) layernorm_backward(dx, grad(name + ".weight").data, grad(name + ".bias").data, dy, x,
+                               weight(name + ".weight").data, mean, rstd);
+    else rmsnorm_backward(dx, grad(name + ".weight").data, dy, x, weight(name + ".weight").data,
+                          rstd);
+  };
+  auto bias_grad = [&](const std::string& name) { return c.bias ? grad(name).data : nullptr; };
+
+  // Loss → logits → final norm.
+  zero(a.dlogits);
+  cross_entropy_backward(rows(a.dlogits), rows(a.probs), a.targets.data(), 1.0f);
+  zero(a.dlnf);
+  const std::string head = c.tied_embeddings ? "embedding.token" : "lm_head.weight";
+  linear_backward(rows(a.dlnf), grad(head), nullptr, rows(a.dlogits), rows(a.lnf), weight(head));
+  zero(a.dresid);
+  norm_backward(rows(a.dresid), rows(a.dlnf), rows(a.resid[c.n_layers]), a.meanf.data(),
+                a.rstdf.data(), "norm");
+
+  std::vector<float> slopes(c.n_heads);
+  if (c.positions == PositionKind::alibi) alibi_slopes(c.n_heads, slopes.data());
+  for (int64_t l = c.n_layers - 1; l >= 0; --l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    auto& L = a.layers[l];
+    // dresid holds ∂loss/∂(output of layer l). Through x_out = mid + proj(g):
+    zero(a.dg);
+    linear_backward(rows(a.dg), grad(p + "mlp.proj.weight"), bias_grad(p + "mlp.proj.bias"),
+                    rows(a.dresid), rows(L.g), weight(p + "mlp.proj.weight"));
+    zero(a.dh);
+    zero(a.dln);
+    if (c.mlp == MlpKind::gelu) {
+      gelu_backward(rows(a.dh), rows(a.dg), rows(L.h), Gelu::tanh);
+      linear_backward(rows(a.dln), grad(p + "mlp.fc.weight"), bias_grad(p + "mlp.fc.bias"),
+                      rows(a.dh), rows(L.ln2), weight(p + "mlp.fc.weight"));
+    } else {
+      zero(a.du);
+      swiglu_backward(rows(a.dh), rows(a.du), rows(a.dg), rows(L.h), rows(L.u));
+      linear_backward(rows(a.dln), grad(p + "mlp.gate.weight"), bias_grad(p + "mlp.gate.bias"),
+                      rows(a.dh), rows(L.ln2), weight(p + "mlp.gate.weight"));
+      linear_backward(rows(a.dln), grad(p + "mlp.up.weight"), bias_grad(p + "mlp.up.bias"),
+                      rows(a.du), rows(L.ln2), weight(p + "mlp.up.weight"));
+    }
+    // dmid = dresid (residual) + norm2's backward.
+    std::copy(a.dresid.data(), a.dresid.data() + N * c.d_model, a.dmid.data());
+    norm_backward(rows(a.dmid), rows(a.dln), rows(L.mid), L.mean2.data(), L.rstd2.data(),
+                  p + "norm2");
+    // Through mid = x + out(att):
+    zero(a.datt);
+    linear_backward(rows(a.datt), grad(p + "attn.out.weight"), bias_grad(p + "attn.out.bias"),
+                    rows(a.dmid), rows(L.att), weight(p + "attn.out.weight"));
+    const HeadViews hv = head_views(c, L.qkv.data(), L.att.data(), B, T);
+    const HeadViews dv = head_views(c, a.dqkv.data(), a.datt.data(), B, T);
+    AttentionArgs args{.q = hv.q, .k = hv.k, .v = hv.v, .out = hv.out, .lse = L.lse.data()};
+    args.mask.causal = c.causal;
+    if (c.positions == PositionKind::alibi) args.mask.alibi = slopes.data();
+    attention_backward(args, dv.out, dv.q, dv.k, dv.v);  // writes dq, dk, dv into dqkv
+    if (c.positions == PositionKind::rotary) {
+      const RopePairs pairs = c.rope_halves ? RopePairs::halves : RopePairs::adjacent;
+      rope_backward(dv.q_bthd, 0, c.rope_theta, pairs);
+      rope_backward(dv.k_bthd, 0, c.rope_theta, pairs);
+    }
+    zero(a.dln);
+    linear_backward(rows(a.dln), grad(p + "attn.qkv.weight"), bias_grad(p + "attn.qkv.bias"),
+                    rows(a.dqkv), rows(L.ln1), weight(p + "attn.qkv.weight"));
+    // dresid(layer input) = dmid (residual) + norm1's backward.
+    std::copy(a.dmid.data(), a.dmid.data() + N * c.d_model, a.dresid.data());
+    norm_backward(rows(a.dresid), rows(a.dln), rows(a.resid[l]), L.mean1.data(), L.rstd1.data(),
+                  p + "norm1");
+  }
+  const bool learned = c.positions == PositionKind::learned;
+  embedding_backward(grad("embedding.token"), a.tokens.data(), rows(a.dresid),
+                     learned ? a.pos.data() : nullptr,
+                     learned ? grad("embedding.position") : View{});
+}
+
+}  // namespace qkv
