@@ -16,6 +16,7 @@ void add_explain(CLI::App& app);
 void add_params(CLI::App& app);
 void add_demo(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_train(CLI::App& app);
 
 // The worked example of `qkv explain`, printed as text; `qkv demo` tells it too.
 void print_worked_example(std::ostream& out, bool causal);

@@ -2,19 +2,46 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+
 #include "qkv/threads.h"
 
 namespace qkv::detail {
 
+namespace {
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A,
+              static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+}
+
+}  // namespace
+
+// OpenBLAS runs single-threaded here and qkv splits the rows of C over its own OpenMP
+// threads: OpenBLAS's pthread pool and OpenMP's spinning workers fought over the two cores
+// (a tiny model trained 10× slower, most time in sched_yield). Splitting by rows of C also
+// keeps each element's sum in one call, so results do not depend on the thread count.
 void gemm(bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc) {
-  // OpenBLAS keeps its own thread pool; give it qkv's thread count.
-  openblas_set_num_threads(num_threads());
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-              static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb),
-              beta, C, static_cast<int>(ldc));
+  static const bool single = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)single;
+  // Blocks of whole 16-row panels; small products stay on one thread.
+  const int64_t work = M * N * K;
+  const int threads = work < (1 << 18) ? 1 : num_threads();
+  const int64_t block = std::max<int64_t>(16, (M + threads - 1) / threads + 15) / 16 * 16;
+  const int64_t blocks = (M + block - 1) / block;
+#pragma omp parallel for schedule(static) num_threads(threads) if (blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t m0 = b * block, m = std::min(block, M - m0);
+    const float* a = transpose_a ? A + m0 : A + m0 * lda;  // rows m0.. of op(A)
+    sgemm(transpose_a, transpose_b, m, N, K, alpha, a, lda, B, ldb, beta, C + m0 * ldc, ldc);
+  }
 }
 
 }  // namespace qkv::detail

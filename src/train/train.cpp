@@ -1,0 +1,75 @@
+// The training loop: sample, forward, backward (with gradient accumulation), clip, step.
+#include <chrono>
+
+#include "qkv/error.h"
+#include "qkv/ops.h"
+#include "qkv/train.h"
+
+namespace qkv {
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Every step draws from its own generator, seeded by (seed, step): a run resumed at step s
+// sees exactly the batches an uninterrupted run would.
+std::mt19937_64 step_rng(uint64_t seed, int64_t step, uint64_t stream) {
+  std::seed_seq seq{seed, static_cast<uint64_t>(step), stream};
+  return std::mt19937_64(seq);
+}
+
+}  // namespace
+
+TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const TrainConfig& cfg,
+                  int64_t first_step, const std::function<bool(const TrainProgress&)>& on_step) {
+  check(data.vocab_size() <= model.config().vocab_size, "train: the data has ",
+        data.vocab_size(), " symbols but the model's vocabulary is ", model.config().vocab_size);
+  check(cfg.batch >= 1 && cfg.grad_accum >= 1 && cfg.steps >= 0, "train: batch, grad_accum >= 1");
+  TrainResult result;
+  const double start = now();
+  int64_t tokens = 0;
+  for (int64_t step = first_step; step < cfg.steps; ++step) {
+    model.zero_grad();
+    float loss = 0;
+    for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
+      std::mt19937_64 rng = step_rng(cfg.seed, step, micro);
+      const Batch batch = data.sample(cfg.batch, rng);
+      loss += model.forward(batch.tokens.data(), batch.targets.data(), batch.B, batch.T) /
+              cfg.grad_accum;
+      model.backward();
+      tokens += batch.B * batch.T;
+    }
+    if (cfg.grad_accum > 1) {  // the mean over micro-batches
+      float* g = model.grads();
+      for (int64_t i = 0; i < model.num_params(); ++i) g[i] /= cfg.grad_accum;
+    }
+    TrainProgress p;
+    p.step = step + 1;
+    p.steps = cfg.steps;
+    p.loss = loss;
+    p.grad_norm = clip_grad_norm(model, cfg.clip);
+    p.lr = learning_rate(step, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr);
+    optimizer.update(model, p.lr);
+    p.seconds = now() - start;
+    p.tokens_per_s = tokens / std::max(p.seconds, 1e-9);
+    const bool last = step + 1 == cfg.steps;
+    if ((cfg.eval_every > 0 && p.step % cfg.eval_every == 0) || last) {
+      std::mt19937_64 rng = step_rng(cfg.seed ^ 0x5eedULL, 0, 0);  // the same held-out set
+      const Batch eval = data.sample_eval(256, rng);
+      p.eval_loss = model.forward(eval.tokens.data(), eval.targets.data(), eval.B, eval.T);
+      if (data.task() != Task::text) p.accuracy = answer_accuracy(model, eval);
+      result.final_eval_loss = p.eval_loss;
+      result.final_accuracy = p.accuracy;
+    }
+    result.final_loss = loss;
+    result.steps = p.step;
+    result.seconds = p.seconds;
+    result.tokens_per_s = p.tokens_per_s;
+    if (on_step && !on_step(p)) break;
+  }
+  return result;
+}
+
+}  // namespace qkv
