@@ -179,16 +179,5 @@ TEST(Tasks, RecallSequencesAreWellFormed) {
   }
 }
 
-// Learning, with no timing in it: fixed seeds, a fixed step budget, an accuracy to reach.
-TEST(Learning, CopyIsLearnedPerfectly) {
-  TaskData data(Task::copy, 6, 8);
-  ModelConfig c = small(data, /*llama=*/true);
-  Model m(c, 1);
-  AdamW opt(m);
-  const TrainResult r = train(m, opt, data, {.steps = 300, .batch = 32, .warmup = 30,
-                                             .eval_every = 0, .lr = 3e-3f}, 0, nullptr);
-  EXPECT_GE(r.final_accuracy, 0.99) << "loss " << r.final_loss;
-}
-
 }  // namespace
 }  // namespace qkv

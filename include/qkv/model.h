@@ -34,6 +34,7 @@ struct ModelConfig {
   float rope_theta = 10000;    // rotary base frequency
   bool rope_halves = false;    // rotary pairs (j, j + D/2) as GPT-NeoX; false: (2j, 2j+1)
   bool causal = true;          // a decoder; false only for experiments on symmetry
+  float init_std = 0.02f;      // std of the random initial weights (GPT-2: 0.02)
 };
 
 std::string to_string(NormKind);
@@ -80,6 +81,9 @@ class Model {
   void backward();
   void zero_grad();
   View logits() const;
+  // The softmax weights [B, Hq, T, T] of one layer's attention in the last forward, from the
+  // reference kernel (the fast kernel never stores them).
+  Tensor attention_weights(int64_t layer) const;
 
  private:
   struct Activations;

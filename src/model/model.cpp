@@ -77,7 +77,7 @@ Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
   weights_ = Tensor({num_params_});
   grads_ = Tensor({num_params_});
   std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::normal_distribution<float> normal(0.0f, c.init_std);
   const float residual_scale = 1.0f / std::sqrt(2.0f * c.n_layers);
   for (const ParamInfo& p : params_) {
     float* w = weights_.data() + p.offset;
@@ -142,6 +142,25 @@ const float* bias_or_null(const Model& m, const std::string& name) {
 }
 
 }  // namespace
+
+Tensor Model::attention_weights(int64_t layer) const {
+  const Activations& a = *acts_;
+  check(!a.layers.empty() && a.B > 0, "model: attention weights before any forward");
+  check(layer >= 0 && layer < config_.n_layers, "model: layer ", layer, " of ", config_.n_layers);
+  const ModelConfig& c = config_;
+  const auto& L = a.layers[layer];
+  Tensor out({a.B, c.n_heads, a.T, c.d_head}), weights({a.B, c.n_heads, a.T, a.T});
+  const HeadViews hv = head_views(c, L.qkv.data(), L.att.data(), a.B, a.T);
+  AttentionArgs args{.q = hv.q, .k = hv.k, .v = hv.v, .out = out};
+  args.mask.causal = c.causal;
+  std::vector<float> slopes(c.n_heads);
+  if (c.positions == PositionKind::alibi) {
+    alibi_slopes(c.n_heads, slopes.data());
+    args.mask.alibi = slopes.data();
+  }
+  reference::attention(args, weights);
+  return weights;
+}
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   const ModelConfig& c = config_;
