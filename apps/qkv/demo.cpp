@@ -38,7 +38,7 @@ void train_and_show(std::ostream& out) {
       << " parameters) now learns associative recall: it sees 8 key-value pairs such as\n"
          "\"A c  K p  ...\", then '?' and some of the keys, and must answer each key's value.\n"
          "Nothing but attention can find where a key appeared.\n\n";
-  const TrainConfig cfg{.steps = 1000, .batch = 64, .warmup = 100, .eval_every = 200, .lr = 1e-3f};
+  const TrainConfig cfg{.steps = 1500, .batch = 64, .warmup = 100, .eval_every = 250, .lr = 1e-3f};
   const bool tty = isatty(STDOUT_FILENO);
   const TrainResult r = train(model, optimizer, data, cfg, 0, [&](const TrainProgress& p) {
     if (!tty && p.accuracy < 0) return true;  // plain lines, at evaluations only

@@ -30,7 +30,7 @@ struct TrainOptions {
   std::string resume;
   int64_t items = 8, symbols = 16, seq = 128;
   TrainOptions() {
-    train.steps = 1000;
+    train.steps = 1500;
     train.batch = 64;
     train.lr = 1e-3f;
   }
