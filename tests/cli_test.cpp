@@ -190,10 +190,30 @@ TEST(CliParams, TableAndList) {
 }
 
 TEST(CliDemo, TellsTheWorkedExample) {
-  const Result r = run("demo");
+  // The training half of the demo is the recall test of learning_test.cpp.
+  const Result r = run("demo --no-training");
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.output.find("[2.012, 0.856]"), std::string::npos);
   EXPECT_NE(r.output.find("-inf"), std::string::npos);
+}
+
+TEST(CliTrain, CopyTaskSummaryAsJson) {
+  const std::string path = ::testing::TempDir() + "cli_train.safetensors";
+  const json j = run_json("train --task copy --items 4 --symbols 6 --d-model 32 --steps 60 "
+                          "--batch 16 --lr 3e-3 --eval-every 30 --quiet --json --checkpoint " +
+                          path);
+  EXPECT_EQ(j["steps"], 60);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+  EXPECT_LT(j["final_loss"].get<double>(), std::log(6.0));  // better than chance
+  EXPECT_TRUE(j["final_accuracy"].is_number());
+  // Resuming to 80 steps continues from step 60.
+  const json resumed = run_json("train --task copy --items 4 --symbols 6 --steps 80 --batch 16 "
+                                "--quiet --json --checkpoint " + path + " --resume " + path);
+  EXPECT_EQ(resumed["steps"], 80);
+  const Result bad = run("train --task nope", /*with_stderr=*/true);
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("unknown --task"), std::string::npos);
+  std::remove(path.c_str());
 }
 
 }  // namespace
