@@ -99,7 +99,153 @@ def make_case(name, seed, B, Hq, Hkv, Tq, Tk, D, Dv, causal=False, window_left=-
     print(f"wrote {path} ({how})")
 
 
+# ---- Tiny models: logits, loss, every gradient, and the weights after two AdamW steps ------
+
+def model_params(cfg, g):
+    """Named parameters in qkv's layout (include/qkv/model.h), random N(0, 0.2) matrices,
+    small random biases and norm weights near 1 (so every path carries signal)."""
+    C, V, F = cfg["d_model"], cfg["vocab_size"], cfg["d_ff"]
+    W = (cfg["n_heads"] + 2 * cfg["n_kv_heads"]) * cfg["d_head"]
+    A = cfg["n_heads"] * cfg["d_head"]
+    ln = cfg["norm"] == "layernorm"
+    P = {}
+    mat = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64) * 0.2
+    vec = lambda n, base=0.0: base + torch.randn(n, generator=g, dtype=torch.float64) * 0.1
+    P["embedding.token"] = mat(V, C)
+    if cfg["positions"] == "learned":
+        P["embedding.position"] = mat(cfg["context"], C)
+    for l in range(cfg["n_layers"]):
+        p = f"layers.{l}."
+        P[p + "norm1.weight"] = vec(C, 1.0)
+        if ln:
+            P[p + "norm1.bias"] = vec(C)
+        P[p + "attn.qkv.weight"] = mat(W, C)
+        if cfg["bias"]:
+            P[p + "attn.qkv.bias"] = vec(W)
+        P[p + "attn.out.weight"] = mat(C, A)
+        if cfg["bias"]:
+            P[p + "attn.out.bias"] = vec(C)
+        P[p + "norm2.weight"] = vec(C, 1.0)
+        if ln:
+            P[p + "norm2.bias"] = vec(C)
+        if cfg["mlp"] == "gelu":
+            P[p + "mlp.fc.weight"] = mat(F, C)
+            if cfg["bias"]:
+                P[p + "mlp.fc.bias"] = vec(F)
+        else:
+            P[p + "mlp.gate.weight"] = mat(F, C)
+            P[p + "mlp.up.weight"] = mat(F, C)
+        P[p + "mlp.proj.weight"] = mat(C, F)
+        if cfg["bias"]:
+            P[p + "mlp.proj.bias"] = vec(C)
+    P["norm.weight"] = vec(C, 1.0)
+    if ln:
+        P["norm.bias"] = vec(C)
+    if not cfg["tied_embeddings"]:
+        P["lm_head.weight"] = mat(V, C)
+    return P
+
+
+def model_forward(P, cfg, tokens, targets):
+    """The decoder written with torch ops, independently of qkv's C++."""
+    B, T = tokens.shape
+    C, Hq, Hkv, dh = cfg["d_model"], cfg["n_heads"], cfg["n_kv_heads"], cfg["d_head"]
+    eps = cfg["norm_eps"]
+
+    def norm(x, name):
+        if cfg["norm"] == "layernorm":
+            return F.layer_norm(x, (C,), P[name + ".weight"], P[name + ".bias"], eps)
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * P[name + ".weight"]
+
+    def linear(x, name):
+        return F.linear(x, P[name + ".weight"], P.get(name + ".bias"))
+
+    def rope(x):  # [B, T, H, dh], adjacent pairs (2j, 2j+1), angle t · theta^(−2j/dh)
+        j = torch.arange(dh // 2, dtype=torch.float64)
+        angle = torch.arange(T, dtype=torch.float64).view(T, 1) * cfg["rope_theta"] ** (-2 * j / dh)
+        c, s = torch.cos(angle).view(1, T, 1, -1), torch.sin(angle).view(1, T, 1, -1)
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
+
+    x = P["embedding.token"][tokens]
+    if cfg["positions"] == "learned":
+        x = x + P["embedding.position"][:T]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(cfg["n_layers"]):
+        p = f"layers.{l}."
+        qkv = linear(norm(x, p + "norm1"), p + "attn.qkv")
+        q = qkv[..., : Hq * dh].view(B, T, Hq, dh)
+        k = qkv[..., Hq * dh : (Hq + Hkv) * dh].view(B, T, Hkv, dh)
+        v = qkv[..., (Hq + Hkv) * dh :].view(B, T, Hkv, dh)
+        if cfg["positions"] == "rotary":
+            q, k = rope(q), rope(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        k = k.repeat_interleave(Hq // Hkv, dim=1)
+        v = v.repeat_interleave(Hq // Hkv, dim=1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
+        att = torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1) @ v
+        x = x + linear(att.transpose(1, 2).reshape(B, T, Hq * dh), p + "attn.out")
+        h = norm(x, p + "norm2")
+        if cfg["mlp"] == "gelu":
+            m = F.gelu(linear(h, p + "mlp.fc"), approximate="tanh")
+        else:
+            m = F.silu(linear(h, p + "mlp.gate")) * linear(h, p + "mlp.up")
+        x = x + linear(m, p + "mlp.proj")
+    head = P["embedding.token"] if cfg["tied_embeddings"] else P["lm_head.weight"]
+    logits = norm(x, "norm") @ head.T
+    loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1), ignore_index=-100)
+    return logits, loss
+
+
+def make_model_case(name, seed, llama):
+    cfg = dict(vocab_size=13, context=8, d_model=16, n_layers=2, n_heads=4,
+               n_kv_heads=2 if llama else 4, d_head=4, d_ff=24 if llama else 32,
+               norm="rmsnorm" if llama else "layernorm", mlp="swiglu" if llama else "gelu",
+               positions="rotary" if llama else "learned", bias=not llama,
+               tied_embeddings=not llama, norm_eps=1e-5, rope_theta=10000.0,
+               rope_halves=False, causal=True)
+    g = torch.Generator().manual_seed(seed)
+    P = model_params(cfg, g)
+    B, T = 2, 6
+    tokens = torch.randint(0, cfg["vocab_size"], (B, T), generator=g)
+    targets = torch.randint(0, cfg["vocab_size"], (B, T), generator=g)
+    targets[0, 2] = -100  # an ignored position
+    init = {k: v.clone() for k, v in P.items()}
+    for t in P.values():
+        t.requires_grad_(True)
+    logits, loss = model_forward(P, cfg, tokens, targets)
+    loss.backward()
+    grads = {k: v.grad.clone() for k, v in P.items()}
+
+    # Two AdamW steps on the same batch; decay on matrices and embeddings only (qkv's rule).
+    adamw = dict(lr=0.01, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+    decay = [v for k, v in P.items() if v.dim() == 2]
+    no_decay = [v for k, v in P.items() if v.dim() == 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": adamw["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=adamw["lr"], betas=(adamw["beta1"], adamw["beta2"]), eps=adamw["eps"])
+    for _ in range(2):
+        opt.zero_grad()
+        _, l2 = model_forward(P, cfg, tokens, targets)
+        l2.backward()
+        opt.step()
+
+    flat = lambda t: [float(x) for x in t.detach().reshape(-1).tolist()]
+    doc = {"name": name, "torch": torch.__version__, "config": cfg, "B": B, "T": T,
+           "tokens": tokens.reshape(-1).tolist(), "targets": targets.reshape(-1).tolist(),
+           "params": {k: flat(v) for k, v in init.items()},
+           "logits": flat(logits), "loss": float(loss),
+           "grads": {k: flat(v) for k, v in grads.items()},
+           "adamw": adamw, "after_two_steps": {k: flat(v) for k, v in P.items()}}
+    path = os.path.join(HERE, f"model_{name}.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    print(f"wrote {path}")
+
+
 def main():
+    make_model_case("gpt2", 10, llama=False)
+    make_model_case("llama", 11, llama=True)
     make_case("mha_padding", 1, B=2, Hq=4, Hkv=4, Tq=13, Tk=13, D=16, Dv=16, kv_len=[13, 7])
     make_case("mha_padding_causal", 2, B=2, Hq=4, Hkv=4, Tq=13, Tk=13, D=16, Dv=16,
               causal=True, kv_len=[13, 7])
