@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/multihead.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -84,6 +85,8 @@ class Model {
   // The softmax weights [B, Hq, T, T] of one layer's attention in the last forward, from the
   // reference kernel (the fast kernel never stores them).
   Tensor attention_weights(int64_t layer) const;
+  // Layer `layer`'s attention as a MultiHeadAttention over this model's weights and grads.
+  MultiHeadAttention attention_layer(int64_t layer) const;
 
  private:
   struct Activations;
@@ -91,6 +94,7 @@ class Model {
   std::vector<ParamInfo> params_;
   int64_t num_params_ = 0;
   Tensor weights_, grads_;
+  std::vector<float> alibi_;  // ALiBi slopes, when the model uses them
   std::unique_ptr<Activations> acts_;
 };
 

@@ -10,6 +10,7 @@
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/model.h"
+#include "qkv/multihead.h"
 #include "qkv/ops.h"
 
 namespace qkv {
@@ -25,13 +26,14 @@ struct Model::Activations {
   int64_t B = 0, T = 0;
   std::vector<int32_t> tokens, targets, pos;
   struct Layer {
-    Tensor ln1, mean1, rstd1, qkv, att, lse, mid, ln2, mean2, rstd2, h, u, g;
+    Tensor ln1, mean1, rstd1, mid, ln2, mean2, rstd2, h, u, g;
+    MultiHeadState attention;
   };
   std::vector<Tensor> resid;  // [L + 1] × [N, C]: the residual stream before each layer
   std::vector<Layer> layers;
   Tensor lnf, meanf, rstdf, logits, probs;
   // Backward scratch.
-  Tensor dresid, dmid, dln, dqkv, datt, dh, du, dg, dlogits, dlnf;
+  Tensor dresid, dmid, dln, dh, du, dg, dlogits, dlnf;
   bool have_targets = false;
 };
 
@@ -90,6 +92,10 @@ Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
       else w[i] = 0;
     }
   }
+  if (c.positions == PositionKind::alibi) {
+    alibi_.resize(c.n_heads);
+    alibi_slopes(c.n_heads, alibi_.data());
+  }
   acts_ = std::make_unique<Activations>();
 }
 
@@ -118,25 +124,6 @@ View Model::logits() const {
 
 namespace {
 
-// The attention of one layer over the fused QKV rows [N, W] (heads split by strides).
-struct HeadViews {
-  View q, k, v, out;            // [B, H, T, dh]
-  View q_bthd, k_bthd;          // [B, T, H, dh] for the rotary embedding
-};
-
-HeadViews head_views(const ModelConfig& c, float* qkv, float* att, int64_t B, int64_t T) {
-  const int64_t dh = c.d_head, Hq = c.n_heads, Hkv = c.n_kv_heads;
-  const int64_t W = (Hq + 2 * Hkv) * dh, A = Hq * dh;
-  HeadViews v;
-  v.q = View(qkv, {B, Hq, T, dh}, {T * W, dh, W, 1});
-  v.k = View(qkv + Hq * dh, {B, Hkv, T, dh}, {T * W, dh, W, 1});
-  v.v = View(qkv + (Hq + Hkv) * dh, {B, Hkv, T, dh}, {T * W, dh, W, 1});
-  v.out = View(att, {B, Hq, T, dh}, {T * A, dh, A, 1});
-  v.q_bthd = v.q.transpose(1, 2);
-  v.k_bthd = v.k.transpose(1, 2);
-  return v;
-}
-
 const float* bias_or_null(const Model& m, const std::string& name) {
   return m.config().bias ? m.weight(name).data : nullptr;
 }
@@ -147,19 +134,32 @@ Tensor Model::attention_weights(int64_t layer) const {
   const Activations& a = *acts_;
   check(!a.layers.empty() && a.B > 0, "model: attention weights before any forward");
   check(layer >= 0 && layer < config_.n_layers, "model: layer ", layer, " of ", config_.n_layers);
+  return multihead_weights(attention_layer(layer), a.layers[layer].attention, a.B, a.T, a.T);
+}
+
+MultiHeadAttention Model::attention_layer(int64_t layer) const {
   const ModelConfig& c = config_;
-  const auto& L = a.layers[layer];
-  Tensor out({a.B, c.n_heads, a.T, c.d_head}), weights({a.B, c.n_heads, a.T, a.T});
-  const HeadViews hv = head_views(c, L.qkv.data(), L.att.data(), a.B, a.T);
-  AttentionArgs args{.q = hv.q, .k = hv.k, .v = hv.v, .out = out};
-  args.mask.causal = c.causal;
-  std::vector<float> slopes(c.n_heads);
-  if (c.positions == PositionKind::alibi) {
-    alibi_slopes(c.n_heads, slopes.data());
-    args.mask.alibi = slopes.data();
+  const std::string p = "layers." + std::to_string(layer) + ".attn.";
+  MultiHeadAttention m;
+  m.n_heads = c.n_heads;
+  m.n_kv_heads = c.n_kv_heads;
+  m.d_head = c.d_head;
+  m.causal = c.causal;
+  m.alibi = c.positions == PositionKind::alibi ? alibi_.data() : nullptr;
+  m.rotary = c.positions == PositionKind::rotary;
+  m.rope_theta = c.rope_theta;
+  m.rope_pairs = c.rope_halves ? RopePairs::halves : RopePairs::adjacent;
+  m.qkv_w = weight(p + "qkv.weight");
+  m.out_w = weight(p + "out.weight");
+  m.d_qkv_w = grad(p + "qkv.weight");
+  m.d_out_w = grad(p + "out.weight");
+  if (c.bias) {
+    m.qkv_b = weight(p + "qkv.bias").data;
+    m.out_b = weight(p + "out.bias").data;
+    m.d_qkv_b = grad(p + "qkv.bias").data;
+    m.d_out_b = grad(p + "out.bias").data;
   }
-  reference::attention(args, weights);
-  return weights;
+  return m;
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
@@ -168,7 +168,6 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
   check(T <= c.context || c.positions != PositionKind::learned, "model forward: T = ", T,
         " is longer than the context of ", c.context, " learned positions");
   const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size;
-  const int64_t W = (c.n_heads + 2 * c.n_kv_heads) * c.d_head, A = c.n_heads * c.d_head;
   Activations& a = *acts_;
   if (a.B * a.T < N || a.layers.empty()) {  // (re)allocate for the larger batch
     a.resid.clear();
@@ -177,15 +176,14 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
     a.layers.resize(c.n_layers);
     for (auto& L : a.layers) {
       L.ln1 = zeros(N, C), L.mean1 = zeros(N, 1), L.rstd1 = zeros(N, 1);
-      L.qkv = zeros(N, W), L.att = zeros(N, A), L.lse = zeros(N * c.n_heads, 1);
       L.mid = zeros(N, C), L.ln2 = zeros(N, C), L.mean2 = zeros(N, 1), L.rstd2 = zeros(N, 1);
       L.h = zeros(N, F), L.g = zeros(N, F);
       if (c.mlp == MlpKind::swiglu) L.u = zeros(N, F);
     }
     a.lnf = zeros(N, C), a.meanf = zeros(N, 1), a.rstdf = zeros(N, 1);
     a.logits = zeros(N, V), a.probs = zeros(N, V);
-    a.dresid = zeros(N, C), a.dmid = zeros(N, C), a.dln = zeros(N, C), a.dqkv = zeros(N, W);
-    a.datt = zeros(N, A), a.dh = zeros(N, F), a.dg = zeros(N, F), a.dlogits = zeros(N, V);
+    a.dresid = zeros(N, C), a.dmid = zeros(N, C), a.dln = zeros(N, C);
+    a.dh = zeros(N, F), a.dg = zeros(N, F), a.dlogits = zeros(N, V);
     a.dlnf = zeros(N, C);
     if (c.mlp == MlpKind::swiglu) a.du = zeros(N, F);
   }
@@ -215,28 +213,12 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
   }
   embedding_forward(rows(a.resid[0]), a.tokens.data(), weight("embedding.token"),
                     positions.empty() ? nullptr : a.pos.data(), positions);
-  std::vector<float> slopes(c.n_heads);
-  if (c.positions == PositionKind::alibi) alibi_slopes(c.n_heads, slopes.data());
-
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     auto& L = a.layers[l];
     // x += attn(norm(x))
     norm(rows(L.ln1), L.mean1.data(), L.rstd1.data(), rows(a.resid[l]), p + "norm1");
-    linear_forward(rows(L.qkv), rows(L.ln1), weight(p + "attn.qkv.weight"),
-                   bias_or_null(*this, p + "attn.qkv.bias"));
-    const HeadViews hv = head_views(c, L.qkv.data(), L.att.data(), B, T);
-    if (c.positions == PositionKind::rotary) {
-      const RopePairs pairs = c.rope_halves ? RopePairs::halves : RopePairs::adjacent;
-      rope_forward(hv.q_bthd, 0, c.rope_theta, pairs);
-      rope_forward(hv.k_bthd, 0, c.rope_theta, pairs);
-    }
-    AttentionArgs args{.q = hv.q, .k = hv.k, .v = hv.v, .out = hv.out, .lse = L.lse.data()};
-    args.mask.causal = c.causal;
-    if (c.positions == PositionKind::alibi) args.mask.alibi = slopes.data();
-    attention(args);
-    linear_forward(rows(L.mid), rows(L.att), weight(p + "attn.out.weight"),
-                   bias_or_null(*this, p + "attn.out.bias"));
+    multihead_forward(attention_layer(l), L.attention, rows(L.mid), rows(L.ln1), View{}, B, T, T);
     residual_forward(rows(L.mid), rows(L.mid), rows(a.resid[l]));
     // x += ffn(norm(x))
     norm(rows(L.ln2), L.mean2.data(), L.rstd2.data(), rows(L.mid), p + "norm2");
@@ -289,8 +271,6 @@ void Model::backward() {
   norm_backward(rows(a.dresid), rows(a.dlnf), rows(a.resid[c.n_layers]), a.meanf.data(),
                 a.rstdf.data(), "norm");
 
-  std::vector<float> slopes(c.n_heads);
-  if (c.positions == PositionKind::alibi) alibi_slopes(c.n_heads, slopes.data());
   for (int64_t l = c.n_layers - 1; l >= 0; --l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     auto& L = a.layers[l];
@@ -316,24 +296,10 @@ void Model::backward() {
     std::copy(a.dresid.data(), a.dresid.data() + N * c.d_model, a.dmid.data());
     norm_backward(rows(a.dmid), rows(a.dln), rows(L.mid), L.mean2.data(), L.rstd2.data(),
                   p + "norm2");
-    // Through mid = x + out(att):
-    zero(a.datt);
-    linear_backward(rows(a.datt), grad(p + "attn.out.weight"), bias_grad(p + "attn.out.bias"),
-                    rows(a.dmid), rows(L.att), weight(p + "attn.out.weight"));
-    const HeadViews hv = head_views(c, L.qkv.data(), L.att.data(), B, T);
-    const HeadViews dv = head_views(c, a.dqkv.data(), a.datt.data(), B, T);
-    AttentionArgs args{.q = hv.q, .k = hv.k, .v = hv.v, .out = hv.out, .lse = L.lse.data()};
-    args.mask.causal = c.causal;
-    if (c.positions == PositionKind::alibi) args.mask.alibi = slopes.data();
-    attention_backward(args, dv.out, dv.q, dv.k, dv.v);  // writes dq, dk, dv into dqkv
-    if (c.positions == PositionKind::rotary) {
-      const RopePairs pairs = c.rope_halves ? RopePairs::halves : RopePairs::adjacent;
-      rope_backward(dv.q_bthd, 0, c.rope_theta, pairs);
-      rope_backward(dv.k_bthd, 0, c.rope_theta, pairs);
-    }
+    // Through mid = x + attention(norm1(x)):
     zero(a.dln);
-    linear_backward(rows(a.dln), grad(p + "attn.qkv.weight"), bias_grad(p + "attn.qkv.bias"),
-                    rows(a.dqkv), rows(L.ln1), weight(p + "attn.qkv.weight"));
+    multihead_backward(attention_layer(l), L.attention, rows(a.dln), View{}, rows(a.dmid),
+                       rows(L.ln1), View{}, B, T, T);
     // dresid(layer input) = dmid (residual) + norm1's backward.
     std::copy(a.dmid.data(), a.dmid.data() + N * c.d_model, a.dresid.data());
     norm_backward(rows(a.dresid), rows(a.dln), rows(a.resid[l]), L.mean1.data(), L.rstd1.data(),

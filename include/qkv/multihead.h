@@ -1,0 +1,59 @@
+// Multi-head attention as a layer: project into heads, attend, project back.
+//
+// Self-attention: q, k and v all come from x, through one fused matrix
+//   qkv_w [(Hq + 2·Hkv)·d_head, C]   (rows: all query heads, then key heads, then value heads)
+// Cross-attention: q comes from x, k and v from a second sequence (an encoder's output):
+//   q_w [Hq·d_head, C],  kv_w [2·Hkv·d_head, C_context]
+// Both then: heads are split by strides (no copies), optional rotary embedding on q and k,
+// qkv::attention, and out_w [C, Hq·d_head] back to the model width.
+//
+// Per head, W_Q and W_K (and the value-down map) are the d_head × C slices of these
+// matrices, and the value-up map is the C × d_head slice of out_w: the articles' view.
+#pragma once
+
+#include <cstdint>
+
+#include "qkv/ops.h"
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+struct MultiHeadAttention {
+  int64_t n_heads = 1, n_kv_heads = 1, d_head = 1;
+  bool causal = true;
+  const float* alibi = nullptr;  // [n_heads] slopes, or null
+  bool rotary = false;
+  float rope_theta = 10000;
+  RopePairs rope_pairs = RopePairs::adjacent;
+
+  // Parameters (the caller owns them). Set qkv_w for self-attention, or q_w and kv_w for
+  // cross-attention. Biases may be null.
+  View qkv_w, q_w, kv_w, out_w;
+  const float *qkv_b = nullptr, *q_b = nullptr, *kv_b = nullptr, *out_b = nullptr;
+  // Their gradients, same shapes, added into by the backward (empty / null: skipped).
+  View d_qkv_w, d_q_w, d_kv_w, d_out_w;
+  float *d_qkv_b = nullptr, *d_q_b = nullptr, *d_kv_b = nullptr, *d_out_b = nullptr;
+
+  bool is_cross() const { return qkv_w.empty(); }
+};
+
+// What the forward keeps for the backward, and the backward's scratch; sized on first use.
+struct MultiHeadState {
+  Tensor q, kv;      // self: q holds the fused [N, W] rows and kv is unused; cross: [N, Hq·dh], [M, 2·Hkv·dh]
+  Tensor att, lse;   // [N, Hq·dh], [B·Hq·T]
+  Tensor dq, dkv, datt;
+};
+
+// y [B·T, C] = attention block of x [B·T, C]; context [B·S, C_context] for cross-attention
+// (ignored for self-attention, where S = T).
+void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, View x,
+                       View context, int64_t B, int64_t T, int64_t S);
+// dx += ∂/∂x, dcontext += ∂/∂context (cross only), parameter gradients += … for dy = ∂L/∂y.
+void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx, View dcontext,
+                        View dy, View x, View context, int64_t B, int64_t T, int64_t S);
+
+// The softmax weights [B, Hq, T, S] of the last forward, from the reference kernel.
+Tensor multihead_weights(const MultiHeadAttention& m, const MultiHeadState& s, int64_t B,
+                         int64_t T, int64_t S);
+
+}  // namespace qkv

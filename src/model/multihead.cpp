@@ -1,0 +1,120 @@
+// Multi-head attention as a layer (see include/qkv/multihead.h).
+#include "qkv/multihead.h"
+
+#include <algorithm>
+
+#include "qkv/attention.h"
+#include "qkv/error.h"
+
+namespace qkv {
+
+namespace {
+
+// [rows, cols] storage that grows to the largest size asked for; returns its first rows.
+View rows_of(Tensor& t, int64_t rows, int64_t cols) {
+  if (t.ndim() != 2 || t.size(0) < rows || t.size(1) != cols) t = Tensor({rows, cols});
+  return t.view().slice(0, 0, rows);
+}
+
+struct Heads {
+  View q, k, v, out;      // [B, H, T or S, dh]
+  View q_bthd, k_bthd;    // [B, T or S, H, dh], for the rotary embedding
+};
+
+// Heads as strided views of the projected rows: q rows of width qw starting at column 0,
+// k and v rows of width kvw starting at columns k0 and k0 + Hkv·dh.
+Heads split(const MultiHeadAttention& m, float* q_rows, int64_t qw, float* kv_rows, int64_t kvw,
+            int64_t k0, float* att, int64_t B, int64_t T, int64_t S) {
+  const int64_t dh = m.d_head, Hq = m.n_heads, Hkv = m.n_kv_heads, A = Hq * dh;
+  Heads h;
+  h.q = View(q_rows, {B, Hq, T, dh}, {T * qw, dh, qw, 1});
+  h.k = View(kv_rows + k0, {B, Hkv, S, dh}, {S * kvw, dh, kvw, 1});
+  h.v = View(kv_rows + k0 + Hkv * dh, {B, Hkv, S, dh}, {S * kvw, dh, kvw, 1});
+  h.out = View(att, {B, Hq, T, dh}, {T * A, dh, A, 1});
+  h.q_bthd = h.q.transpose(1, 2);
+  h.k_bthd = h.k.transpose(1, 2);
+  return h;
+}
+
+Heads heads_of(const MultiHeadAttention& m, const Tensor& q, const Tensor& kv, const Tensor& att,
+               int64_t B, int64_t T, int64_t S) {
+  const int64_t Hq = m.n_heads, dh = m.d_head;
+  if (!m.is_cross()) {
+    const int64_t W = (Hq + 2 * m.n_kv_heads) * dh;
+    return split(m, q.data(), W, q.data(), W, Hq * dh, att.data(), B, T, T);
+  }
+  return split(m, q.data(), Hq * dh, kv.data(), 2 * m.n_kv_heads * dh, 0, att.data(), B, T, S);
+}
+
+AttentionArgs args_of(const MultiHeadAttention& m, const Heads& h, float* lse) {
+  AttentionArgs a{.q = h.q, .k = h.k, .v = h.v, .out = h.out, .lse = lse};
+  a.mask.causal = m.causal;
+  a.mask.alibi = m.alibi;
+  return a;
+}
+
+}  // namespace
+
+void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, View x,
+                       View context, int64_t B, int64_t T, int64_t S) {
+  check(m.n_heads % m.n_kv_heads == 0, "multihead_forward: ", m.n_heads,
+        " query heads is not a multiple of ", m.n_kv_heads, " key/value heads");
+  const int64_t N = B * T, dh = m.d_head, Hq = m.n_heads, Hkv = m.n_kv_heads;
+  if (!m.is_cross()) {
+    S = T;
+    linear_forward(rows_of(s.q, N, (Hq + 2 * Hkv) * dh), x, m.qkv_w, m.qkv_b);
+  } else {
+    check(!context.empty() && context.shape[0] == B * S, "multihead_forward: cross-attention "
+          "needs a context of B·S = ", B * S, " rows, got ", shape_str(context));
+    linear_forward(rows_of(s.q, N, Hq * dh), x, m.q_w, m.q_b);
+    linear_forward(rows_of(s.kv, B * S, 2 * Hkv * dh), context, m.kv_w, m.kv_b);
+  }
+  rows_of(s.att, N, Hq * dh);
+  rows_of(s.lse, B * Hq * T, 1);
+  const Heads h = heads_of(m, s.q, s.kv, s.att, B, T, S);
+  if (m.rotary) {
+    rope_forward(h.q_bthd, S - T, m.rope_theta, m.rope_pairs);  // queries are the last T
+    rope_forward(h.k_bthd, 0, m.rope_theta, m.rope_pairs);
+  }
+  attention(args_of(m, h, s.lse.data()));
+  linear_forward(y, s.att.view().slice(0, 0, N), m.out_w, m.out_b);
+}
+
+void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx, View dcontext,
+                        View dy, View x, View context, int64_t B, int64_t T, int64_t S) {
+  const int64_t N = B * T, dh = m.d_head, Hq = m.n_heads, Hkv = m.n_kv_heads;
+  if (!m.is_cross()) S = T;
+  const View datt = rows_of(s.datt, N, Hq * dh);
+  std::fill(datt.data, datt.data + datt.numel(), 0.0f);
+  linear_backward(datt, m.d_out_w, m.d_out_b, dy, s.att.view().slice(0, 0, N), m.out_w);
+  // Gradients of the projected rows, laid out like the forward's q / kv.
+  if (!m.is_cross()) rows_of(s.dq, N, (Hq + 2 * Hkv) * dh);
+  else rows_of(s.dq, N, Hq * dh), rows_of(s.dkv, B * S, 2 * Hkv * dh);
+  const Heads h = heads_of(m, s.q, s.kv, s.att, B, T, S);
+  const Heads d = heads_of(m, s.dq, s.dkv, s.datt, B, T, S);
+  attention_backward(args_of(m, h, s.lse.data()), d.out, d.q, d.k, d.v);  // written, not added
+  if (m.rotary) {
+    rope_backward(d.q_bthd, S - T, m.rope_theta, m.rope_pairs);
+    rope_backward(d.k_bthd, 0, m.rope_theta, m.rope_pairs);
+  }
+  if (!m.is_cross()) {
+    linear_backward(dx, m.d_qkv_w, m.d_qkv_b, s.dq.view().slice(0, 0, N), x, m.qkv_w);
+  } else {
+    linear_backward(dx, m.d_q_w, m.d_q_b, s.dq.view().slice(0, 0, N), x, m.q_w);
+    linear_backward(dcontext, m.d_kv_w, m.d_kv_b, s.dkv.view().slice(0, 0, B * S), context,
+                    m.kv_w);
+  }
+}
+
+Tensor multihead_weights(const MultiHeadAttention& m, const MultiHeadState& s, int64_t B,
+                         int64_t T, int64_t S) {
+  if (!m.is_cross()) S = T;
+  Tensor out({B, m.n_heads, T, m.d_head}), weights({B, m.n_heads, T, S});
+  const Heads h = heads_of(m, s.q, s.kv, s.att, B, T, S);
+  AttentionArgs a = args_of(m, h, nullptr);
+  a.out = out;
+  reference::attention(a, weights);
+  return weights;
+}
+
+}  // namespace qkv
