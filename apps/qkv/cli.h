@@ -17,6 +17,7 @@ void add_params(CLI::App& app);
 void add_demo(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_train(CLI::App& app);
+void add_bench_train(CLI::App& bench);
 
 // The worked example of `qkv explain`, printed as text; `qkv demo` tells it too.
 void print_worked_example(std::ostream& out, bool causal);
