@@ -2,29 +2,14 @@
 // Tens of seconds in Release, so these run in the release build only (label "slow").
 #include <gtest/gtest.h>
 
+#include "model_configs.h"
 #include "qkv/train.h"
 
 namespace qkv {
 namespace {
 
 ModelConfig small(const TaskData& data, bool llama = false) {
-  ModelConfig c;
-  c.vocab_size = data.vocab_size();
-  c.context = data.seq_len();
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = llama ? 2 : 4;
-  c.d_head = 8;
-  c.d_ff = 64;
-  if (llama) {
-    c.norm = NormKind::rms_norm;
-    c.mlp = MlpKind::swiglu;
-    c.positions = PositionKind::rotary;
-    c.bias = false;
-    c.tied_embeddings = false;
-  }
-  return c;
+  return testing::small_model(data.vocab_size(), data.seq_len(), llama);
 }
 
 TEST(Learning, CopyIsLearnedPerfectly) {

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "finite_differences.h"
+#include "model_configs.h"
 #include "qkv/model.h"
 #include "qkv/ops.h"
 #include "qkv/params.h"
@@ -14,22 +15,11 @@ namespace qkv {
 namespace {
 
 ModelConfig tiny(bool llama) {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.context = 8;
-  c.d_model = 8;
-  c.n_layers = 2;
+  ModelConfig c = testing::small_model(11, 8, llama, 8);
+  c.d_head = 4;
   c.n_heads = 2;
   c.n_kv_heads = llama ? 1 : 2;
-  c.d_head = 4;
   c.d_ff = 12;
-  if (llama) {
-    c.norm = NormKind::rms_norm;
-    c.mlp = MlpKind::swiglu;
-    c.positions = PositionKind::rotary;
-    c.bias = false;
-    c.tied_embeddings = false;
-  }
   return c;
 }
 

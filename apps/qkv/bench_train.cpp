@@ -35,10 +35,7 @@ void bench_train(const BenchTrainOptions& o) {
   c.n_heads = c.n_kv_heads = o.heads;
   c.d_head = o.d_model / o.heads;
   c.d_ff = 4 * o.d_model;
-  if (o.style == "llama") {
-    c.norm = NormKind::rms_norm, c.mlp = MlpKind::swiglu, c.positions = PositionKind::rotary;
-    c.bias = false, c.tied_embeddings = false;
-  }
+  if (o.style == "llama") use_llama_style(c);
   Model model(c, 1);
   AdamW optimizer(model);
   const int64_t B = o.batch, T = o.context;

@@ -60,13 +60,7 @@ ModelConfig model_config(const TrainOptions& o, const TaskData& data) {
   c.init_std = o.init_std > 0 ? o.init_std : 1.0f / std::sqrt(static_cast<float>(o.d_model));
   check(o.style == "gpt2" || o.style == "llama", "train: --style must be gpt2 or llama, got \"",
         o.style, "\"");
-  if (o.style == "llama") {
-    c.norm = NormKind::rms_norm;
-    c.mlp = MlpKind::swiglu;
-    c.positions = PositionKind::rotary;
-    c.bias = false;
-    c.tied_embeddings = false;
-  }
+  if (o.style == "llama") use_llama_style(c);
   if (!o.positions.empty()) {
     bool found = false;
     for (PositionKind p : {PositionKind::learned, PositionKind::sinusoidal, PositionKind::rotary,

@@ -45,6 +45,10 @@ std::string to_string(PositionKind);
 // Throws qkv::Error naming the first field that is out of range or inconsistent.
 void validate(const ModelConfig& config);
 
+// Switches a config to Llama's conventions: RMSNorm, SwiGLU, rotary positions, no biases,
+// an untied language-model head. Sizes are left as they are.
+void use_llama_style(ModelConfig& config);
+
 // One named tensor inside the flat parameter buffer.
 struct ParamInfo {
   std::string name;   // e.g. "layers.3.attn.qkv.weight"

@@ -16,6 +16,14 @@ std::string to_string(PositionKind p) {
   return "?";
 }
 
+void use_llama_style(ModelConfig& c) {
+  c.norm = NormKind::rms_norm;
+  c.mlp = MlpKind::swiglu;
+  c.positions = PositionKind::rotary;
+  c.bias = false;
+  c.tied_embeddings = false;
+}
+
 void validate(const ModelConfig& c) {
   auto positive = [](int64_t value, const char* name) {
     check(value >= 1, "model config: ", name, " must be >= 1, got ", value);

@@ -86,10 +86,7 @@ ModelConfig llama(int64_t layers, int64_t d_model, int64_t heads, int64_t kv_hea
   c.n_kv_heads = kv_heads;
   c.d_head = d_model / heads;
   c.d_ff = d_ff;
-  c.norm = NormKind::rms_norm;
-  c.mlp = MlpKind::swiglu;
-  c.positions = PositionKind::rotary;
-  c.bias = false;
+  use_llama_style(c);
   c.tied_embeddings = tied;
   return c;
 }
