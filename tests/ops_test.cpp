@@ -243,6 +243,9 @@ TEST(CrossEntropy, LossAndBackward) {
   }
   EXPECT_NEAR(l, expected / 4, 1e-5);
   cross_entropy_backward(View(dlogits.data(), {N, V}), View(probs.data(), {N, V}), targets, 1);
+  std::vector<float> inplace = probs;  // the in-place form gives the same gradient
+  cross_entropy_backward_inplace(View(inplace.data(), {N, V}), targets, 1);
+  for (size_t i = 0; i < inplace.size(); ++i) EXPECT_FLOAT_EQ(inplace[i], dlogits[i]);
   for (int64_t v = 0; v < V; ++v) EXPECT_EQ(dlogits[1 * V + v], 0.0f);  // ignored row
   expect_gradient(logits.data(), dlogits.data(), logits.size(), loss, "dlogits");
   const int32_t bad[N] = {0, 0, 6, 0, 0};

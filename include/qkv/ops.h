@@ -72,5 +72,8 @@ inline constexpr int32_t kIgnoreIndex = -100;  // as PyTorch's cross_entropy
 float cross_entropy_forward(View probs, View logits, const int32_t* targets);
 // dlogits += (probs − onehot(target)) · dloss / count, 0 on ignored rows.
 void cross_entropy_backward(View dlogits, View probs, const int32_t* targets, float dloss);
+// The same gradient written over probs itself (llm.c's habit): for a real vocabulary the
+// [N, V] buffers are the largest of a model, and the probabilities are not needed after.
+void cross_entropy_backward_inplace(View probs, const int32_t* targets, float dloss);
 
 }  // namespace qkv

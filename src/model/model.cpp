@@ -33,7 +33,7 @@ struct Model::Activations {
   std::vector<Layer> layers;
   Tensor lnf, meanf, rstdf, logits, probs;
   // Backward scratch.
-  Tensor dresid, dmid, dln, dh, du, dg, dlogits, dlnf;
+  Tensor dresid, dmid, dln, dh, du, dg, dlnf;
   bool have_targets = false;
 };
 
@@ -183,7 +183,7 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
     a.lnf = zeros(N, C), a.meanf = zeros(N, 1), a.rstdf = zeros(N, 1);
     a.logits = zeros(N, V), a.probs = zeros(N, V);
     a.dresid = zeros(N, C), a.dmid = zeros(N, C), a.dln = zeros(N, C);
-    a.dh = zeros(N, F), a.dg = zeros(N, F), a.dlogits = zeros(N, V);
+    a.dh = zeros(N, F), a.dg = zeros(N, F);
     a.dlnf = zeros(N, C);
     if (c.mlp == MlpKind::swiglu) a.du = zeros(N, F);
   }
@@ -262,11 +262,10 @@ void Model::backward() {
   auto bias_grad = [&](const std::string& name) { return c.bias ? grad(name).data : nullptr; };
 
   // Loss → logits → final norm.
-  zero(a.dlogits);
-  cross_entropy_backward(rows(a.dlogits), rows(a.probs), a.targets.data(), 1.0f);
+  cross_entropy_backward_inplace(rows(a.probs), a.targets.data(), 1.0f);  // probs → dlogits
   zero(a.dlnf);
   const std::string head = c.tied_embeddings ? "embedding.token" : "lm_head.weight";
-  linear_backward(rows(a.dlnf), grad(head), nullptr, rows(a.dlogits), rows(a.lnf), weight(head));
+  linear_backward(rows(a.dlnf), grad(head), nullptr, rows(a.probs), rows(a.lnf), weight(head));
   zero(a.dresid);
   norm_backward(rows(a.dresid), rows(a.dlnf), rows(a.resid[c.n_layers]), a.meanf.data(),
                 a.rstdf.data(), "norm");

@@ -52,4 +52,22 @@ void cross_entropy_backward(View dlogits, View probs, const int32_t* targets, fl
   }
 }
 
+void cross_entropy_backward_inplace(View probs, const int32_t* targets, float dloss) {
+  const int64_t N = probs.shape[0], V = probs.shape[1];
+  check_rows(probs, N, V, "cross_entropy_backward_inplace", "probs [N, V]");
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) count += targets[n] != kIgnoreIndex;
+  const float scale = count ? dloss / count : 0.0f;
+#pragma omp parallel for schedule(static) num_threads(num_threads())
+  for (int64_t n = 0; n < N; ++n) {
+    float* p = row(probs, n);
+    if (targets[n] == kIgnoreIndex) {
+      std::fill(p, p + V, 0.0f);
+      continue;
+    }
+    for (int64_t v = 0; v < V; ++v) p[v] *= scale;
+    p[targets[n]] -= scale;
+  }
+}
+
 }  // namespace qkv
