@@ -210,6 +210,12 @@ TEST(CliTrain, CopyTaskSummaryAsJson) {
   const json resumed = run_json("train --task copy --items 4 --symbols 6 --steps 80 --batch 16 "
                                 "--quiet --json --checkpoint " + path + " --resume " + path);
   EXPECT_EQ(resumed["steps"], 80);
+  const json sized = run_json("train --task copy --size small --steps 2 --batch 2 --quiet --json "
+                              "--checkpoint " + path);
+  EXPECT_GT(sized["parameters"].get<int64_t>(), 700000);  // 4 layers of width 128
+  const Result bad_size = run("train --size huge", /*with_stderr=*/true);
+  EXPECT_EQ(bad_size.status, 2);
+  EXPECT_NE(bad_size.output.find("unknown --size"), std::string::npos);
   const Result bad = run("train --task nope", /*with_stderr=*/true);
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.output.find("unknown --task"), std::string::npos);

@@ -27,7 +27,7 @@ extern "C" void on_sigint(int) { interrupted = true; }
 
 struct TrainOptions {
   std::string task = "recall", text, style = "gpt2", positions, checkpoint = "qkv-checkpoint.safetensors";
-  std::string resume;
+  std::string resume, size;
   int64_t items = 8, symbols = 16, seq = 128;
   TrainOptions() {
     train.steps = 1500;
@@ -41,6 +41,34 @@ struct TrainOptions {
   int threads = 0;
   bool json = false, quiet = false;
 };
+
+// Model sizes by name: width, blocks and heads (d_ff is 4 × width).
+struct Size {
+  const char* name;
+  int64_t d_model, layers, heads;
+};
+constexpr Size kSizes[] = {
+    {"tiny", 64, 2, 4},       // the recall model of the demo
+    {"small", 128, 4, 4},
+    {"medium", 256, 4, 4},    // the first shape of the training benchmark
+    {"gpt2-small", 768, 12, 12},
+};
+
+// Sets width, layers and heads from --size, except those given by their own flags.
+void apply_size(TrainOptions& o, const CLI::App& cmd) {
+  if (o.size.empty()) return;
+  std::string names;
+  for (const Size& s : kSizes) {
+    if (o.size == s.name) {
+      if (!cmd.count("--d-model")) o.d_model = s.d_model;
+      if (!cmd.count("--layers")) o.layers = s.layers;
+      if (!cmd.count("--heads")) o.heads = s.heads;
+      return;
+    }
+    names += (names.empty() ? "" : ", ") + std::string(s.name);
+  }
+  fail("train: unknown --size \"", o.size, "\"; choose ", names);
+}
 
 ModelConfig model_config(const TrainOptions& o, const TaskData& data) {
   ModelConfig c;
@@ -178,6 +206,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--seq", o->seq, "Sequence length for --text")->capture_default_str();
   cmd->add_option("--style", o->style, "gpt2 (LayerNorm, GELU, learned positions) or llama (RMSNorm, SwiGLU, rotary)")->capture_default_str();
   cmd->add_option("--positions", o->positions, "Override: learned, sinusoidal, rotary, alibi, none");
+  cmd->add_option("--size", o->size, "tiny, small, medium or gpt2-small (sets width, layers, heads)");
   cmd->add_option("--d-model", o->d_model, "Embedding width")->capture_default_str();
   cmd->add_option("--layers", o->layers, "Blocks")->capture_default_str();
   cmd->add_option("--heads", o->heads, "Query heads")->capture_default_str();
@@ -200,7 +229,10 @@ void add_train(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Threads; default all cores");
   cmd->add_flag("--quiet", o->quiet, "No progress lines");
   cmd->add_flag("--json", o->json, "Summary as one JSON line on stdout (progress to stderr)");
-  cmd->callback([o] { run_train(*o); });
+  cmd->callback([o, cmd] {
+    apply_size(*o, *cmd);
+    run_train(*o);
+  });
 }
 
 }  // namespace qkv::cli
