@@ -24,6 +24,7 @@ Tensor zeros(int64_t rows, int64_t cols) { return Tensor({rows, cols}); }
 // Everything the forward keeps for the backward, and the backward's scratch.
 struct Model::Activations {
   int64_t B = 0, T = 0;
+  int64_t capacity = 0;  // rows the buffers hold: they grow, never shrink
   std::vector<int32_t> tokens, targets, pos;
   struct Layer {
     Tensor ln1, mean1, rstd1, mid, ln2, mean2, rstd2, h, u, g;
@@ -169,7 +170,8 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
         " is longer than the context of ", c.context, " learned positions");
   const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size;
   Activations& a = *acts_;
-  if (a.B * a.T < N || a.layers.empty()) {  // (re)allocate for the larger batch
+  if (a.capacity < N) {  // (re)allocate for a larger batch; smaller ones use the first rows
+    a.capacity = N;
     a.resid.clear();
     for (int64_t l = 0; l <= c.n_layers; ++l) a.resid.push_back(zeros(N, C));
     a.layers.clear();
