@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "qkv/error.h"
 #include "qkv/model.h"
+#include "qkv/params.h"
 #include "qkv/threads.h"
 #include "qkv/train.h"
 #include "util/machine.h"
@@ -62,10 +63,7 @@ void bench_train(const BenchTrainOptions& o) {
   const double seconds = times[times.size() / 2];
   const double rss = detail::peak_rss_mb();
   const double peak = detail::measure_fma_peak_gflops(num_threads());
-  // 6 FLOPs per parameter per token (forward 2, backward 4), plus attention's q·k and p·v
-  // under the causal mask: 6 · layers · Hq · d_head · T per token (half of the full 12).
-  const double flops_per_token =
-      6.0 * model.num_params() + 6.0 * c.n_layers * c.n_heads * c.d_head * T;
+  const double flops_per_token = training_flops_per_token(c, model.num_params(), T);
   const double tokens_per_s = B * T / seconds;
   const double mfu = tokens_per_s * flops_per_token / (peak * 1e9);
   nlohmann::json r = {{"benchmark", "train"}, {"d_model", c.d_model}, {"layers", c.n_layers},

@@ -166,12 +166,10 @@ void run_train(const TrainOptions& o) {
   std::signal(SIGINT, SIG_DFL);
   save(r.steps);
 
-  // MFU: 6 FLOPs per parameter per token (forward + backward) plus attention's, over the
-  // fp32 FMA peak measured now.
+  // MFU: training FLOPs over the fp32 FMA peak measured now.
   const double peak = detail::measure_fma_peak_gflops(num_threads(), 0.1);
-  const double attention_flops =
-      6.0 * c.n_layers * c.n_heads * c.d_head * data.seq_len();  // q·k and p·v, causal half, ×3
-  const double flops_per_token = 6.0 * model->num_params() + attention_flops;
+  const double flops_per_token =
+      training_flops_per_token(c, model->num_params(), data.seq_len());
   const double mfu = r.tokens_per_s * flops_per_token / (peak * 1e9);
   json summary = {{"final_loss", r.final_loss},
                   {"steps", r.steps},

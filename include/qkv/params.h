@@ -51,6 +51,11 @@ struct CostCounts {
 };
 
 ParamCounts count_params(const ModelConfig& config);
+
+// Training FLOPs per token of a sequence of `context` tokens (forward + backward, for MFU):
+// 6 per parameter, plus q·k and p·v under the causal mask, 6 · layers · heads · d_head ·
+// context (half of the full 12).
+double training_flops_per_token(const ModelConfig& config, int64_t num_params, int64_t context);
 CostCounts count_costs(const ModelConfig& config, int64_t context);
 
 struct Preset {

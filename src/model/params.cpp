@@ -35,6 +35,10 @@ ParamCounts count_params(const ModelConfig& c) {
   return p;
 }
 
+double training_flops_per_token(const ModelConfig& c, int64_t num_params, int64_t context) {
+  return 6.0 * num_params + 6.0 * c.n_layers * c.n_heads * c.d_head * context;
+}
+
 CostCounts count_costs(const ModelConfig& c, int64_t context) {
   check(context >= 1, "count_costs: context must be >= 1, got ", context);
   const ParamCounts p = count_params(c);
