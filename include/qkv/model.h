@@ -13,6 +13,8 @@
 
 namespace qkv {
 
+class KVCache;
+
 enum class NormKind { layer_norm, rms_norm };
 enum class MlpKind { gelu, swiglu };  // gelu: W2·gelu(W1 x); swiglu: W2·(silu(W1 x) ⊙ W3 x)
 enum class PositionKind { learned, sinusoidal, rotary, alibi, none };
@@ -35,6 +37,8 @@ struct ModelConfig {
   float rope_theta = 10000;    // rotary base frequency
   bool rope_halves = false;    // rotary pairs (j, j + D/2) as GPT-NeoX; false: (2j, 2j+1)
   bool causal = true;          // a decoder; false only for experiments on symmetry
+  int64_t window = 0;          // sliding window (Mistral): each position sees itself and the
+                               // `window` positions before it; 0 = the whole prefix
   float init_std = 0.02f;      // std of the random initial weights (GPT-2: 0.02)
 };
 
@@ -92,14 +96,25 @@ class Model {
   // Layer `layer`'s attention as a MultiHeadAttention over this model's weights and grads.
   MultiHeadAttention attention_layer(int64_t layer) const;
 
+  // Inference with a key/value cache (src/model/inference.cpp). Runs T new tokens of each of
+  // B sequences (tokens [B, T]; row i extends cache sequence seqs[i], or i when seqs is null)
+  // at the positions their cache has reached, stores their keys and values, and returns the
+  // logits of every new position [B·T, V] (all_logits) or of each sequence's last [B, V].
+  // The view stays valid until the next call. Throws qkv::Error when a sequence would
+  // outgrow the cache.
+  View forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int64_t T,
+                      const int64_t* seqs = nullptr, bool all_logits = false);
+
  private:
   struct Activations;
+  struct InferenceBuffers;
   ModelConfig config_;
   std::vector<ParamInfo> params_;
   int64_t num_params_ = 0;
   Tensor weights_, grads_;
   std::vector<float> alibi_;  // ALiBi slopes, when the model uses them
   std::unique_ptr<Activations> acts_;
+  std::unique_ptr<InferenceBuffers> infer_;
 };
 
 }  // namespace qkv

@@ -21,6 +21,7 @@ namespace qkv {
 struct MultiHeadAttention {
   int64_t n_heads = 1, n_kv_heads = 1, d_head = 1;
   bool causal = true;
+  int64_t window = 0;            // > 0: sliding window, keys in [pos - window, pos]
   const float* alibi = nullptr;  // [n_heads] slopes, or null
   bool rotary = false;
   float rope_theta = 10000;

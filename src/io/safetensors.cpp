@@ -34,7 +34,7 @@ std::string config_to_json(const ModelConfig& c) {
               {"positions", to_string(c.positions)}, {"bias", c.bias},
               {"tied_embeddings", c.tied_embeddings}, {"norm_eps", c.norm_eps},
               {"rope_theta", c.rope_theta}, {"rope_halves", c.rope_halves},
-              {"causal", c.causal}}
+              {"causal", c.causal}, {"window", c.window}}
       .dump();
 }
 
@@ -62,6 +62,7 @@ ModelConfig config_from_json(const std::string& text) {
     c.rope_theta = j.at("rope_theta");
     c.rope_halves = j.at("rope_halves");
     c.causal = j.at("causal");
+    c.window = j.value("window", int64_t{0});  // absent in checkpoints before windows
   } catch (const json::exception& e) {
     fail("checkpoint: the model config is not valid (", e.what(), ")");
   }

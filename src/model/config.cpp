@@ -38,6 +38,8 @@ void validate(const ModelConfig& c) {
   positive(c.d_ff, "d_ff");
   check(c.n_heads % c.n_kv_heads == 0, "model config: n_heads (", c.n_heads,
         ") must be a multiple of n_kv_heads (", c.n_kv_heads, ")");
+  check(c.window >= 0, "model config: window must be >= 0 (0 = no window), got ", c.window);
+  check(c.window == 0 || c.causal, "model config: a sliding window needs a causal model");
   check(c.positions != PositionKind::rotary || c.d_head % 2 == 0,
         "model config: rotary positions need an even d_head, got ", c.d_head);
 }

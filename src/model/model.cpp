@@ -12,6 +12,7 @@
 #include "qkv/model.h"
 #include "qkv/multihead.h"
 #include "qkv/ops.h"
+#include "model/inference_buffers.h"
 
 namespace qkv {
 
@@ -146,6 +147,7 @@ MultiHeadAttention Model::attention_layer(int64_t layer) const {
   m.n_kv_heads = c.n_kv_heads;
   m.d_head = c.d_head;
   m.causal = c.causal;
+  m.window = c.window;
   m.alibi = c.positions == PositionKind::alibi ? alibi_.data() : nullptr;
   m.rotary = c.positions == PositionKind::rotary;
   m.rope_theta = c.rope_theta;

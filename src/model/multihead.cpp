@@ -49,6 +49,7 @@ Heads heads_of(const MultiHeadAttention& m, const Tensor& q, const Tensor& kv, c
 AttentionArgs args_of(const MultiHeadAttention& m, const Heads& h, float* lse) {
   AttentionArgs a{.q = h.q, .k = h.k, .v = h.v, .out = h.out, .lse = lse};
   a.mask.causal = m.causal;
+  if (m.window > 0) a.mask.window_left = static_cast<int>(m.window);
   a.mask.alibi = m.alibi;
   return a;
 }

@@ -1,0 +1,86 @@
+// KVCache: the keys and values a decoder has already computed, kept so that generating the
+// next token costs one row of work per layer instead of the whole prefix again.
+//
+// Per layer, per sequence, per key/value head: `slots` rows of d_head floats for K and for V,
+// allocated once. A sequence's keys are written at the positions it has reached; its length
+// grows by the tokens run through Model::forward_cached. Positions are rotated (RoPE) before
+// they are stored, so a cached key never needs touching again.
+//
+// Storage: fp32, or bf16 (half the memory; keys and values are rounded to 8 mantissa bits
+// when written, scores and softmax stay fp32 — see docs/api.md for the measured accuracy).
+// Ring mode (sliding-window models): only the last window + 1 positions are kept; position p
+// lives in slot p mod slots, so memory stays bounded however long the sequence grows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+struct ModelConfig;
+
+enum class CacheType { f32, bf16 };
+
+struct KVCacheOptions {
+  int64_t batch = 1;            // sequences held side by side
+  int64_t max_seq = 0;          // positions per sequence; 0 = the model's context
+  CacheType type = CacheType::f32;
+  bool ring = false;            // keep only the last window + 1 positions (the model needs a window)
+};
+
+class KVCache {
+ public:
+  KVCache(const ModelConfig& config, const KVCacheOptions& options);
+
+  int64_t batch() const { return batch_; }
+  int64_t layers() const { return layers_; }
+  int64_t kv_heads() const { return kv_heads_; }
+  int64_t d_head() const { return d_head_; }
+  int64_t slots() const { return slots_; }      // rows kept per sequence and head
+  int64_t max_seq() const { return max_seq_; }  // longest a sequence may grow
+  bool ring() const { return ring_; }
+  CacheType type() const { return type_; }
+  int64_t bytes() const;                        // memory held for keys and values
+
+  // Positions sequence `seq` has seen so far (its next token goes at this position).
+  int64_t length(int64_t seq) const;
+  // Forgets one sequence (or all): its next token goes at position 0 again.
+  void reset(int64_t seq);
+  void reset();
+
+  // Throws qkv::Error when `count` more positions would not fit in sequence `seq`.
+  void check_room(int64_t seq, int64_t count) const;
+
+  // ---- used by Model::forward_cached ----
+  // Stores the key and value rows of positions [pos0, pos0 + count) of one sequence, head by
+  // head: key t of head h is k_rows[t · row_stride + h · d_head …], same for v.
+  void write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, const float* k_rows,
+             const float* v_rows, int64_t row_stride);
+  // The same store, and the keys and values of positions [first, pos0 + count) in order into
+  // k, v [Hkv, pos0 + count − first, d_head], fp32 — as stored (bf16-rounded in bf16 storage).
+  // The old positions are read before the new ones are written, so a ring can take more new
+  // positions than it has free slots.
+  void write_and_read(int64_t layer, int64_t seq, int64_t pos0, int64_t count,
+                      const float* k_rows, const float* v_rows, int64_t row_stride,
+                      int64_t first, View k, View v);
+  // fp32 storage: the first n slots of a sequence in place, as [1, Hkv, n, d_head] views.
+  // Slot = position, except in ring mode (slot = position mod slots). Empty views for bf16.
+  View key_slots(int64_t layer, int64_t seq, int64_t n) const;
+  View value_slots(int64_t layer, int64_t seq, int64_t n) const;
+  void advance(int64_t seq, int64_t count);  // the sequence has grown by `count` positions
+
+ private:
+  int64_t offset(int64_t layer, int64_t seq, int64_t head, int64_t slot) const;
+  float* f32(bool value) const { return (value ? v_ : k_).data(); }
+  uint16_t* bf16(bool value) const { return reinterpret_cast<uint16_t*>((value ? v_ : k_).data()); }
+
+  int64_t batch_, layers_, kv_heads_, d_head_, slots_, max_seq_;
+  bool ring_;
+  CacheType type_;
+  Tensor k_, v_;  // [layers, batch, kv_heads, slots, d_head]; bf16 packs two per float
+  std::vector<int64_t> length_;
+};
+
+}  // namespace qkv

@@ -1,0 +1,180 @@
+// Inference with a key/value cache: the same decoder as model.cpp's forward, but each call
+// runs only the new tokens, and attention reads the earlier positions' keys and values from
+// the cache instead of recomputing them. A prompt runs as one call (prefill: T tokens through
+// the tiled kernel), then each generated token as a call of its own (T = 1: the split-KV
+// decoding kernel over the cache).
+//
+// Legend as in model.cpp: B sequences, T new tokens each, N = B·T rows, C = d_model,
+// Hq/Hkv heads, dh = d_head, W = (Hq + 2 Hkv)·dh, A = Hq·dh, F = d_ff, V = vocab.
+#include <algorithm>
+
+#include "qkv/attention.h"
+#include "qkv/error.h"
+#include "qkv/kv_cache.h"
+#include "qkv/model.h"
+#include "qkv/ops.h"
+#include "model/inference_buffers.h"
+
+namespace qkv {
+
+namespace {
+
+View rows(const Tensor& t, int64_t n) { return t.view().slice(0, 0, n); }
+
+void grow(Tensor& t, int64_t rows, int64_t cols) {
+  if (t.ndim() != 2 || t.size(0) < rows || t.size(1) != cols) t = Tensor({rows, cols});
+}
+
+}  // namespace
+
+View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int64_t T,
+                           const int64_t* seqs, bool all_logits) {
+  const ModelConfig& c = config_;
+  constexpr const char* where = "forward_cached";
+  check(c.causal, where, ": a key/value cache needs a causal model");
+  check(cache.layers() == c.n_layers && cache.kv_heads() == c.n_kv_heads &&
+            cache.d_head() == c.d_head,
+        where, ": the cache (", cache.layers(), " layers, ", cache.kv_heads(), " kv heads of ",
+        cache.d_head(), ") was made for another model (", c.n_layers, ", ", c.n_kv_heads, ", ",
+        c.d_head, ")");
+  check(B >= 1 && T >= 1, where, ": need B, T >= 1, got ", B, ", ", T);
+  check(B <= cache.batch(), where, ": ", B, " sequences but the cache holds ", cache.batch());
+  std::vector<int64_t> seq(B), pos0(B);
+  for (int64_t i = 0; i < B; ++i) {
+    seq[i] = seqs ? seqs[i] : i;
+    check(seq[i] >= 0 && seq[i] < cache.batch(), where, ": sequence ", seq[i],
+          " is not in the cache (batch ", cache.batch(), ")");
+    for (int64_t j = 0; j < i; ++j)
+      check(seq[j] != seq[i], where, ": sequence ", seq[i], " given twice");
+    cache.check_room(seq[i], T);
+    pos0[i] = cache.length(seq[i]);
+  }
+
+  const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size;
+  const int64_t Hq = c.n_heads, Hkv = c.n_kv_heads, dh = c.d_head;
+  const int64_t W = (Hq + 2 * Hkv) * dh, A = Hq * dh;
+  if (!infer_) infer_ = std::make_unique<InferenceBuffers>();
+  InferenceBuffers& s = *infer_;
+  if (s.capacity < N) {
+    s.capacity = N;
+    grow(s.x, N, C), grow(s.ln, N, C), grow(s.y, N, C), grow(s.qkv, N, W), grow(s.att, N, A);
+    grow(s.h, N, F), grow(s.g, N, F), grow(s.stat, 2 * N, 1);
+    if (c.mlp == MlpKind::swiglu) grow(s.u, N, F);
+  }
+  const int64_t logit_rows = all_logits ? N : B;
+  if (s.logit_rows < logit_rows) {
+    s.logit_rows = logit_rows;
+    grow(s.last, logit_rows, C), grow(s.logits, logit_rows, V);
+  }
+  s.pos.resize(N);
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t t = 0; t < T; ++t) s.pos[i * T + t] = static_cast<int32_t>(pos0[i] + t);
+
+  const bool ln = c.norm == NormKind::layer_norm;
+  float* mean = s.stat.data();
+  float* rstd = s.stat.data() + N;
+  auto norm = [&](View y, View x, const std::string& name) {
+    if (ln) layernorm_forward(y, mean, rstd, x, weight(name + ".weight").data,
+                              weight(name + ".bias").data, c.norm_eps);
+    else rmsnorm_forward(y, rstd, x, weight(name + ".weight").data, c.norm_eps);
+  };
+  auto bias = [&](const std::string& name) { return c.bias ? weight(name).data : nullptr; };
+
+  // Embeddings, plus learned or sinusoidal positions.
+  View positions;
+  if (c.positions == PositionKind::learned) positions = weight("embedding.position");
+  if (c.positions == PositionKind::sinusoidal) {
+    const int64_t need = *std::max_element(s.pos.begin(), s.pos.end()) + 1;
+    if (s.sinusoids.ndim() != 2 || s.sinusoids.size(0) < need) {
+      s.sinusoids = Tensor({std::max(need, c.context), C});
+      sinusoidal_table(s.sinusoids);
+    }
+    positions = s.sinusoids;
+  }
+  const View x = rows(s.x, N);
+  embedding_forward(x, tokens, weight("embedding.token"),
+                    positions.empty() ? nullptr : s.pos.data(), positions);
+
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const MultiHeadAttention m = attention_layer(l);
+    // x += attn(norm(x)), the attention one sequence at a time: each has its own length.
+    norm(rows(s.ln, N), x, p + "norm1");
+    linear_forward(rows(s.qkv, N), rows(s.ln, N), m.qkv_w, m.qkv_b);
+    for (int64_t i = 0; i < B; ++i) {
+      float* r = s.qkv.data() + i * T * W;
+      float* k_new = r + Hq * dh;
+      float* v_new = r + (Hq + Hkv) * dh;
+      if (m.rotary) {  // rotate the new queries and keys at their positions, before caching
+        rope_forward(View(r, {1, T, Hq, dh}, {T * W, W, dh, 1}), pos0[i], m.rope_theta,
+                     m.rope_pairs);
+        rope_forward(View(k_new, {1, T, Hkv, dh}, {T * W, W, dh, 1}), pos0[i], m.rope_theta,
+                     m.rope_pairs);
+      }
+      AttentionArgs a{.q = View(r, {1, Hq, T, dh}, {T * W, dh, W, 1}),
+                      .out = View(s.att.data() + i * T * A, {1, Hq, T, dh}, {T * A, dh, A, 1})};
+      a.mask.alibi = m.alibi;
+      const int64_t end = pos0[i] + T;
+      if (cache.type() == CacheType::f32 && (!cache.ring() || (T == 1 && !m.alibi))) {
+        // Attend to the cache in place. In a ring of window + 1 slots, one query sees exactly
+        // the slots filled so far, whatever their order.
+        cache.write(l, seq[i], pos0[i], T, k_new, v_new, W);
+        const int64_t n = cache.ring() ? std::min(end, cache.slots()) : end;
+        a.k = cache.key_slots(l, seq[i], n);
+        a.v = cache.value_slots(l, seq[i], n);
+        a.mask.causal = !cache.ring();
+        if (!cache.ring() && m.window > 0) a.mask.window_left = static_cast<int>(m.window);
+      } else {
+        // bf16 storage, or a ring that takes several tokens: the visible positions in order,
+        // as fp32 copies.
+        const int64_t first = m.window > 0 ? std::max<int64_t>(0, pos0[i] - m.window) : 0;
+        const int64_t n = end - first;
+        if (s.gathered < n) {
+          s.gathered = n;
+          s.k = Tensor({Hkv, n, dh}), s.v = Tensor({Hkv, n, dh});
+        }
+        const View kbuf(s.k.data(), {Hkv, n, dh}, {s.gathered * dh, dh, 1});
+        const View vbuf(s.v.data(), {Hkv, n, dh}, {s.gathered * dh, dh, 1});
+        cache.write_and_read(l, seq[i], pos0[i], T, k_new, v_new, W, first, kbuf, vbuf);
+        a.k = View(kbuf.data, {1, Hkv, n, dh}, {Hkv * s.gathered * dh, s.gathered * dh, dh, 1});
+        a.v = View(vbuf.data, {1, Hkv, n, dh}, {Hkv * s.gathered * dh, s.gathered * dh, dh, 1});
+        a.mask.causal = true;
+        if (m.window > 0) a.mask.window_left = static_cast<int>(m.window);
+      }
+      attention(a);
+    }
+    linear_forward(rows(s.y, N), rows(s.att, N), m.out_w, m.out_b);
+    residual_forward(x, x, rows(s.y, N));
+    // x += ffn(norm(x))
+    norm(rows(s.ln, N), x, p + "norm2");
+    if (c.mlp == MlpKind::gelu) {
+      linear_forward(rows(s.h, N), rows(s.ln, N), weight(p + "mlp.fc.weight"), bias(p + "mlp.fc.bias"));
+      gelu_forward(rows(s.g, N), rows(s.h, N), Gelu::tanh);
+    } else {
+      linear_forward(rows(s.h, N), rows(s.ln, N), weight(p + "mlp.gate.weight"),
+                     bias(p + "mlp.gate.bias"));
+      linear_forward(rows(s.u, N), rows(s.ln, N), weight(p + "mlp.up.weight"),
+                     bias(p + "mlp.up.bias"));
+      swiglu_forward(rows(s.g, N), rows(s.h, N), rows(s.u, N));
+    }
+    linear_forward(rows(s.y, N), rows(s.g, N), weight(p + "mlp.proj.weight"),
+                   bias(p + "mlp.proj.bias"));
+    residual_forward(x, x, rows(s.y, N));
+  }
+  for (int64_t i = 0; i < B; ++i) cache.advance(seq[i], T);
+
+  // Final norm and logits: every position, or each sequence's last.
+  View last = x;
+  if (!all_logits) {
+    last = rows(s.last, B);
+    for (int64_t i = 0; i < B; ++i)
+      std::copy(&x(i * T + T - 1, 0), &x(i * T + T - 1, 0) + C, &last(i, 0));
+  }
+  norm(last, last, "norm");
+  const View head = c.tied_embeddings ? weight("embedding.token") : weight("lm_head.weight");
+  const View logits = rows(s.logits, logit_rows);
+  linear_forward(logits, last, head, nullptr);
+  return logits;
+}
+
+}  // namespace qkv

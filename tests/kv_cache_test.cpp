@@ -1,0 +1,205 @@
+// The key/value cache: decoding token by token (and prefilling in chunks) through the cache
+// must give the logits of one full forward over the whole sequence, for every model style.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "model_configs.h"
+#include "qkv/error.h"
+#include "qkv/kv_cache.h"
+#include "qkv/model.h"
+
+namespace qkv {
+namespace {
+
+ModelConfig config_of(const std::string& style) {
+  ModelConfig c = testing::small_model(37, 64, style == "llama" || style == "window", 32);
+  c.init_std = 0.25f;  // large enough that the logits differ clearly from position to position
+  if (style == "sinusoidal") c.positions = PositionKind::sinusoidal;
+  if (style == "alibi") c.positions = PositionKind::alibi;
+  if (style == "mqa") use_llama_style(c), c.n_kv_heads = 1;
+  if (style == "window") c.window = 3;
+  return c;
+}
+
+std::vector<int32_t> tokens_of(int64_t n, int seed, int64_t vocab) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+// The logits [T, V] of a full forward over one sequence.
+std::vector<float> full_logits(Model& m, const std::vector<int32_t>& tokens) {
+  const int64_t T = tokens.size();
+  m.forward(tokens.data(), nullptr, 1, T);
+  const View l = m.logits();
+  return std::vector<float>(l.data, l.data + T * m.config().vocab_size);
+}
+
+// max |a − b| over max |a|, for logits rows [from, from + rows) of `expected`.
+double relative_error(const std::vector<float>& expected, int64_t row, const View got,
+                      int64_t got_row, int64_t V) {
+  double diff = 0, scale = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    diff = std::max(diff, std::abs(double(expected[row * V + v]) - got(got_row, v)));
+    scale = std::max(scale, std::abs(double(expected[row * V + v])));
+  }
+  return diff / scale;
+}
+
+class CacheMatchesFullForward : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CacheMatchesFullForward, PrefillThenOneTokenAtATime) {
+  const ModelConfig c = config_of(GetParam());
+  Model m(c, 3);
+  const auto tokens = tokens_of(23, 1, c.vocab_size);
+  const auto expected = full_logits(m, tokens);
+  KVCache cache(c, {.max_seq = 32});
+  const int64_t prompt = 9, V = c.vocab_size;
+  View l = m.forward_cached(cache, tokens.data(), 1, prompt, nullptr, /*all_logits=*/true);
+  for (int64_t t = 0; t < prompt; ++t)
+    EXPECT_LE(relative_error(expected, t, l, t, V), 1e-5) << "prefill position " << t;
+  for (int64_t t = prompt; t < 23; ++t) {
+    l = m.forward_cached(cache, &tokens[t], 1, 1);
+    EXPECT_LE(relative_error(expected, t, l, 0, V), 1e-5) << "decoded position " << t;
+  }
+  EXPECT_EQ(cache.length(0), 23);
+}
+
+TEST_P(CacheMatchesFullForward, PrefillInChunks) {
+  const ModelConfig c = config_of(GetParam());
+  Model m(c, 4);
+  const auto tokens = tokens_of(20, 2, c.vocab_size);
+  const auto expected = full_logits(m, tokens);
+  KVCache cache(c, {.max_seq = 20});
+  int64_t done = 0;
+  for (int64_t chunk : {1, 6, 2, 11}) {
+    const View l = m.forward_cached(cache, &tokens[done], 1, chunk, nullptr, true);
+    for (int64_t t = 0; t < chunk; ++t)
+      EXPECT_LE(relative_error(expected, done + t, l, t, c.vocab_size), 1e-5);
+    done += chunk;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, CacheMatchesFullForward,
+                         ::testing::Values("gpt2", "llama", "mqa", "sinusoidal", "alibi",
+                                           "window"));
+
+// Three sequences of different lengths in one cache: prompts prefilled one by one, then
+// decoded together, each step one token for every sequence.
+TEST(KVCache, BatchOfDifferentLengths) {
+  const ModelConfig c = config_of("llama");
+  Model m(c, 5);
+  const std::vector<int64_t> prompt = {5, 9, 2};
+  const int64_t steps = 6, V = c.vocab_size;
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<std::vector<float>> expected;
+  for (int s = 0; s < 3; ++s) {
+    seqs.push_back(tokens_of(prompt[s] + steps, 10 + s, V));
+    expected.push_back(full_logits(m, seqs[s]));
+  }
+  KVCache cache(c, {.batch = 3, .max_seq = 16});
+  for (int64_t s = 2; s >= 0; --s) {  // any order
+    const View l = m.forward_cached(cache, seqs[s].data(), 1, prompt[s], &s);
+    EXPECT_LE(relative_error(expected[s], prompt[s] - 1, l, 0, V), 1e-5);
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    std::vector<int32_t> next;
+    for (int s = 0; s < 3; ++s) next.push_back(seqs[s][prompt[s] + step]);
+    const View l = m.forward_cached(cache, next.data(), 3, 1);
+    for (int s = 0; s < 3; ++s)
+      EXPECT_LE(relative_error(expected[s], prompt[s] + step, l, s, V), 1e-5)
+          << "sequence " << s << " step " << step;
+  }
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(cache.length(s), prompt[s] + steps);
+}
+
+// A ring of window + 1 slots against the sliding-window model's full forward, far past the
+// ring's size, one token at a time and in chunks larger than the ring.
+TEST(KVCache, RingBufferMatchesSlidingWindow) {
+  const ModelConfig c = config_of("window");
+  Model m(c, 6);
+  const auto tokens = tokens_of(40, 3, c.vocab_size);
+  const auto expected = full_logits(m, tokens);
+  for (int64_t chunk : {1, 7}) {
+    KVCache cache(c, {.max_seq = 64, .ring = true});
+    EXPECT_EQ(cache.slots(), c.window + 1);
+    for (int64_t done = 0; done < 40; done += chunk) {
+      const int64_t n = std::min<int64_t>(chunk, 40 - done);
+      const View l = m.forward_cached(cache, &tokens[done], 1, n, nullptr, true);
+      for (int64_t t = 0; t < n; ++t)
+        EXPECT_LE(relative_error(expected, done + t, l, t, c.vocab_size), 1e-5)
+            << "chunk " << chunk << " position " << done + t;
+    }
+  }
+  // The window matters: without it the logits differ.
+  ModelConfig full = c;
+  full.window = 0;
+  Model unwindowed(full, 6);
+  const auto other = full_logits(unwindowed, tokens);
+  EXPECT_GT(std::abs(other[39 * c.vocab_size] - expected[39 * c.vocab_size]), 1e-4);
+}
+
+// bf16 storage: half the bytes, logits close to fp32's (keys and values carry 8 bits of
+// mantissa: ~0.4% relative each).
+TEST(KVCache, Bf16HalvesMemoryAndStaysClose) {
+  for (const char* style : {"llama", "window"}) {
+    const ModelConfig c = config_of(style);
+    Model m(c, 7);
+    const auto tokens = tokens_of(30, 4, c.vocab_size);
+    const auto expected = full_logits(m, tokens);
+    KVCache f32(c, {.max_seq = 30}), bf16(c, {.max_seq = 30, .type = CacheType::bf16});
+    EXPECT_EQ(bf16.bytes() * 2, f32.bytes());
+    m.forward_cached(bf16, tokens.data(), 1, 10);
+    double worst = 0;
+    for (int64_t t = 10; t < 30; ++t) {
+      const View l = m.forward_cached(bf16, &tokens[t], 1, 1);
+      worst = std::max(worst, relative_error(expected, t, l, 0, c.vocab_size));
+    }
+    EXPECT_LE(worst, 5e-2) << style;  // measured 2.8e-2 (llama), weights of std 0.25
+    EXPECT_GT(worst, 0) << style << ": bf16 rounding should show";
+  }
+}
+
+TEST(KVCache, OutgrowingTheCacheIsAClearError) {
+  const ModelConfig c = config_of("gpt2");
+  Model m(c, 8);
+  KVCache cache(c, {.max_seq = 8});
+  const auto tokens = tokens_of(8, 5, c.vocab_size);
+  m.forward_cached(cache, tokens.data(), 1, 6);
+  try {
+    m.forward_cached(cache, tokens.data(), 1, 3);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("would grow to 9 positions"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(cache.length(0), 6);  // nothing half-done
+  m.forward_cached(cache, tokens.data(), 1, 2);
+  EXPECT_EQ(cache.length(0), 8);
+  cache.reset(0);
+  EXPECT_EQ(cache.length(0), 0);
+}
+
+TEST(KVCache, BadArgumentsAreErrors) {
+  const ModelConfig c = config_of("gpt2");
+  Model m(c, 9);
+  const int32_t token = 1;
+  KVCache cache(c, {.batch = 2, .max_seq = 8});
+  const int64_t twice[] = {1, 1};
+  const int32_t two[] = {1, 2};
+  EXPECT_THROW(m.forward_cached(cache, two, 2, 1, twice), Error);
+  EXPECT_THROW(m.forward_cached(cache, &token, 3, 1), Error);
+  EXPECT_THROW(KVCache(c, {.max_seq = 100}), Error);  // past 64 learned positions
+  EXPECT_THROW(KVCache(c, {.ring = true}), Error);    // no window in this model
+  ModelConfig other = c;
+  other.n_layers = 3;
+  KVCache wrong(other, {.max_seq = 8});
+  EXPECT_THROW(m.forward_cached(wrong, &token, 1, 1), Error);
+}
+
+}  // namespace
+}  // namespace qkv
