@@ -6,6 +6,8 @@
 // a JSON header {name: {dtype, shape, data_offsets}}, then the raw little-endian data.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,6 +31,14 @@ struct Checkpoint {
 // Every size is checked against the file before it is read: a truncated or corrupt file is
 // a qkv::Error naming what is wrong.
 Checkpoint load_checkpoint(const std::string& path);
+
+// llama2.c checkpoints (.bin, version 0 and 1; see src/io/llama2c.cpp for the layout) as a
+// Llama-style model for inference (no gradient buffer). The header's sizes are checked, and the
+// file's length against them, before any weight is read.
+std::unique_ptr<Model> load_llama2c(const std::string& path);
+std::unique_ptr<Model> load_llama2c_bytes(const uint8_t* data, size_t size);
+// Writes a Llama-style model as a version-0 llama2.c checkpoint (what llama2.c's run.c reads).
+void save_llama2c(const std::string& path, const Model& model);
 
 std::string config_to_json(const ModelConfig& config);
 ModelConfig config_from_json(const std::string& json);

@@ -69,6 +69,10 @@ class Model {
   // Random initialisation as GPT-2: N(0, 0.02) weights, residual projections scaled by
   // 1/sqrt(2 · n_layers), zero biases, unit norm weights.
   Model(const ModelConfig& config, uint64_t seed);
+  // For running pretrained weights: all zero (the loader fills them), and no gradient buffer
+  // (half the memory; backward is an error).
+  struct InferenceOnly {};
+  Model(const ModelConfig& config, InferenceOnly);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -81,6 +85,7 @@ class Model {
   int64_t num_params() const { return num_params_; }
   float* weights() const { return weights_.data(); }
   float* grads() const { return grads_.data(); }
+  bool trainable() const { return grads_.data() != nullptr; }
 
   // Forward over tokens [B, T] (every position at once, causal). With targets [B, T]
   // (kIgnoreIndex where a position does not count) it returns the mean cross-entropy and
@@ -108,6 +113,7 @@ class Model {
  private:
   struct Activations;
   struct InferenceBuffers;
+  void lay_out();  // names the parameters, allocates the weights
   ModelConfig config_;
   std::vector<ParamInfo> params_;
   int64_t num_params_ = 0;

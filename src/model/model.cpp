@@ -41,7 +41,7 @@ struct Model::Activations {
 
 Model::~Model() = default;
 
-Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
+void Model::lay_out() {
   validate(config_);
   const ModelConfig& c = config_;
   const int64_t C = c.d_model, W = (c.n_heads + 2 * c.n_kv_heads) * c.d_head;
@@ -79,6 +79,18 @@ Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
   if (!c.tied_embeddings) add("lm_head.weight", c.vocab_size, C, true);
 
   weights_ = Tensor({num_params_});
+  if (config_.positions == PositionKind::alibi) {
+    alibi_.resize(config_.n_heads);
+    alibi_slopes(config_.n_heads, alibi_.data());
+  }
+  acts_ = std::make_unique<Activations>();
+}
+
+Model::Model(const ModelConfig& config, InferenceOnly) : config_(config) { lay_out(); }
+
+Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
+  lay_out();
+  const ModelConfig& c = config_;
   grads_ = Tensor({num_params_});
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, c.init_std);
@@ -94,11 +106,6 @@ Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
       else w[i] = 0;
     }
   }
-  if (c.positions == PositionKind::alibi) {
-    alibi_.resize(c.n_heads);
-    alibi_slopes(c.n_heads, alibi_.data());
-  }
-  acts_ = std::make_unique<Activations>();
 }
 
 const ParamInfo& Model::param(const std::string& name) const {
@@ -114,10 +121,14 @@ View Model::weight(const std::string& name) const {
 
 View Model::grad(const std::string& name) const {
   const ParamInfo& p = param(name);
+  if (!trainable()) return {};
   return View(grads_.data() + p.offset, {p.rows, p.cols});
 }
 
-void Model::zero_grad() { grads_.fill(0); }
+void Model::zero_grad() {
+  check(trainable(), "model: no gradients in a model loaded for inference only");
+  grads_.fill(0);
+}
 
 View Model::logits() const {
   check(!acts_->logits.view().empty(), "model: logits before any forward");
@@ -252,6 +263,7 @@ void Model::backward() {
   const ModelConfig& c = config_;
   Activations& a = *acts_;
   check(a.have_targets, "model backward: the last forward had no targets");
+  check(trainable(), "model backward: no gradients in a model loaded for inference only");
   const int64_t B = a.B, T = a.T, N = B * T;
   auto rows = [N](const Tensor& t) { return t.view().slice(0, 0, N); };
   auto zero = [&](const Tensor& t) { std::fill(t.data(), t.data() + rows(t).numel(), 0.0f); };

@@ -1,0 +1,129 @@
+// Sampling and the generation loop (see include/qkv/generate.h).
+#include "qkv/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "qkv/error.h"
+
+namespace qkv {
+
+Sampler::Sampler(const SamplingOptions& options) : options_(options), state_(options.seed) {
+  check(options.temperature >= 0 && std::isfinite(options.temperature),
+        "sampler: temperature must be >= 0, got ", options.temperature);
+  check(options.top_k >= 0, "sampler: top_k must be >= 0 (0 = off), got ", options.top_k);
+  check(std::isfinite(options.top_p), "sampler: top_p must be a number, got ", options.top_p);
+  check(options.seed != 0, "sampler: the seed must not be 0 (xorshift would stay at 0)");
+}
+
+// xorshift64* (as run.c): 32 random bits per call, then the top 24 of them as a float.
+float Sampler::uniform() {
+  state_ ^= state_ >> 12;
+  state_ ^= state_ << 25;
+  state_ ^= state_ >> 27;
+  const auto bits = static_cast<uint32_t>((state_ * 0x2545F4914F6CDD1Dull) >> 32);
+  return static_cast<float>(bits >> 8) / 16777216.0f;
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab) {
+  check(vocab >= 1, "sampler: empty vocabulary");
+  for (int64_t i = 0; i < vocab; ++i)
+    check(!std::isnan(logits[i]), "sampler: logit ", i, " is NaN");
+  if (options_.temperature == 0)
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+
+  // Softmax of logits / temperature, over the top-k tokens when top_k is on.
+  probs_.assign(logits, logits + vocab);
+  for (float& p : probs_) p /= options_.temperature;
+  if (options_.top_k > 0 && options_.top_k < vocab) {
+    std::vector<float> sorted = probs_;
+    std::nth_element(sorted.begin(), sorted.begin() + options_.top_k - 1, sorted.end(),
+                     std::greater<float>());
+    const float kth = sorted[options_.top_k - 1];
+    for (float& p : probs_)
+      if (p < kth) p = -std::numeric_limits<float>::infinity();
+  }
+  const float max = *std::max_element(probs_.begin(), probs_.end());
+  float sum = 0;
+  for (float& p : probs_) sum += (p = std::exp(p - max));
+  for (float& p : probs_) p /= sum;
+  const float coin = uniform();
+
+  const float top_p = options_.top_p;
+  if (top_p <= 0 || top_p >= 1) {  // the whole distribution
+    float cdf = 0;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (coin < (cdf += probs_[i])) return static_cast<int32_t>(i);
+    return static_cast<int32_t>(vocab - 1);  // rounding left the cdf just under 1
+  }
+  // Nucleus: tokens below (1 − p)/(n − 1) can never be in it, so they are not sorted.
+  const float cutoff = vocab > 1 ? (1.0f - top_p) / static_cast<float>(vocab - 1) : 0.0f;
+  order_.clear();
+  for (int64_t i = 0; i < vocab; ++i)
+    if (probs_[i] >= cutoff) order_.push_back(static_cast<int32_t>(i));
+  std::stable_sort(order_.begin(), order_.end(),
+                   [&](int32_t a, int32_t b) { return probs_[a] > probs_[b]; });
+  float total = 0;
+  size_t last = order_.size() - 1;
+  for (size_t i = 0; i < order_.size(); ++i)
+    if ((total += probs_[order_[i]]) > top_p) {
+      last = i;
+      break;
+    }
+  const float r = coin * total;
+  float cdf = 0;
+  for (size_t i = 0; i <= last; ++i)
+    if (r < (cdf += probs_[order_[i]])) return order_[i];
+  return order_[last];
+}
+
+GenerateStats generate(Model& model, const std::vector<int32_t>& prompt,
+                       const GenerateOptions& options,
+                       const std::function<bool(int32_t, int32_t)>& on_token) {
+  using Clock = std::chrono::steady_clock;
+  const ModelConfig& c = model.config();
+  check(!prompt.empty(), "generate: the prompt needs at least one token");
+  for (int32_t t : prompt)
+    check(t >= 0 && t < c.vocab_size, "generate: prompt token ", t, " is not in the vocabulary of ",
+          c.vocab_size);
+  const int64_t steps = options.steps <= 0 || options.steps > c.context ? c.context : options.steps;
+  Sampler sampler(options.sampling);
+  GenerateStats stats;
+  stats.tokens = prompt;
+  auto emit = [&](int32_t prev, int32_t token) { return !on_token || on_token(prev, token); };
+
+  // As run.c: position p's logits choose token p + 1, so `steps` positions run give up to
+  // `steps` tokens after the first. A prompt longer than that is only echoed.
+  const int64_t P = std::min<int64_t>(prompt.size(), steps);
+  for (int64_t i = 1; i < std::min<int64_t>(prompt.size(), steps + 1); ++i)
+    if (!emit(prompt[i - 1], prompt[i])) return stats;
+  stats.prompt_tokens = P;
+  if (static_cast<int64_t>(prompt.size()) > steps) return stats;
+
+  KVCache cache(c, {.max_seq = steps, .type = options.cache, .ring = c.window > 0});
+  auto t0 = Clock::now();
+  View logits = model.forward_cached(cache, prompt.data(), 1, P);
+  stats.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  t0 = Clock::now();
+  for (int64_t pos = P - 1; pos < steps; ++pos) {
+    const int32_t next = sampler.sample(logits.data, c.vocab_size);
+    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next) !=
+        options.stop_tokens.end())
+      break;
+    const int32_t prev = stats.tokens.back();
+    stats.tokens.push_back(next);
+    ++stats.generated_tokens;
+    if (!emit(prev, next) || pos + 1 == steps) break;
+    logits = model.forward_cached(cache, &next, 1, 1);
+  }
+  stats.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  stats.prefill_tokens_per_s = P / std::max(stats.prefill_seconds, 1e-9);
+  // Decoding ran generated − 1 forwards (the last token drawn is not run).
+  stats.decode_tokens_per_s =
+      std::max<int64_t>(0, stats.generated_tokens - 1) / std::max(stats.decode_seconds, 1e-9);
+  return stats;
+}
+
+}  // namespace qkv
