@@ -1,0 +1,105 @@
+// `qkv generate`: text from a model, streamed to stdout as it is produced; statistics to
+// stderr, so stdout is exactly the text (llama2.c's run.c conventions: the prompt included,
+// -n counting positions, one newline at the end).
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "cli.h"
+#include "model_file.h"
+#include "qkv/error.h"
+#include "qkv/generate.h"
+#include "qkv/threads.h"
+
+namespace qkv::cli {
+namespace {
+
+struct GenerateCliOptions {
+  std::string model, tokenizer, prompt, prompt_ids, cache = "f32";
+  int64_t steps = 256;
+  float temperature = 1.0f, top_p = 0.9f;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+  int threads = 0;
+};
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<int32_t> ids;
+  std::string word;
+  while (in >> word) {
+    try {
+      size_t used = 0;
+      ids.push_back(std::stoi(word, &used));
+      check(used == word.size(), "");
+    } catch (...) {
+      fail("--prompt-ids: \"", word, "\" is not a token id");
+    }
+  }
+  return ids;
+}
+
+void run_generate(const GenerateCliOptions& o) {
+  if (o.threads > 0) set_num_threads(o.threads);
+  check(o.cache == "f32" || o.cache == "bf16", "--cache must be f32 or bf16, got \"", o.cache, "\"");
+  ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty());
+  Model& model = *f.model;
+  std::vector<int32_t> prompt;
+  if (!o.prompt_ids.empty()) {
+    prompt = parse_ids(o.prompt_ids);
+  } else {
+    check(f.tokenizer.has_value(), "this model was trained on a synthetic task (vocabulary of ",
+          model.config().vocab_size, " symbols, not text): give the prompt as --prompt-ids \"3 7 1\"");
+    prompt = f.tokenizer->encode(o.prompt);
+    check(!prompt.empty(), "the prompt is empty and this model has no BOS token to start from");
+  }
+  const uint64_t seed = o.seed ? o.seed
+                               : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  GenerateOptions g{.steps = o.steps,
+                    .sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p,
+                                 .seed = seed},
+                    .cache = o.cache == "bf16" ? CacheType::bf16 : CacheType::f32};
+  // llama2.c models end a story with BOS (it separates the training stories).
+  if (f.tokenizer && f.tokenizer->bos() >= 0) g.stop_tokens.push_back(f.tokenizer->bos());
+
+  const bool as_text = o.prompt_ids.empty();
+  if (!as_text) std::cout << prompt[0];
+  else if (f.tokenizer->bos() < 0) std::cout << f.tokenizer->decode(-1, prompt[0]);  // no BOS: the first token is text
+  const GenerateStats s = generate(model, prompt, g, [&](int32_t prev, int32_t token) {
+    if (as_text) std::cout << f.tokenizer->decode(prev, token);
+    else std::cout << ' ' << token;
+    std::cout.flush();
+    return true;
+  });
+  std::cout << "\n";
+  std::fprintf(stderr,
+               "prefill: %ld tokens, %.1f ms, %.1f tokens/s\n"
+               "decode: %ld tokens, %.1f ms, %.1f tokens/s\n"
+               "(model: %s, %s parameters, %d threads, %s cache, seed %llu)\n",
+               static_cast<long>(s.prompt_tokens), 1e3 * s.prefill_seconds, s.prefill_tokens_per_s,
+               static_cast<long>(s.generated_tokens), 1e3 * s.decode_seconds, s.decode_tokens_per_s,
+               f.format.c_str(), short_count(model.num_params()).c_str(), num_threads(),
+               o.cache.c_str(), static_cast<unsigned long long>(seed));
+}
+
+}  // namespace
+
+void add_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateCliOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text with a KV cache (llama2.c or qkv models)");
+  cmd->add_option("--model", o->model, "llama2.c checkpoint (.bin) or qkv checkpoint (.safetensors)")->required();
+  cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer; default: tokenizer.bin or tok<vocab>.bin beside the model");
+  cmd->add_option("--prompt", o->prompt, "Text to continue");
+  cmd->add_option("--prompt-ids", o->prompt_ids, "The prompt as token ids (models of synthetic tasks)");
+  cmd->add_option("-n,--steps", o->steps, "Positions in all, prompt included (0 = the model's context)")->capture_default_str();
+  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling (0 or 1 = off)")->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Random seed (default: from the clock; printed to stderr)");
+  cmd->add_option("--cache", o->cache, "KV cache storage: f32 or bf16")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Threads; default all cores");
+  cmd->callback([o] { run_generate(*o); });
+}
+
+}  // namespace qkv::cli

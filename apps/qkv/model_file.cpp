@@ -1,0 +1,61 @@
+#include "model_file.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "qkv/error.h"
+#include "qkv/io.h"
+
+namespace qkv::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// safetensors: an 8-byte little-endian header length, then the JSON header's '{'.
+bool is_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[9] = {};
+  in.read(head, 9);
+  return in.gcount() == 9 && head[8] == '{';
+}
+
+}  // namespace
+
+ModelFile load_model_file(const std::string& model_path, const std::string& tokenizer_path,
+                          bool need_tokenizer) {
+  check(fs::exists(model_path), "model file \"", model_path, "\" not found");
+  ModelFile f;
+  if (is_safetensors(model_path)) {
+    f.format = "qkv";
+    f.model = std::move(load_checkpoint(model_path).model);
+    if (!tokenizer_path.empty()) {
+      f.tokenizer = Tokenizer::load_llama2c(tokenizer_path, f.model->config().vocab_size);
+      f.tokenizer_path = tokenizer_path;
+    } else if (f.model->config().vocab_size == 256) {
+      f.tokenizer = Tokenizer::bytes();
+      f.tokenizer_path = "bytes";
+    }
+    return f;
+  }
+  f.format = "llama2.c";
+  f.model = load_llama2c(model_path);
+  const int64_t vocab = f.model->config().vocab_size;
+  std::string tok = tokenizer_path;
+  if (tok.empty()) {
+    const fs::path dir = fs::path(model_path).parent_path();
+    for (const fs::path& candidate : {dir / "tokenizer.bin", dir / ("tok" + std::to_string(vocab) + ".bin")})
+      if (fs::exists(candidate)) {
+        tok = candidate.string();
+        break;
+      }
+  }
+  if (tok.empty() && !need_tokenizer) return f;
+  check(!tok.empty(), "no tokenizer for \"", model_path, "\": give --tokenizer FILE (llama2.c's "
+        "tokenizer.bin, or tok", vocab, ".bin for a ", vocab, "-token vocabulary)");
+  f.tokenizer = Tokenizer::load_llama2c(tok, vocab);
+  f.tokenizer_path = tok;
+  return f;
+}
+
+}  // namespace qkv::cli

@@ -1,0 +1,28 @@
+// A model file as the commands take it: a llama2.c checkpoint (.bin) with its tokenizer, or
+// one of qkv's own checkpoints (.safetensors from `qkv train`).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "qkv/model.h"
+#include "qkv/tokenizer.h"
+
+namespace qkv::cli {
+
+struct ModelFile {
+  std::unique_ptr<Model> model;
+  std::optional<Tokenizer> tokenizer;  // none: a synthetic-task model, prompts are token ids
+  std::string format;                  // "llama2.c" or "qkv"
+  std::string tokenizer_path;          // where the tokenizer came from ("bytes" for qkv's)
+};
+
+// The format is told by the file's first bytes. A llama2.c model's tokenizer is
+// `tokenizer_path`, else tokenizer.bin or tok<vocab>.bin beside the model. A qkv checkpoint
+// with a 256-token vocabulary was trained on bytes and gets the byte tokenizer. Without
+// need_tokenizer, a llama2.c model with no tokenizer to be found loads without one.
+ModelFile load_model_file(const std::string& model_path, const std::string& tokenizer_path,
+                          bool need_tokenizer = true);
+
+}  // namespace qkv::cli
