@@ -26,8 +26,11 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 void gemm(bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc) {
+  // The pthread build gets one thread; the OpenMP build needs no telling (it runs on one
+  // thread inside a parallel region, and setting it would change omp_set_num_threads for the
+  // whole program).
   static const bool single = [] {
-    openblas_set_num_threads(1);
+    if (openblas_get_parallel() == 1) openblas_set_num_threads(1);
     return true;
   }();
   (void)single;
