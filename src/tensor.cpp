@@ -68,18 +68,22 @@ View View::slice(int dim, int64_t begin, int64_t end) const {
   return s;
 }
 
+std::ostream& operator<<(std::ostream& out, const ShapeOf& s) {
+  if (s.view.ndim == 0) return out << "(none)";
+  out << '[';
+  for (int d = 0; d < s.view.ndim; ++d) out << (d ? ", " : "") << s.view.shape[d];
+  return out << ']';
+}
+
 std::string shape_str(const View& v) {
-  if (v.ndim == 0) return "(none)";
   std::ostringstream s;
-  s << '[';
-  for (int d = 0; d < v.ndim; ++d) s << (d ? ", " : "") << v.shape[d];
-  s << ']';
+  s << shape_of(v);
   return s.str();
 }
 
 void check_ndim(const View& v, int ndim, const char* where, const char* name) {
   check(!v.empty(), where, ": ", name, " is missing");
-  check(v.ndim == ndim, where, ": ", name, " must have ", ndim, " dims, got ", shape_str(v));
+  check(v.ndim == ndim, where, ": ", name, " must have ", ndim, " dims, got ", shape_of(v));
 }
 
 void Tensor::FreeAligned::operator()(float* p) const { std::free(p); }

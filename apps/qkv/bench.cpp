@@ -188,6 +188,7 @@ void add_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks against yardsticks measured in the same run");
   bench->require_subcommand(1);
   add_bench_train(*bench);
+  add_bench_generate(*bench);
   CLI::App* cmd = bench->add_subcommand("attention", "Time qkv::attention on one shape");
   cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str();
   cmd->add_option("--heads", o->heads, "Query heads")->capture_default_str();

@@ -46,6 +46,7 @@ int run(int argc, const char* const* argv) {
   add_bench(app);
   add_train(app);
   add_generate(app);
+  add_random_model(app);
   try {
     // CLI11 would report an unknown command as "a subcommand is required"; say what it is.
     if (argc > 1 && argv[1][0] != '-') {

@@ -18,7 +18,9 @@ void add_demo(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_train(CLI::App& app);
 void add_bench_train(CLI::App& bench);
+void add_bench_generate(CLI::App& bench);
 void add_generate(CLI::App& app);
+void add_random_model(CLI::App& app);
 
 // The worked example of `qkv explain`, printed as text; `qkv demo` tells it too.
 void print_worked_example(std::ostream& out, bool causal);

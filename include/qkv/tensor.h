@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <string>
 
@@ -50,6 +51,13 @@ struct View {
 
 // "[2, 8, 128, 64]"
 std::string shape_str(const View& v);
+// The same text, made only when streamed: error checks name shapes in their messages without
+// building strings on every call that passes (decoding runs thousands of checks a second).
+struct ShapeOf {
+  View view;
+};
+inline ShapeOf shape_of(const View& v) { return {v}; }
+std::ostream& operator<<(std::ostream& out, const ShapeOf& s);
 
 // Throws qkv::Error "<where>: <name> must have <ndim> dims, got [..]" unless v.ndim == ndim.
 void check_ndim(const View& v, int ndim, const char* where, const char* name);

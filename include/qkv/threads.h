@@ -7,4 +7,10 @@ namespace qkv {
 void set_num_threads(int n);  // n >= 1
 int num_threads();
 
+namespace detail {
+// Threads for a loop over `work` elements: one below ~32k, where starting the team costs more
+// than the loop (a small model's decoding step runs dozens of such loops per token).
+inline int threads_for(long long work) { return work < (1 << 15) ? 1 : num_threads(); }
+}  // namespace detail
+
 }  // namespace qkv

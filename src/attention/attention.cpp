@@ -14,12 +14,12 @@ View broadcast_bias(const View& bias, int64_t B, int64_t Hq, int64_t Tq, int64_t
                     const char* where) {
   const int64_t full[4] = {B, Hq, Tq, Tk};
   check(bias.ndim >= 2 && bias.ndim <= 4, where, ": bias must have 2 to 4 dims, got ",
-        shape_str(bias));
+        shape_of(bias));
   View out(bias.data, {B, Hq, Tq, Tk}, {0, 0, 0, 0});
   const int skip = 4 - bias.ndim;  // leading dims the bias leaves out are broadcast
   for (int d = skip; d < 4; ++d) {
     const int64_t n = bias.shape[d - skip];
-    check(n == 1 || n == full[d], where, ": bias ", shape_str(bias),
+    check(n == 1 || n == full[d], where, ": bias ", shape_of(bias),
           " does not broadcast to [B, Hq, Tq, Tk] = [", B, ", ", Hq, ", ", Tq, ", ", Tk, "]");
     out.stride[d] = (n == 1) ? 0 : bias.stride[d - skip];
   }
@@ -38,21 +38,21 @@ void validate(const AttentionArgs& a, const char* where) {
   for (int t = 0; t < 4; ++t)
     for (int d = 0; d < 4; ++d)
       check(all[t]->shape[d] > 0, where, ": ", names[t], " has an empty dim: ",
-            shape_str(*all[t]));
+            shape_of(*all[t]));
 
   const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tq = a.q.shape[2], D = a.q.shape[3];
   const int64_t Hkv = a.k.shape[1], Tk = a.k.shape[2], Dv = a.v.shape[3];
   check(a.k.shape[0] == B && a.v.shape[0] == B, where, ": batch sizes differ: q ",
-        shape_str(a.q), ", k ", shape_str(a.k), ", v ", shape_str(a.v));
+        shape_of(a.q), ", k ", shape_of(a.k), ", v ", shape_of(a.v));
   check(a.k.shape[3] == D, where, ": k has head dim ", a.k.shape[3], " but q has ", D, " (q ",
-        shape_str(a.q), ", k ", shape_str(a.k), ")");
-  check(a.v.shape[1] == Hkv && a.v.shape[2] == Tk, where, ": v ", shape_str(a.v),
-        " must match k ", shape_str(a.k), " in heads and length");
+        shape_of(a.q), ", k ", shape_of(a.k), ")");
+  check(a.v.shape[1] == Hkv && a.v.shape[2] == Tk, where, ": v ", shape_of(a.v),
+        " must match k ", shape_of(a.k), " in heads and length");
   check(Hq % Hkv == 0, where, ": q has ", Hq, " heads, not a multiple of the ", Hkv,
         " key/value heads");
   check(a.out.shape[0] == B && a.out.shape[1] == Hq && a.out.shape[2] == Tq &&
             a.out.shape[3] == Dv,
-        where, ": out is ", shape_str(a.out), ", expected [", B, ", ", Hq, ", ", Tq, ", ", Dv,
+        where, ": out is ", shape_of(a.out), ", expected [", B, ", ", Hq, ", ", Tq, ", ", Dv,
         "]");
   check(std::isfinite(a.scale), where, ": scale must be finite, got ", a.scale);
   check(std::isfinite(a.softcap) && a.softcap >= 0, where,
@@ -85,8 +85,8 @@ void validate_backward(const AttentionArgs& a, const View& dout, const View& dq,
   for (const auto& p : pairs) {
     check_ndim(p.grad, 4, where, p.name);
     for (int d = 0; d < 4; ++d)
-      check(p.grad.shape[d] == p.like.shape[d], where, ": ", p.name, " is ", shape_str(p.grad),
-            " but ", p.like_name, " is ", shape_str(p.like));
+      check(p.grad.shape[d] == p.like.shape[d], where, ": ", p.name, " is ", shape_of(p.grad),
+            " but ", p.like_name, " is ", shape_of(p.like));
   }
 }
 

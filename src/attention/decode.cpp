@@ -149,7 +149,7 @@ void decode_forward(const AttentionArgs& a) {
   // K and V rows are read as vectors; a (rare) strided head dim goes through flash_forward.
   if (!contiguous_rows) return flash_forward(a);
 
-#pragma omp parallel for schedule(static) num_threads(num_threads())
+#pragma omp parallel for schedule(static) num_threads(detail::threads_for(units * kChunk * (n.D + n.Dv) * n.R))
   for (int64_t u = 0; u < units; ++u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
     decode_unit(a, bias, scale, n, b, hkv, c, parts);
@@ -157,7 +157,7 @@ void decode_forward(const AttentionArgs& a) {
 
   // Merge the chunks of each row in chunk order.
   const int64_t rows = n.B * n.Hkv * n.R;
-#pragma omp parallel for schedule(static) num_threads(num_threads())
+#pragma omp parallel for schedule(static) num_threads(detail::threads_for(rows * n.chunks * n.Dv))
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t r = row % n.R, hkv = (row / n.R) % n.Hkv, b = row / (n.R * n.Hkv);
     const int64_t h = hkv * n.G + r / n.Tq, i = r % n.Tq;

@@ -13,7 +13,7 @@ void validate_packed(const AttentionArgs& a, const char* where) {
   check(p.num_seqs > 0, where, ": packed.num_seqs must be >= 0, got ", p.num_seqs);
   check(p.cu_seqlens_q && p.cu_seqlens_k, where,
         ": packed sequences need both cu_seqlens_q and cu_seqlens_k");
-  check(a.q.shape[0] == 1, where, ": packed sequences need batch 1, q is ", shape_str(a.q));
+  check(a.q.shape[0] == 1, where, ": packed sequences need batch 1, q is ", shape_of(a.q));
   check(a.mask.kv_len == nullptr, where,
         ": kv_len (padding) and packed sequences do not mix; packing needs no padding");
   const struct {

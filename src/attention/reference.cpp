@@ -156,7 +156,7 @@ void attention(const AttentionArgs& a, View weights) {
     check_ndim(weights, 4, where, "weights [B, Hq, Tq, Tk]");
     check(weights.shape[0] == n.B && weights.shape[1] == n.Hq && weights.shape[2] == n.Tq &&
               weights.shape[3] == n.Tk,
-          where, ": weights is ", shape_str(weights), ", expected [", n.B, ", ", n.Hq, ", ",
+          where, ": weights is ", shape_of(weights), ", expected [", n.B, ", ", n.Hq, ", ",
           n.Tq, ", ", n.Tk, "]");
   }
   if (a.packed.num_seqs > 0) {

@@ -121,7 +121,7 @@ void KVCache::write_and_read(int64_t layer, int64_t seq, int64_t pos0, int64_t c
   const int64_t n = pos0 + count - first;
   check(k.ndim == 3 && k.shape[0] == kv_heads_ && k.shape[1] >= n && k.shape[2] == d_head_ &&
             v.ndim == 3 && v.shape[0] == kv_heads_ && v.shape[1] >= n && v.shape[2] == d_head_,
-        "kv cache: read buffers ", shape_str(k), ", ", shape_str(v), " cannot hold [", kv_heads_,
+        "kv cache: read buffers ", shape_of(k), ", ", shape_of(v), " cannot hold [", kv_heads_,
         ", ", n, ", ", d_head_, "]");
   auto get = [&](bool value, int64_t at, float* out) {
     if (type_ == CacheType::f32) std::copy(f32(value) + at, f32(value) + at + d_head_, out);

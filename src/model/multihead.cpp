@@ -66,7 +66,7 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
     linear_forward(rows_of(s.q, N, (Hq + 2 * Hkv) * dh), x, m.qkv_w, m.qkv_b);
   } else {
     check(!context.empty() && context.shape[0] == B * S, "multihead_forward: cross-attention "
-          "needs a context of B·S = ", B * S, " rows, got ", shape_str(context));
+          "needs a context of B·S = ", B * S, " rows, got ", shape_of(context));
     linear_forward(rows_of(s.q, N, Hq * dh), x, m.q_w, m.q_b);
     linear_forward(rows_of(s.kv, B * S, 2 * Hkv * dh), context, m.kv_w, m.kv_b);
   }

@@ -18,7 +18,7 @@ constexpr float kInvSqrt2 = 0.7071067811865476f;
 // Applies f(n, c) to every element of an [N, C] shape, rows in parallel.
 template <typename F>
 void each(int64_t N, int64_t C, F&& f) {
-#pragma omp parallel for schedule(static) num_threads(num_threads())
+#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N * C))
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c) f(n, c);
 }

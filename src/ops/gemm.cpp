@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "ops/gemv.h"
 #include "qkv/threads.h"
 
 namespace qkv::detail {
@@ -34,6 +35,9 @@ void gemm(bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, f
     return true;
   }();
   (void)single;
+  // A few rows times a weight matrix (decoding): a memory-bound product of its own.
+  if (!transpose_a && transpose_b && M <= kGemvMaxRows)
+    return gemv_rows(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   // Blocks of whole 16-row panels; small products stay on one thread.
   const int64_t work = M * N * K;
   const int threads = work < (1 << 18) ? 1 : num_threads();

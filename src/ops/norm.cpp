@@ -17,7 +17,7 @@ void layernorm_forward(View y, float* mean, float* rstd, View x, const float* w,
   check_rows(x, -1, -1, where, "x [N, C]");
   const int64_t N = x.shape[0], C = x.shape[1];
   check_rows(y, N, C, where, "y [N, C]");
-#pragma omp parallel for schedule(static) num_threads(num_threads())
+#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = row(x, n);
     double sum = 0, sq = 0;
@@ -67,7 +67,7 @@ void rmsnorm_forward(View y, float* rstd, View x, const float* w, float eps) {
   check_rows(x, -1, -1, where, "x [N, C]");
   const int64_t N = x.shape[0], C = x.shape[1];
   check_rows(y, N, C, where, "y [N, C]");
-#pragma omp parallel for schedule(static) num_threads(num_threads())
+#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = row(x, n);
     double sq = 0;

@@ -34,7 +34,7 @@ void embedding_forward(View y, const int32_t* tokens, View table, const int32_t*
     check_rows(positions, -1, C, where, "positions [T, C]");
     check_ids(pos, N, positions.shape[0], where, "pos");
   }
-#pragma omp parallel for schedule(static) num_threads(num_threads())
+#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const float* e = row(table, tokens[n]);
     const float* p = pos ? row(positions, pos[n]) : nullptr;
@@ -78,7 +78,7 @@ void rotate(View x, int64_t pos0, float theta, RopePairs pairs, float sign, cons
   const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2], D = x.shape[3];
   check(D % 2 == 0, where, ": rotary embeddings need an even head dim, got ", D);
   const int64_t half = D / 2;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(num_threads())
+#pragma omp parallel for collapse(2) schedule(static) num_threads(detail::threads_for(B * T * H * D))
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < half; ++j) {

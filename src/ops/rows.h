@@ -10,9 +10,10 @@ namespace qkv::detail {
 inline void check_rows(const View& v, int64_t rows, int64_t cols, const char* where,
                        const char* name) {
   check_ndim(v, 2, where, name);
-  check((rows < 0 || v.shape[0] == rows) && (cols < 0 || v.shape[1] == cols), where, ": ", name,
-        " is ", shape_str(v), ", expected [", rows < 0 ? std::string("any") : std::to_string(rows),
-        ", ", cols < 0 ? std::string("any") : std::to_string(cols), "]");
+  if ((rows >= 0 && v.shape[0] != rows) || (cols >= 0 && v.shape[1] != cols))
+    fail(where, ": ", name, " is ", shape_of(v), ", expected [",
+         rows < 0 ? std::string("any") : std::to_string(rows), ", ",
+         cols < 0 ? std::string("any") : std::to_string(cols), "]");
   check(v.stride[1] == 1 || v.shape[1] == 1, where, ": ", name,
         " must have contiguous rows (stride 1 along its last dim)");
 }

@@ -1,0 +1,144 @@
+// `qkv bench generate`: prefill and decode speed of a model file, against yardsticks measured
+// in the same run — the fp32 FMA peak (prefill is compute-bound) and a plain read loop over
+// the bytes one decoded token must read: every weight matrix once, plus the cached keys and
+// values (decode is memory-bound).
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "cli.h"
+#include "model_file.h"
+#include "qkv/error.h"
+#include "qkv/kv_cache.h"
+#include "qkv/threads.h"
+#include "util/machine.h"
+
+namespace qkv::cli {
+namespace {
+
+struct BenchGenerateOptions {
+  std::string model, cache = "f32";
+  int64_t prompt = 512, decode = 24, repeats = 3;
+  std::vector<int64_t> lengths = {128, 1000};
+  int threads = 0;
+  bool json = false;
+};
+
+// Multiply-adds of one token's matrix products (the weights it reads once: all but the
+// embedding table's lookup, which is the classifier when the embedding is tied).
+double matrix_flops_per_token(const ModelConfig& c) {
+  const double C = c.d_model, W = (c.n_heads + 2 * c.n_kv_heads) * c.d_head;
+  const double A = c.n_heads * c.d_head, F = c.d_ff;
+  const double ffn = (c.mlp == MlpKind::swiglu ? 3 : 2) * F * C;
+  return 2 * (c.n_layers * (W * C + C * A + ffn) + c.vocab_size * C);
+}
+
+// Bytes of weights one decoded token reads: every matrix once, the norms, one embedding row
+// (and the classifier, the whole embedding table again when tied).
+double weight_bytes_per_token(const Model& m) {
+  const ModelConfig& c = m.config();
+  double floats = m.num_params();
+  if (!c.tied_embeddings) floats -= (c.vocab_size - 1) * c.d_model;  // the table: one row
+  if (c.positions == PositionKind::learned) floats -= (c.context - 1) * c.d_model;
+  return 4 * floats;
+}
+
+void bench_generate(const BenchGenerateOptions& o) {
+  if (o.threads > 0) set_num_threads(o.threads);
+  check(o.cache == "f32" || o.cache == "bf16", "--cache must be f32 or bf16");
+  check(o.prompt >= 1 && o.decode >= 1 && o.repeats >= 1, "--prompt, --decode and --repeats must be >= 1");
+  ModelFile f = load_model_file(o.model, "", /*need_tokenizer=*/false);
+  Model& m = *f.model;
+  const ModelConfig& c = m.config();
+  const CacheType type = o.cache == "bf16" ? CacheType::bf16 : CacheType::f32;
+  check(o.prompt <= c.context, "--prompt ", o.prompt, " is longer than the model's context of ", c.context);
+  check(o.decode < c.context, "--decode ", o.decode, " does not fit the model's context of ", c.context);
+  // A cache length the context cannot hold (with the decoded tokens after it) is cut to fit.
+  std::vector<int64_t> lengths;
+  for (int64_t len : o.lengths) {
+    check(len >= 1, "--cache-lengths must be >= 1, got ", len);
+    lengths.push_back(std::min(len, c.context - o.decode));
+  }
+  const int64_t longest = std::max(o.prompt, *std::max_element(lengths.begin(), lengths.end()) + o.decode);
+  KVCache cache(c, {.max_seq = longest, .type = type});
+  std::mt19937 rng(1);
+  std::vector<int32_t> tokens(longest);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
+  const double element = type == CacheType::f32 ? 4 : 2;
+
+  // Prefill: the whole prompt in one call; best of `repeats`.
+  double prefill = 1e30;
+  for (int64_t r = 0; r < o.repeats + 1; ++r) {  // the first call allocates: not counted
+    cache.reset();
+    const double t0 = detail::now_seconds();
+    m.forward_cached(cache, tokens.data(), 1, o.prompt);
+    if (r > 0) prefill = std::min(prefill, detail::now_seconds() - t0);
+  }
+  const double P = o.prompt;
+  const double prefill_flops = P * (matrix_flops_per_token(c) - 2.0 * c.vocab_size * c.d_model) +
+                               2.0 * c.vocab_size * c.d_model +  // logits of the last position
+                               c.n_layers * 2.0 * c.n_heads * P * P * c.d_head;  // causal attention
+  const int threads = num_threads();
+  const double peak = detail::measure_fma_peak_gflops(threads);
+  nlohmann::json r = {{"benchmark", "generate"}, {"model", o.model}, {"format", f.format},
+                      {"parameters", m.num_params()}, {"d_model", c.d_model},
+                      {"layers", c.n_layers}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
+                      {"vocab", c.vocab_size}, {"threads", threads}, {"cache", o.cache},
+                      {"prompt_tokens", o.prompt}, {"prefill_ms", prefill * 1e3},
+                      {"prefill_tokens_per_s", P / prefill},
+                      {"prefill_gflops", prefill_flops / prefill * 1e-9}, {"peak_gflops", peak},
+                      {"prefill_fraction_of_peak", prefill_flops / prefill * 1e-9 / peak}};
+  if (!o.json)
+    std::cout << "model " << o.model << ": " << short_count(m.num_params()) << " parameters, "
+              << threads << " thread(s), " << o.cache << " cache\n"
+              << "prefill " << o.prompt << " tokens: " << prefill * 1e3 << " ms, "
+              << static_cast<int64_t>(P / prefill) << " tokens/s, " << prefill_flops / prefill * 1e-9
+              << " GFLOP/s = " << 100 * prefill_flops / prefill * 1e-9 / peak << "% of the "
+              << peak << " GFLOP/s FMA peak\n";
+
+  // Decode at each cache length: fill the cache to that length, then time `decode` tokens.
+  nlohmann::json decode = nlohmann::json::array();
+  for (int64_t len : lengths) {
+    cache.reset();
+    m.forward_cached(cache, tokens.data(), 1, len);
+    const double t0 = detail::now_seconds();
+    for (int64_t i = 0; i < o.decode; ++i) m.forward_cached(cache, &tokens[len + i], 1, 1);
+    const double seconds = (detail::now_seconds() - t0) / o.decode;
+    const double mean_len = len + (o.decode + 1) / 2.0;
+    const double cache_bytes = 2.0 * c.n_layers * c.n_kv_heads * c.d_head * mean_len * element;
+    const double bytes = weight_bytes_per_token(m) + cache_bytes;
+    const double read = detail::measure_read_gbps(static_cast<size_t>(bytes), threads);
+    const double gbps = bytes / seconds * 1e-9;
+    decode.push_back({{"cache_length", len}, {"ms_per_token", seconds * 1e3},
+                      {"tokens_per_s", 1 / seconds}, {"bytes_per_token", bytes},
+                      {"gbps", gbps}, {"read_gbps", read}, {"fraction_of_read", gbps / read}});
+    if (!o.json)
+      std::cout << "decode at cache length " << len << ": " << seconds * 1e3 << " ms/token, "
+                << static_cast<int64_t>(1 / seconds) << " tokens/s, " << gbps << " GB/s of "
+                << bytes_str(bytes) << " per token = " << 100 * gbps / read
+                << "% of a read loop (" << read << " GB/s)\n";
+  }
+  r["decode"] = decode;
+  r["peak_rss_mb"] = detail::peak_rss_mb();
+  std::cout << r.dump() << "\n";
+}
+
+}  // namespace
+
+void add_bench_generate(CLI::App& bench) {
+  auto o = std::make_shared<BenchGenerateOptions>();
+  CLI::App* cmd = bench.add_subcommand("generate", "Prefill and decode speed of a model file");
+  cmd->add_option("--model", o->model, "llama2.c or qkv checkpoint")->required();
+  cmd->add_option("--prompt", o->prompt, "Prefill length")->capture_default_str();
+  cmd->add_option("--cache-lengths", o->lengths, "Cache lengths to decode at")->capture_default_str()->delimiter(',');
+  cmd->add_option("--decode", o->decode, "Tokens timed at each cache length")->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "Prefill runs (the best is kept)")->capture_default_str();
+  cmd->add_option("--cache", o->cache, "f32 or bf16")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Threads; default all cores");
+  cmd->add_flag("--json", o->json, "Only the JSON line");
+  cmd->callback([o] { bench_generate(*o); });
+}
+
+}  // namespace qkv::cli

@@ -1,0 +1,72 @@
+#include "ops/gemv.h"
+
+#include <algorithm>
+
+#include "attention/simd.h"
+#include "qkv/threads.h"
+
+namespace qkv::detail {
+namespace {
+
+namespace hn = simd::hn;
+using simd::df;
+using simd::Vf;
+
+constexpr int kRowsPerStep = 4;  // weight rows read side by side (4 streams for the prefetcher)
+
+// C[m, n0 .. n0 + R) for all M rows of A, R weight rows at a time.
+template <int M, int R>
+HWY_INLINE void block(const float* A, int64_t lda, const float* B, int64_t ldb, int64_t K,
+                      float alpha, float beta, float* C, int64_t ldc, int64_t n0) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  Vf acc[M][R];
+  for (int m = 0; m < M; ++m)
+    for (int r = 0; r < R; ++r) acc[m][r] = hn::Zero(df);
+  int64_t k = 0;
+  for (; k + N <= K; k += N) {
+    Vf a[M];
+    for (int m = 0; m < M; ++m) a[m] = hn::LoadU(df, A + m * lda + k);
+    for (int r = 0; r < R; ++r) {
+      const Vf b = hn::LoadU(df, B + (n0 + r) * ldb + k);
+      for (int m = 0; m < M; ++m) acc[m][r] = hn::MulAdd(a[m], b, acc[m][r]);
+    }
+  }
+  for (int m = 0; m < M; ++m)
+    for (int r = 0; r < R; ++r) {
+      float sum = hn::GetLane(hn::SumOfLanes(df, acc[m][r]));
+      for (int64_t t = k; t < K; ++t) sum += A[m * lda + t] * B[(n0 + r) * ldb + t];
+      float& c = C[m * ldc + n0 + r];
+      c = alpha * sum + (beta == 0 ? 0.0f : beta * c);
+    }
+}
+
+template <int M>
+void columns(const float* A, int64_t lda, const float* B, int64_t ldb, int64_t K, float alpha,
+             float beta, float* C, int64_t ldc, int64_t begin, int64_t end) {
+  int64_t n = begin;
+  for (; n + kRowsPerStep <= end; n += kRowsPerStep)
+    block<M, kRowsPerStep>(A, lda, B, ldb, K, alpha, beta, C, ldc, n);
+  for (; n < end; ++n) block<M, 1>(A, lda, B, ldb, K, alpha, beta, C, ldc, n);
+}
+
+}  // namespace
+
+void gemv_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  // Below ~256 KiB of weights the threads cost more than they save.
+  const int threads = N * K < (1 << 16) ? 1 : num_threads();
+  constexpr int64_t kChunk = 64;  // output columns per unit of work
+  const int64_t chunks = (N + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, end = std::min(N, begin + kChunk);
+    switch (M) {
+      case 1: columns<1>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
+      case 2: columns<2>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
+      case 3: columns<3>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
+      default: columns<4>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
+    }
+  }
+}
+
+}  // namespace qkv::detail
