@@ -27,6 +27,27 @@ TEST(Linear, ForwardIsXWTransposedPlusB) {
   EXPECT_FLOAT_EQ(y[3], 12.0f);  // [4,5,6]·[2,1,0] − 1
 }
 
+// Few rows (decoding) take qkv's own GEMV, many rows BLAS: both against a double loop, with
+// widths that are not multiples of the vector length and more columns than one thread's chunk.
+TEST(Linear, FewAndManyRowsMatchADoubleLoop) {
+  for (int64_t rows : {1, 2, 3, 4, 5, 17})
+    for (int64_t in : {8, 172, 200})
+      for (int64_t out : {3, 64, 400}) {  // 400 × 200 splits across threads
+        const auto x = random_vector(rows * in, 1, 1.0f), W = random_vector(out * in, 2, 1.0f);
+        const auto b = random_vector(out, 3, 1.0f);
+        std::vector<float> y(rows * out);
+        linear_forward(View(y.data(), {rows, out}), View(const_cast<float*>(x.data()), {rows, in}),
+                       View(const_cast<float*>(W.data()), {out, in}), b.data());
+        for (int64_t n = 0; n < rows; ++n)
+          for (int64_t o = 0; o < out; ++o) {
+            double sum = b[o];
+            for (int64_t i = 0; i < in; ++i) sum += double(x[n * in + i]) * W[o * in + i];
+            ASSERT_NEAR(y[n * out + o], sum, 1e-4 * (1 + std::abs(sum)))
+                << rows << " rows, in " << in << ", out " << out;
+          }
+      }
+}
+
 TEST(Linear, BackwardMatchesFiniteDifferences) {
   const int64_t in = 4, out = 3;
   auto x = random_vector(N * in, 1), W = random_vector(out * in, 2), b = random_vector(out, 3);
