@@ -177,7 +177,7 @@ inline void accumulate_transposed_tile(const float* p, int64_t rows, int64_t Mq,
   const int64_t vectors = columns / N;
   auto column_blocks = [&](auto nj) {
     constexpr int NJ = decltype(nj)::value;
-    return [&, p, c](int64_t j) {
+    return [=](int64_t j) {  // by value: the lambda outlives this call
       int64_t v = 0;
       for (; v + kTransposedVectors <= vectors; v += kTransposedVectors)
         packed_transposed_times_rows<NJ, kTransposedVectors>(p + j * Mq, Mq, queries, r, r_stride,
