@@ -5,8 +5,13 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "qkv/attention.h"
 
@@ -220,6 +225,89 @@ TEST(CliTrain, CopyTaskSummaryAsJson) {
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.output.find("unknown --task"), std::string::npos);
   std::remove(path.c_str());
+}
+
+// ---- qkv generate ------------------------------------------------------------------------
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string stories_dir() {
+  const char* env = std::getenv("QKV_MODELS");
+  return (env ? std::string(env) : std::string(QKV_MODELS_DIR)) + "/stories260K";
+}
+
+TEST(CliGenerate, Stories260KGreedyIsExactlyTheReferenceText) {
+  const std::string dir = stories_dir();
+  if (!std::filesystem::exists(dir + "/stories260K.bin"))
+    GTEST_SKIP() << "stories260K not found in " << dir;
+  const Result r = run("generate --model " + dir + "/stories260K.bin --prompt \"Once upon a time\" "
+                       "-n 200 --temperature 0");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, read_file(dir + "/greedy_once_upon_a_time.txt"));  // stdout: only the text
+  const Result both = run("generate --model " + dir + "/stories260K.bin --prompt Hi -n 20 "
+                          "--top-p 0.9 --top-k 40 --seed 5 --cache bf16", /*with_stderr=*/true);
+  EXPECT_EQ(both.status, 0);
+  EXPECT_NE(both.output.find("prefill: "), std::string::npos);
+  EXPECT_NE(both.output.find("tokens/s"), std::string::npos);
+  EXPECT_NE(both.output.find("bf16 cache, seed 5"), std::string::npos);
+  // Same seed, same text.
+  const std::string seeded = "generate --model " + dir + "/stories260K.bin --prompt Hi -n 30 --seed 9";
+  EXPECT_EQ(run(seeded).output, run(seeded).output);
+  // A truncated copy is a clear error.
+  const std::string cut = ::testing::TempDir() + "cut.bin";
+  const std::string bytes = read_file(dir + "/stories260K.bin");
+  std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  const Result bad = run("generate --model " + cut + " --tokenizer " + dir + "/tok512.bin --prompt Hi",
+                         /*with_stderr=*/true);
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("truncated"), std::string::npos) << bad.output;
+  std::remove(cut.c_str());
+}
+
+TEST(CliGenerate, QkvCheckpointsOfTextAndOfSyntheticTasks) {
+  const std::string text = ::testing::TempDir() + "gen_text.txt";
+  std::ofstream(text) << std::string(2000, 'a') + "the cat sat on the mat. ";
+  const std::string ckpt = ::testing::TempDir() + "gen_text.safetensors";
+  ASSERT_EQ(run("train --text " + text + " --seq 32 --d-model 32 --steps 5 --batch 4 --quiet "
+                "--checkpoint " + ckpt).status, 0);
+  // Byte-level: the prompt is text; -n 10 from a 2-byte prompt adds 9 bytes.
+  const Result r = run("generate --model " + ckpt + " --prompt ab -n 10 --seed 3");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output.substr(0, 2), "ab");
+  EXPECT_EQ(r.output.back(), '\n');
+  const std::string recall = ::testing::TempDir() + "gen_recall.safetensors";
+  ASSERT_EQ(run("train --task recall --d-model 32 --steps 3 --batch 4 --quiet --checkpoint " +
+                recall).status, 0);
+  const Result text_prompt = run("generate --model " + recall + " --prompt hello", true);
+  EXPECT_EQ(text_prompt.status, 2);
+  EXPECT_NE(text_prompt.output.find("--prompt-ids"), std::string::npos);
+  const Result ids = run("generate --model " + recall + " --prompt-ids \"1 2 3\" -n 6 --seed 2");
+  EXPECT_EQ(ids.status, 0);
+  std::istringstream words(ids.output);
+  std::vector<int> tokens{std::istream_iterator<int>(words), {}};
+  EXPECT_EQ(tokens.size(), 7u);  // 3 prompt ids, then 4 drawn
+  EXPECT_EQ(run("generate --model " + recall + " --prompt-ids \"1 x\"").status, 2);
+  EXPECT_EQ(run("generate --model /nonexistent.bin --prompt hi").status, 2);
+  for (const auto& f : {text, ckpt, recall}) std::remove(f.c_str());
+}
+
+TEST(CliGenerate, RandomModelAndItsBenchmark) {
+  const std::string model = ::testing::TempDir() + "random_tiny.bin";
+  ASSERT_EQ(run("random-model -o " + model + " --dim 32 --hidden 64 --layers 2 --heads 4 "
+                "--kv-heads 2 --vocab 50 --seq-len 64").status, 0);
+  const json j = json::parse(run("bench generate --model " + model + " --prompt 16 "
+                                 "--cache-lengths 8,100 --decode 4 --json").output);
+  EXPECT_EQ(j["parameters"], 50 * 32 + 2 * (32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 32 + 3 * 64 * 32) + 32);
+  EXPECT_GT(j["prefill_tokens_per_s"].get<double>(), 0);
+  ASSERT_EQ(j["decode"].size(), 2u);
+  EXPECT_EQ(j["decode"][1]["cache_length"], 60);  // cut to fit the 64 positions with 4 decoded
+  EXPECT_GT(j["decode"][0]["fraction_of_read"].get<double>(), 0);
+  const Result ids = run("generate --model " + model + " --prompt-ids \"1 2\" -n 5 --temperature 0");
+  EXPECT_EQ(ids.status, 0);
+  std::remove(model.c_str());
 }
 
 }  // namespace
