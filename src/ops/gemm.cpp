@@ -1,6 +1,7 @@
 #include "ops/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 
@@ -43,11 +44,18 @@ void gemm(bool transpose_a, bool transpose_b, int64_t M, int64_t N, int64_t K, f
   const int threads = work < (1 << 18) ? 1 : num_threads();
   const int64_t block = std::max<int64_t>(16, (M + threads - 1) / threads + 15) / 16 * 16;
   const int64_t blocks = (M + block - 1) / block;
-#pragma omp parallel for schedule(static) num_threads(threads) if (blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t m0 = b * block, m = std::min(block, M - m0);
-    const float* a = transpose_a ? A + m0 : A + m0 * lda;  // rows m0.. of op(A)
-    sgemm(transpose_a, transpose_b, m, N, K, alpha, a, lda, B, ldb, beta, C + m0 * ldc, ldc);
+#pragma omp parallel num_threads(threads) if (blocks > 1)
+  {
+    // OpenBLAS's OpenMP build runs one thread inside an active team, but outside one it
+    // would take omp_get_max_threads() threads: this region's own thread count (a setting
+    // local to the region, not the caller's) keeps it to qkv's.
+    if (!omp_in_parallel()) omp_set_num_threads(1);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t m0 = b * block, m = std::min(block, M - m0);
+      const float* a = transpose_a ? A + m0 : A + m0 * lda;  // rows m0.. of op(A)
+      sgemm(transpose_a, transpose_b, m, N, K, alpha, a, lda, B, ldb, beta, C + m0 * ldc, ldc);
+    }
   }
 }
 
