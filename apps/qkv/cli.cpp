@@ -47,6 +47,7 @@ int run(int argc, const char* const* argv) {
   add_train(app);
   add_generate(app);
   add_random_model(app);
+  add_viz(app);
   try {
     // CLI11 would report an unknown command as "a subcommand is required"; say what it is.
     if (argc > 1 && argv[1][0] != '-') {

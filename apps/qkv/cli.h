@@ -24,6 +24,9 @@ void add_random_model(CLI::App& app);
 
 // The worked example of `qkv explain`, printed as text; `qkv demo` tells it too.
 void print_worked_example(std::ostream& out, bool causal);
+// The same as `qkv explain --json` prints it: tokens, q, k, v and every step per query.
+std::string worked_example_json(bool causal);
+void add_viz(CLI::App& app);
 
 // 1234567 -> "1,234,567"
 std::string with_commas(int64_t n);

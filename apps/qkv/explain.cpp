@@ -357,6 +357,8 @@ void print_worked_example(std::ostream& out, bool causal) {
   print_example(out, article_example(causal), 3);
 }
 
+std::string worked_example_json(bool causal) { return example_json(article_example(causal)).dump(); }
+
 void add_explain(CLI::App& app) {
   struct Options {
     bool causal = false, json = false;

@@ -1,0 +1,27 @@
+// Attention patterns as one self-contained HTML page (no network, no external scripts or
+// fonts): a grid of every layer × head, a head opened large with the tokens on both axes and
+// the weight under the mouse, the "lines" view of the articles' pictures, and, for the worked
+// example, the numbers of every step.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "qkv/tensor.h"
+
+namespace qkv::cli {
+
+struct AttentionMaps {
+  std::string title;                // what the page shows, e.g. the model file
+  std::string description;          // one line under the title
+  std::vector<std::string> tokens;  // the T tokens, as printable labels
+  bool causal = true;               // a causal model: the upper triangle is masked
+  std::vector<Tensor> weights;      // per layer, [1, H, T, T] softmax weights (reference kernel)
+  std::string example_json;         // optional: `qkv explain --json` of the worked example
+};
+
+// The page. Weights are kept to 3 decimals (integers in thousandths, only the visible
+// triangle for causal models), which keeps 64 tokens × 6 layers × 8 heads near 0.4 MB.
+std::string attention_html(const AttentionMaps& maps);
+
+}  // namespace qkv::cli
