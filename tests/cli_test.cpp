@@ -24,9 +24,10 @@ struct Result {
   std::string output;  // stdout, or stdout and stderr together when asked
 };
 
-Result run(const std::string& args, bool with_stderr = false) {
-  const std::string command =
-      std::string(QKV_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs qkv with `args` (in directory `cwd` when given).
+Result run(const std::string& args, bool with_stderr = false, const std::string& cwd = "") {
+  const std::string command = (cwd.empty() ? "" : "cd " + cwd + " && ") + std::string(QKV_BINARY) +
+                              " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* pipe = popen(command.c_str(), "r");
   EXPECT_NE(pipe, nullptr);
   std::string output;
@@ -41,6 +42,11 @@ json run_json(const std::string& args) {
   const Result r = run(args);
   EXPECT_EQ(r.status, 0) << args;
   return json::parse(r.output);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 std::string data(const char* name) { return std::string(QKV_TEST_DATA) + "/" + name; }
@@ -202,6 +208,22 @@ TEST(CliDemo, TellsTheWorkedExample) {
   EXPECT_NE(r.output.find("-inf"), std::string::npos);
 }
 
+// The whole story on a short budget: training, the terminal heatmap, the page, answers by
+// generation with the KV cache (wrong ones, after 30 steps), and what to open next.
+TEST(CliDemo, WholeStoryWritesThePage) {
+  const std::string dir = ::testing::TempDir() + "qkv_demo";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const Result r = run("demo --steps 30", false, dir);
+  EXPECT_EQ(r.status, 0);
+  for (const char* part : {"[2.012, 0.856]", "step   30", "Layer 1 (the last), head",
+                           "demo/attention.html", "(prefill)", " of 4 right", "What to open"})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << " missing from:\n" << r.output;
+  const std::string page = read_file(dir + "/demo/attention.html");
+  EXPECT_NE(page.find("The recall model of qkv demo"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTrain, CopyTaskSummaryAsJson) {
   const std::string path = ::testing::TempDir() + "cli_train.safetensors";
   const json j = run_json("train --task copy --items 4 --symbols 6 --d-model 32 --steps 60 "
@@ -228,11 +250,6 @@ TEST(CliTrain, CopyTaskSummaryAsJson) {
 }
 
 // ---- qkv generate ------------------------------------------------------------------------
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::string stories_dir() {
   const char* env = std::getenv("QKV_MODELS");
