@@ -119,34 +119,46 @@ TEST(Gelu, KnownValuesAndBackward) {
     gelu_forward(View(&y, {1, 1}), View(&one, {1, 1}), kind);
     // GELU(1) = Φ(1) = 0.841345 exactly; the tanh form gives 0.841192.
     EXPECT_NEAR(y, kind == Gelu::exact ? 0.8413447f : 0.8411920f, 1e-6);
-    auto x = random_vector(N * C, 12, 3);
-    const auto g = random_vector(N * C, 13);
-    std::vector<float> out(N * C), dx(N * C);
-    auto loss = [&] {
-      gelu_forward(View(out.data(), {N, C}), View(x.data(), {N, C}), kind);
-      return dot(out.data(), g);
-    };
-    gelu_backward(View(dx.data(), {N, C}), View(const_cast<float*>(g.data()), {N, C}),
-                  View(x.data(), {N, C}), kind);
-    expect_gradient(x.data(), dx.data(), x.size(), loss, "dx");
+    // Width 37: two whole vectors and a scalar tail, both paths of the kernel.
+    for (const int64_t W : {C, int64_t{37}}) {
+      auto x = random_vector(N * W, 12, 3);
+      const auto g = random_vector(N * W, 13);
+      std::vector<float> out(N * W), dx(N * W);
+      auto loss = [&] {
+        gelu_forward(View(out.data(), {N, W}), View(x.data(), {N, W}), kind);
+        return dot(out.data(), g);
+      };
+      loss();
+      for (int64_t i = 0; i < N * W; ++i) {  // the formula, in double
+        const double v = x[i], t = std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
+        EXPECT_NEAR(out[i], kind == Gelu::exact ? 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))
+                                                : 0.5 * v * (1 + t), 2e-6 * (1 + std::abs(v)));
+      }
+      gelu_backward(View(dx.data(), {N, W}), View(const_cast<float*>(g.data()), {N, W}),
+                    View(x.data(), {N, W}), kind);
+      expect_gradient(x.data(), dx.data(), x.size(), loss, "dx");
+    }
   }
 }
 
 TEST(SwiGlu, BackwardMatchesFiniteDifferences) {
-  auto a = random_vector(N * C, 14, 3), u = random_vector(N * C, 15);
-  const auto g = random_vector(N * C, 16);
-  std::vector<float> y(N * C), da(N * C), du(N * C);
-  auto loss = [&] {
-    swiglu_forward(View(y.data(), {N, C}), View(a.data(), {N, C}), View(u.data(), {N, C}));
-    return dot(y.data(), g);
-  };
-  loss();
-  EXPECT_NEAR(y[0], a[0] / (1 + std::exp(-a[0])) * u[0], 1e-6);
-  swiglu_backward(View(da.data(), {N, C}), View(du.data(), {N, C}),
-                  View(const_cast<float*>(g.data()), {N, C}), View(a.data(), {N, C}),
-                  View(u.data(), {N, C}));
-  expect_gradient(a.data(), da.data(), a.size(), loss, "dgate");
-  expect_gradient(u.data(), du.data(), u.size(), loss, "dup");
+  for (const int64_t W : {C, int64_t{37}}) {  // 37: the vector path and the scalar tail
+    auto a = random_vector(N * W, 14, 3), u = random_vector(N * W, 15);
+    const auto g = random_vector(N * W, 16);
+    std::vector<float> y(N * W), da(N * W), du(N * W);
+    auto loss = [&] {
+      swiglu_forward(View(y.data(), {N, W}), View(a.data(), {N, W}), View(u.data(), {N, W}));
+      return dot(y.data(), g);
+    };
+    loss();
+    for (int64_t i = 0; i < N * W; ++i)
+      EXPECT_NEAR(y[i], a[i] / (1 + std::exp(-double(a[i]))) * u[i], 2e-6 * (1 + std::abs(a[i])));
+    swiglu_backward(View(da.data(), {N, W}), View(du.data(), {N, W}),
+                    View(const_cast<float*>(g.data()), {N, W}), View(a.data(), {N, W}),
+                    View(u.data(), {N, W}));
+    expect_gradient(a.data(), da.data(), a.size(), loss, "dgate");
+    expect_gradient(u.data(), du.data(), u.size(), loss, "dup");
+  }
 }
 
 TEST(Residual, AddsAndPassesGradientToBoth) {
@@ -246,32 +258,33 @@ TEST(Alibi, SlopesOfThePaper) {
 }
 
 TEST(CrossEntropy, LossAndBackward) {
-  const int64_t V = 6;
-  auto logits = random_vector(N * V, 27, 3);
-  const int32_t targets[N] = {2, kIgnoreIndex, 0, 5, 1};
-  std::vector<float> probs(N * V), dlogits(N * V);
-  auto loss = [&] {
-    return double(cross_entropy_forward(View(probs.data(), {N, V}), View(logits.data(), {N, V}),
-                                        targets));
-  };
-  const double l = loss();
-  // By hand: mean of −log softmax over the 4 counted rows.
-  double expected = 0;
-  for (int64_t n : {0, 2, 3, 4}) {
-    double z = 0;
-    for (int64_t v = 0; v < V; ++v) z += std::exp(double(logits[n * V + v]));
-    expected += std::log(z) - logits[n * V + targets[n]];
+  for (const int64_t V : {int64_t{6}, int64_t{45}}) {  // 45: two whole vectors and a tail
+    auto logits = random_vector(N * V, 27, 3);
+    const int32_t targets[N] = {2, kIgnoreIndex, 0, 5, 1};
+    std::vector<float> probs(N * V), dlogits(N * V);
+    auto loss = [&] {
+      return double(cross_entropy_forward(View(probs.data(), {N, V}), View(logits.data(), {N, V}),
+                                          targets));
+    };
+    const double l = loss();
+    // By hand: mean of −log softmax over the 4 counted rows.
+    double expected = 0;
+    for (int64_t n : {0, 2, 3, 4}) {
+      double z = 0;
+      for (int64_t v = 0; v < V; ++v) z += std::exp(double(logits[n * V + v]));
+      expected += std::log(z) - logits[n * V + targets[n]];
+    }
+    EXPECT_NEAR(l, expected / 4, 1e-5);
+    cross_entropy_backward(View(dlogits.data(), {N, V}), View(probs.data(), {N, V}), targets, 1);
+    std::vector<float> inplace = probs;  // the in-place form gives the same gradient
+    cross_entropy_backward_inplace(View(inplace.data(), {N, V}), targets, 1);
+    for (size_t i = 0; i < inplace.size(); ++i) EXPECT_FLOAT_EQ(inplace[i], dlogits[i]);
+    for (int64_t v = 0; v < V; ++v) EXPECT_EQ(dlogits[1 * V + v], 0.0f);  // ignored row
+    expect_gradient(logits.data(), dlogits.data(), logits.size(), loss, "dlogits");
+    const int32_t bad[N] = {0, 0, static_cast<int32_t>(V), 0, 0};
+    EXPECT_THROW(cross_entropy_forward(View(probs.data(), {N, V}), View(logits.data(), {N, V}), bad),
+                 Error);
   }
-  EXPECT_NEAR(l, expected / 4, 1e-5);
-  cross_entropy_backward(View(dlogits.data(), {N, V}), View(probs.data(), {N, V}), targets, 1);
-  std::vector<float> inplace = probs;  // the in-place form gives the same gradient
-  cross_entropy_backward_inplace(View(inplace.data(), {N, V}), targets, 1);
-  for (size_t i = 0; i < inplace.size(); ++i) EXPECT_FLOAT_EQ(inplace[i], dlogits[i]);
-  for (int64_t v = 0; v < V; ++v) EXPECT_EQ(dlogits[1 * V + v], 0.0f);  // ignored row
-  expect_gradient(logits.data(), dlogits.data(), logits.size(), loss, "dlogits");
-  const int32_t bad[N] = {0, 0, 6, 0, 0};
-  EXPECT_THROW(cross_entropy_forward(View(probs.data(), {N, V}), View(logits.data(), {N, V}), bad),
-               Error);
 }
 
 TEST(Ops, ShapeErrorsNameTheOp) {

@@ -1,6 +1,7 @@
 // Elementwise layers: GELU (tanh form and exact), SwiGLU, and the residual add.
 #include <cmath>
 
+#include "attention/simd.h"
 #include "ops/rows.h"
 #include "qkv/ops.h"
 #include "qkv/threads.h"
@@ -41,26 +42,74 @@ float gelu_derivative(float x, Gelu kind) {
 
 float sigmoid(float x) { return 1 / (1 + std::exp(-x)); }
 
+namespace hn = simd::hn;
+using simd::df;
+using simd::Vf;
+
+// Rows in parallel; within a row, whole vectors through `vec(c)` and the tail through `one(c)`
+// (the scalar formula): tanh and exp are the cost of these layers, and Highway's vectorised
+// ones are ~10× the scalar library's throughput.
+template <typename Vec, typename One>
+void each_vectorised(int64_t N, int64_t C, Vec&& vec, One&& one) {
+  const int64_t L = static_cast<int64_t>(simd::lanes());
+#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N * C))
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t c = 0;
+    for (; c + L <= C; c += L) vec(n, c);
+    for (; c < C; ++c) one(n, c);
+  }
+}
+
+Vf vsigmoid(Vf a) {
+  const Vf one = hn::Set(df, 1.0f);
+  return hn::Div(one, hn::Add(one, hn::Exp(df, hn::Neg(a))));
+}
+
+// tanh(√(2/π) (x + 0.044715 x³)) and its argument's derivative.
+Vf gelu_tanh_arg(Vf x) {
+  const Vf x3 = hn::Mul(hn::Mul(x, x), x);
+  return hn::Mul(hn::Set(df, kSqrt2OverPi), hn::MulAdd(hn::Set(df, 0.044715f), x3, x));
+}
+
 }  // namespace
 
 void gelu_forward(View y, View x, Gelu kind) {
   check_rows(x, -1, -1, "gelu_forward", "x");
   check_rows(y, x.shape[0], x.shape[1], "gelu_forward", "y");
-  each(x.shape[0], x.shape[1], [&](int64_t n, int64_t c) { y(n, c) = gelu(x(n, c), kind); });
+  auto one = [&](int64_t n, int64_t c) { y(n, c) = gelu(x(n, c), kind); };
+  if (kind == Gelu::exact) return each(x.shape[0], x.shape[1], one);
+  each_vectorised(x.shape[0], x.shape[1], [&](int64_t n, int64_t c) {
+    const Vf v = hn::LoadU(df, &x(n, c));
+    const Vf t = hn::Tanh(df, gelu_tanh_arg(v));
+    hn::StoreU(hn::Mul(hn::Mul(hn::Set(df, 0.5f), v), hn::Add(hn::Set(df, 1.0f), t)), df, &y(n, c));
+  }, one);
 }
 
 void gelu_backward(View dx, View dy, View x, Gelu kind) {
   check_rows(dy, x.shape[0], x.shape[1], "gelu_backward", "dy");
   check_rows(dx, x.shape[0], x.shape[1], "gelu_backward", "dx");
-  each(x.shape[0], x.shape[1],
-       [&](int64_t n, int64_t c) { dx(n, c) += dy(n, c) * gelu_derivative(x(n, c), kind); });
+  auto one = [&](int64_t n, int64_t c) { dx(n, c) += dy(n, c) * gelu_derivative(x(n, c), kind); };
+  if (kind == Gelu::exact) return each(x.shape[0], x.shape[1], one);
+  each_vectorised(x.shape[0], x.shape[1], [&](int64_t n, int64_t c) {
+    const Vf v = hn::LoadU(df, &x(n, c)), half = hn::Set(df, 0.5f), unit = hn::Set(df, 1.0f);
+    const Vf t = hn::Tanh(df, gelu_tanh_arg(v));
+    const Vf du = hn::Mul(hn::Set(df, kSqrt2OverPi),
+                          hn::MulAdd(hn::Set(df, 3 * 0.044715f), hn::Mul(v, v), unit));
+    // 0.5 (1 + t) + 0.5 x (1 − t²) du
+    const Vf d = hn::MulAdd(hn::Mul(half, v), hn::Mul(hn::NegMulAdd(t, t, unit), du),
+                            hn::Mul(half, hn::Add(unit, t)));
+    hn::StoreU(hn::MulAdd(hn::LoadU(df, &dy(n, c)), d, hn::LoadU(df, &dx(n, c))), df, &dx(n, c));
+  }, one);
 }
 
 void swiglu_forward(View y, View gate, View up) {
   check_rows(gate, -1, -1, "swiglu_forward", "gate");
   check_rows(up, gate.shape[0], gate.shape[1], "swiglu_forward", "up");
   check_rows(y, gate.shape[0], gate.shape[1], "swiglu_forward", "y");
-  each(gate.shape[0], gate.shape[1], [&](int64_t n, int64_t c) {
+  each_vectorised(gate.shape[0], gate.shape[1], [&](int64_t n, int64_t c) {
+    const Vf a = hn::LoadU(df, &gate(n, c));
+    hn::StoreU(hn::Mul(hn::Mul(a, vsigmoid(a)), hn::LoadU(df, &up(n, c))), df, &y(n, c));
+  }, [&](int64_t n, int64_t c) {
     const float a = gate(n, c);
     y(n, c) = a * sigmoid(a) * up(n, c);
   });
@@ -71,7 +120,14 @@ void swiglu_backward(View dgate, View dup, View dy, View gate, View up) {
   check_rows(dy, gate.shape[0], gate.shape[1], "swiglu_backward", "dy");
   check_rows(dgate, gate.shape[0], gate.shape[1], "swiglu_backward", "dgate");
   check_rows(dup, gate.shape[0], gate.shape[1], "swiglu_backward", "dup");
-  each(gate.shape[0], gate.shape[1], [&](int64_t n, int64_t c) {
+  each_vectorised(gate.shape[0], gate.shape[1], [&](int64_t n, int64_t c) {
+    const Vf a = hn::LoadU(df, &gate(n, c)), s = vsigmoid(a), g = hn::LoadU(df, &dy(n, c));
+    const Vf unit = hn::Set(df, 1.0f);
+    const Vf ds = hn::Mul(s, hn::MulAdd(a, hn::Sub(unit, s), unit));  // s (1 + a (1 − s))
+    hn::StoreU(hn::MulAdd(hn::Mul(g, hn::LoadU(df, &up(n, c))), ds, hn::LoadU(df, &dgate(n, c))),
+               df, &dgate(n, c));
+    hn::StoreU(hn::MulAdd(hn::Mul(g, a), s, hn::LoadU(df, &dup(n, c))), df, &dup(n, c));
+  }, [&](int64_t n, int64_t c) {
     const float a = gate(n, c), s = sigmoid(a), g = dy(n, c);
     dgate(n, c) += g * up(n, c) * s * (1 + a * (1 - s));
     dup(n, c) += g * a * s;

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention/simd.h"
 #include "ops/rows.h"
 #include "qkv/ops.h"
 #include "qkv/threads.h"
@@ -10,6 +11,39 @@ namespace qkv {
 
 using detail::check_rows;
 using detail::row;
+
+namespace {
+
+namespace hn = simd::hn;
+using simd::df;
+using simd::Vf;
+
+// p = e^(l − max(l)) over one row, vectorised (a vocabulary of 50,257 makes this the largest
+// elementwise loop of a training step); returns max and Σ p.
+std::pair<float, double> exp_row(const float* l, float* p, int64_t V) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  Vf m = hn::Set(df, simd::kMinusInf);
+  int64_t v = 0;
+  for (; v + N <= V; v += N) m = hn::Max(m, hn::LoadU(df, l + v));
+  float max = hn::GetLane(hn::MaxOfLanes(df, m));
+  for (int64_t t = v; t < V; ++t) max = std::max(max, l[t]);
+  const Vf shift = hn::Set(df, max);
+  Vf sum0 = hn::Zero(df), sum1 = hn::Zero(df);
+  v = 0;
+  for (; v + 2 * N <= V; v += 2 * N) {
+    const Vf e0 = simd::exp_nonpositive(hn::Sub(hn::LoadU(df, l + v), shift));
+    const Vf e1 = simd::exp_nonpositive(hn::Sub(hn::LoadU(df, l + v + N), shift));
+    hn::StoreU(e0, df, p + v);
+    hn::StoreU(e1, df, p + v + N);
+    sum0 = hn::Add(sum0, e0);
+    sum1 = hn::Add(sum1, e1);
+  }
+  double z = hn::GetLane(hn::SumOfLanes(df, hn::Add(sum0, sum1)));
+  for (; v < V; ++v) z += (p[v] = std::exp(l[v] - max));
+  return {max, z};
+}
+
+}  // namespace
 
 float cross_entropy_forward(View probs, View logits, const int32_t* targets) {
   constexpr const char* where = "cross_entropy_forward";
@@ -25,10 +59,9 @@ float cross_entropy_forward(View probs, View logits, const int32_t* targets) {
   for (int64_t n = 0; n < N; ++n) {
     const float* l = row(logits, n);
     float* p = row(probs, n);
-    const float max = *std::max_element(l, l + V);
-    double z = 0;
-    for (int64_t v = 0; v < V; ++v) z += (p[v] = std::exp(l[v] - max));
-    for (int64_t v = 0; v < V; ++v) p[v] = static_cast<float>(p[v] / z);
+    const auto [max, z] = exp_row(l, p, V);
+    const float inv = static_cast<float>(1 / z);
+    for (int64_t v = 0; v < V; ++v) p[v] *= inv;
     if (targets[n] == kIgnoreIndex) continue;
     total += std::log(z) + max - l[targets[n]];  // −log softmax, without underflow
     ++count;
