@@ -164,11 +164,11 @@ function openHead(layer, head) {
   ctx.fillStyle = "#1d2330";
   ctx.textBaseline = "middle";
   ctx.textAlign = "right";
-  const show = view.cell >= 11;  // labels only where they fit
-  for (let i = 0; i < T && show; i++)
+  ctx.font = Math.max(7, Math.min(12, view.cell - 1)) + "px system-ui, sans-serif";  // fits a row
+  for (let i = 0; i < T; i++)
     ctx.fillText(D.tokens[i], view.x0 - 4, view.y0 + (i + 0.5) * view.cell, labelWidth - 6);
   ctx.textAlign = "left";
-  for (let j = 0; j < T && show; j++) {
+  for (let j = 0; j < T; j++) {
     ctx.save();
     ctx.translate(view.x0 + (j + 0.5) * view.cell, view.y0 - 4);
     ctx.rotate(-Math.PI / 2);
