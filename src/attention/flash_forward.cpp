@@ -83,25 +83,30 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
     if (transforms || masked)
       transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, S, nullptr);
 
-    // Online softmax, lane by lane (each lane is one query row).
+    // Online softmax, lane by lane (each lane is one query row). The NQV vectors of a key row
+    // are independent chains: walking them together keeps max and sum off the add latency.
+    Vf mx[NQV], shift[NQV], sum[NQV];
+    for (int v = 0; v < NQV; ++v) mx[v] = hn::Load(df, m + v * N);
+    for (int64_t jj = 0; jj < nk; ++jj)
+      for (int v = 0; v < NQV; ++v) mx[v] = hn::Max(mx[v], hn::Load(df, S + jj * Mq + v * N));
     for (int v = 0; v < NQV; ++v) {
-      Vf mx = hn::Load(df, m + v * N);
-      for (int64_t jj = 0; jj < nk; ++jj) mx = hn::Max(mx, hn::Load(df, S + jj * Mq + v * N));
-      const Vf m_old = hn::Load(df, m + v * N);
       // A row that has seen no key yet keeps max -inf; subtract 0 instead so that
       // e^(-inf - (-inf)) does not become NaN.
-      const Vf shift = hn::IfThenZeroElse(hn::Eq(mx, hn::Set(df, simd::kMinusInf)), mx);
-      const Vf a_v = simd::exp_nonpositive(hn::Sub(m_old, shift));
-      Vf sum = hn::Zero(df);
-      for (int64_t jj = 0; jj < nk; ++jj) {
+      shift[v] = hn::IfThenZeroElse(hn::Eq(mx[v], hn::Set(df, simd::kMinusInf)), mx[v]);
+      sum[v] = hn::Zero(df);
+    }
+    for (int64_t jj = 0; jj < nk; ++jj)
+      for (int v = 0; v < NQV; ++v) {
         float* s = S + jj * Mq + v * N;
-        const Vf p = simd::exp_nonpositive(hn::Sub(hn::Load(df, s), shift));
+        const Vf p = simd::exp_nonpositive(hn::Sub(hn::Load(df, s), shift[v]));
         hn::Store(p, df, s);
-        sum = hn::Add(sum, p);
+        sum[v] = hn::Add(sum[v], p);
       }
-      hn::Store(hn::MulAdd(hn::Load(df, l + v * N), a_v, sum), df, l + v * N);
+    for (int v = 0; v < NQV; ++v) {
+      const Vf a_v = simd::exp_nonpositive(hn::Sub(hn::Load(df, m + v * N), shift[v]));
+      hn::Store(hn::MulAdd(hn::Load(df, l + v * N), a_v, sum[v]), df, l + v * N);
       hn::Store(a_v, df, alpha + v * N);
-      hn::Store(mx, df, m + v * N);
+      hn::Store(mx[v], df, m + v * N);
     }
     simd::accumulate_tile<NQV>(S, nk, Mq, v0 + j0 * vs, vs, n.Dv, alpha, Ot);
   }

@@ -11,6 +11,7 @@
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -137,17 +138,21 @@ HWY_INLINE void packed_transposed_times_rows(const float* HWY_RESTRICT p, int64_
 
 // Full-width drivers over any number of rows / columns, with the remainders dispatched to
 // smaller instantiations.
-inline constexpr int kRowsPerBlock = 6;     // NK: 6 × 4 accumulators + 4 + 1 of 32 registers
 inline constexpr int kColumnsPerBlock = 6;  // NE: likewise
+
+// Rows per block of the score kernel: 24 accumulators whatever the query-tile width.
+template <int NQV>
+inline constexpr int kScoreRows = NQV >= 4 ? 6 : NQV == 3 ? 8 : NQV == 2 ? 12 : 16;
 
 template <int NQV>
 void scores_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt,
                  int64_t depth, int64_t Mq, float* c) {
+  constexpr int NK = kScoreRows<NQV>;
   int64_t j = 0;
-  for (; j + kRowsPerBlock <= rows; j += kRowsPerBlock)
-    rows_times_packed<NQV, kRowsPerBlock>(a + j * a_stride, a_stride, bt, depth, Mq, c + j * Mq);
+  for (; j + NK <= rows; j += NK)
+    rows_times_packed<NQV, NK>(a + j * a_stride, a_stride, bt, depth, Mq, c + j * Mq);
   if (j < rows)
-    with_count<kRowsPerBlock - 1>(static_cast<int>(rows - j), [&](auto nk) {
+    with_count<NK - 1>(static_cast<int>(rows - j), [&](auto nk) {
       rows_times_packed<NQV, decltype(nk)::value>(a + j * a_stride, a_stride, bt, depth, Mq,
                                                   c + j * Mq);
     });
