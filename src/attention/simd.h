@@ -138,7 +138,7 @@ HWY_INLINE void packed_transposed_times_rows(const float* HWY_RESTRICT p, int64_
 
 // Full-width drivers over any number of rows / columns, with the remainders dispatched to
 // smaller instantiations.
-inline constexpr int kColumnsPerBlock = 6;  // NE: likewise
+inline constexpr int kColumnsPerBlock = 6;  // NE: 6 × 4 accumulators + 4 + 1 of 32 registers
 
 // Rows per block of the score kernel: 24 accumulators whatever the query-tile width.
 template <int NQV>
