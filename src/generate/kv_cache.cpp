@@ -7,6 +7,7 @@
 
 #include "qkv/error.h"
 #include "qkv/model.h"
+#include "qkv/threads.h"
 
 namespace qkv {
 
@@ -127,8 +128,11 @@ void KVCache::write_and_read(int64_t layer, int64_t seq, int64_t pos0, int64_t c
     if (type_ == CacheType::f32) std::copy(f32(value) + at, f32(value) + at + d_head_, out);
     else for (int64_t d = 0; d < d_head_; ++d) out[d] = from_bf16(bf16(value)[at + d]);
   };
+  // The copy is the cost of a bf16 (or ring) cache's step: the heads in parallel.
+  const int64_t old = pos0 - first;
+#pragma omp parallel for schedule(static) num_threads(detail::threads_for(kv_heads_ * old * d_head_))
   for (int64_t h = 0; h < kv_heads_; ++h)
-    for (int64_t t = 0; t < pos0 - first; ++t) {
+    for (int64_t t = 0; t < old; ++t) {
       const int64_t at = offset(layer, seq, h, (first + t) % slots_);
       get(false, at, &k(h, t, 0));
       get(true, at, &v(h, t, 0));
