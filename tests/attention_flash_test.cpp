@@ -118,6 +118,28 @@ std::vector<Case> decode_grid() {
 INSTANTIATE_TEST_SUITE_P(Decode, FlashOptions, ::testing::ValuesIn(decode_grid()),
                          [](const auto& info) { return info.param.name(); });
 
+// Head dims below a vector (stories260K's are 8) decode with the keys in the vector lanes:
+// every mask, odd cache lengths (a partial block of 16 keys, several chunks), GQA groups up
+// to 16 rows, D ≠ Dv, strided layouts.
+std::vector<Case> small_head_decode_grid() {
+  return testing::variations(Case{.B = 2, .Hq = 8, .Hkv = 4, .Tq = 1, .Tk = 613, .D = 8, .Dv = 8}, {
+      [](Case&) {},
+      [](Case& c) { c.Tk = 7; },
+      [](Case& c) { c.Tq = 4; c.causal = true; c.Hkv = 2; },  // 16 rows per kv head
+      [](Case& c) { c.Tq = 2; c.causal = true; c.Hkv = 1; },  // 16 rows, MQA
+      [](Case& c) { c.D = 4; c.Dv = 12; c.Tk = 300; },
+      [](Case& c) { c.padding = true; c.B = 3; c.Tk = 257; },
+      [](Case& c) { c.Tq = 2; c.window_left = 100; c.causal = true; },
+      [](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2; },
+      [](Case& c) { c.seq_major = true; c.Tq = 3; c.causal = true; },
+      [](Case& c) { c.Tq = 3; c.Hkv = 1; c.causal = true; },  // 24 rows: the tiled kernel
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(DecodeSmallHeads, FlashOptions,
+                         ::testing::ValuesIn(small_head_decode_grid()),
+                         [](const auto& info) { return info.param.name(); });
+
 TEST(FlashEdges, FullyMaskedRowsGiveZeroAndMinusInf) {
   for (const int64_t Tq : {40, 1}) {  // tiled and decoding paths
     Case c{.B = 2, .Hq = 2, .Hkv = 2, .Tq = Tq, .Tk = 600, .D = 16, .Dv = 16};

@@ -28,7 +28,8 @@ namespace hn = simd::hn;
 using simd::df;
 using simd::Vf;
 
-constexpr int64_t kChunk = 256;  // keys per unit: 256 × 128 × 4 B × 2 = 256 KiB of K and V
+constexpr int64_t kChunk = 256;
+constexpr int64_t kMaxRowsInLanes = 16;  // rows (GQA group × queries) of the keys-in-lanes path  // keys per unit: 256 × 128 × 4 B × 2 = 256 KiB of K and V
 
 struct Shape {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv, G, R, chunks;  // G = Hq / Hkv, R = G · Tq rows
@@ -71,6 +72,65 @@ void axpy(float p, const float* x, float* out, int64_t n) {
   for (; e < n; ++e) out[e] += p * x[e];
 }
 
+// Head dims below a vector (stories260K's are 8) waste most lanes when a vector runs along d:
+// then the lanes run along 16 keys instead, and K and V columns are gathered.
+bool keys_in_lanes(const Shape& n) {
+  const auto N = static_cast<int64_t>(simd::lanes());
+  return n.D < N && n.Dv < N && n.R <= kMaxRowsInLanes;
+}
+
+// s[r][j − c0] ← q_r · k_j for the keys [c0, c1) visible to row r (others stay −inf).
+void scores_keys_in_lanes(const AttentionArgs& a, const Shape& n, int64_t b, int64_t hkv,
+                          int64_t c0, int64_t c1, const float* q, const KeyRange* ranges, float* s) {
+  const hn::RebindToSigned<simd::Df> di;
+  const auto N = static_cast<int64_t>(simd::lanes());
+  const int64_t ks = a.k.stride[2];
+  const auto lane = hn::Iota(di, 0);
+  for (int64_t j = c0; j < c1; j += N) {
+    // Keys past c1 read the last key again (in bounds) and are masked below.
+    const auto idx = hn::Mul(hn::Min(lane, hn::Set(di, static_cast<int32_t>(c1 - 1 - j))),
+                             hn::Set(di, static_cast<int32_t>(ks)));
+    Vf acc[kMaxRowsInLanes];
+    for (int64_t r = 0; r < n.R; ++r) acc[r] = hn::Zero(df);
+    const float* k = &a.k(b, hkv, j, 0);
+    for (int64_t d = 0; d < n.D; ++d) {
+      const Vf kd = hn::GatherIndex(df, k + d, idx);
+      for (int64_t r = 0; r < n.R; ++r) acc[r] = hn::MulAdd(hn::Set(df, q[r * n.D + d]), kd, acc[r]);
+    }
+    const auto key = hn::Add(lane, hn::Set(di, static_cast<int32_t>(j)));
+    for (int64_t r = 0; r < n.R; ++r) {
+      const auto seen = hn::And(
+          hn::Not(hn::Lt(key, hn::Set(di, static_cast<int32_t>(ranges[r].begin)))),
+          hn::Lt(key, hn::Set(di, static_cast<int32_t>(ranges[r].end))));
+      const Vf v = hn::IfThenElse(hn::RebindMask(df, seen), acc[r], hn::Set(df, simd::kMinusInf));
+      hn::StoreU(v, df, s + r * kChunk + j - c0);
+    }
+  }
+}
+
+// o_r += Σ_j p_r[j] v_j over the keys [c0, c1), p = s (0 where masked).
+void values_keys_in_lanes(const AttentionArgs& a, const Shape& n, int64_t b, int64_t hkv,
+                          int64_t c0, int64_t c1, const float* s, float* parts, int64_t unit) {
+  const hn::RebindToSigned<simd::Df> di;
+  const auto N = static_cast<int64_t>(simd::lanes());
+  const int64_t vs = a.v.stride[2];
+  const auto lane = hn::Iota(di, 0);
+  for (int64_t e = 0; e < n.Dv; ++e) {
+    Vf acc[kMaxRowsInLanes];
+    for (int64_t r = 0; r < n.R; ++r) acc[r] = hn::Zero(df);
+    for (int64_t j = c0; j < c1; j += N) {
+      const auto idx = hn::Mul(hn::Min(lane, hn::Set(di, static_cast<int32_t>(c1 - 1 - j))),
+                               hn::Set(di, static_cast<int32_t>(vs)));
+      const Vf ve = hn::GatherIndex(df, &a.v(b, hkv, j, 0) + e, idx);
+      // Past c1 the probabilities are e^(−inf) = 0, so the repeated last row adds nothing.
+      for (int64_t r = 0; r < n.R; ++r)
+        acc[r] = hn::MulAdd(hn::LoadU(df, s + r * kChunk + j - c0), ve, acc[r]);
+    }
+    for (int64_t r = 0; r < n.R; ++r)
+      partial(parts, n, unit, r)[2 + e] += hn::GetLane(hn::SumOfLanes(df, acc[r]));
+  }
+}
+
 void decode_unit(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
                  int64_t b, int64_t hkv, int64_t c, float* parts) {
   const int64_t c0 = c * kChunk, c1 = std::min(c0 + kChunk, n.Tk), unit = (b * n.Hkv + hkv) * n.chunks + c;
@@ -87,7 +147,9 @@ void decode_unit(const AttentionArgs& a, const View& bias, float scale, const Sh
   }
   // s ← scale · q kᵀ, each key row read once for all rows of the group.
   std::fill(s, s + n.R * kChunk, simd::kMinusInf);
-  for (int64_t j = c0; j < c1; ++j) {
+  const bool lanes_on_keys = keys_in_lanes(n);
+  if (lanes_on_keys) scores_keys_in_lanes(a, n, b, hkv, c0, c1, q, ranges.data(), s);
+  for (int64_t j = c0; j < c1 && !lanes_on_keys; ++j) {
     const float* k = &a.k(b, hkv, j, 0);
     prefetch_row(&a.k(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1), 0), n.D);
     for (int64_t r = 0; r < n.R; ++r)
@@ -113,7 +175,8 @@ void decode_unit(const AttentionArgs& a, const View& bias, float scale, const Sh
     const Vf shift = hn::Set(df, m == simd::kMinusInf ? 0 : m);
     const size_t N = simd::lanes();
     Vf sum = hn::Zero(df);
-    for (int64_t j = 0; j < kChunk; j += N) {  // s has kChunk slots, -inf beyond c1
+    // Whole vectors up to c1 (a short cache needs few): -inf beyond c1 gives p = 0 there.
+    for (int64_t j = 0; j < c1 - c0; j += N) {
       const Vf p = simd::exp_nonpositive(hn::Sub(hn::LoadU(df, row + j), shift));
       hn::StoreU(p, df, row + j);
       sum = hn::Add(sum, p);
@@ -123,6 +186,7 @@ void decode_unit(const AttentionArgs& a, const View& bias, float scale, const Sh
     std::fill(out + 2, out + 2 + n.Dv, 0.0f);
   }
   // o ← Σ p v, each value row read once.
+  if (lanes_on_keys) return values_keys_in_lanes(a, n, b, hkv, c0, c1, s, parts, unit);
   for (int64_t j = c0; j < c1; ++j) {
     const float* v = &a.v(b, hkv, j, 0);
     prefetch_row(&a.v(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1), 0), n.Dv);
