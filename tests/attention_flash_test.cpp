@@ -1,6 +1,10 @@
 // The fast attention kernels against the reference kernel: every option on a grid of
 // deliberately awkward shapes, fully masked rows, huge logits, strided layouts, threads.
 #include <gtest/gtest.h>
+#include "qkv/ops.h"
+#include "attention/kernels.h"
+#include <random>
+#include <cstring>
 
 #include <cmath>
 
@@ -139,6 +143,55 @@ std::vector<Case> small_head_decode_grid() {
 INSTANTIATE_TEST_SUITE_P(DecodeSmallHeads, FlashOptions,
                          ::testing::ValuesIn(small_head_decode_grid()),
                          [](const auto& info) { return info.param.name(); });
+
+// Decoding straight from bf16 rows (a KV cache's bf16 storage) against the reference on the
+// same rounded numbers: every head dim path, masks, GQA, several chunks.
+TEST(DecodeBf16, MatchesReferenceOnRoundedRows) {
+  auto to_bf16 = [](float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    return static_cast<uint16_t>((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
+  };
+  auto from_bf16 = [](uint16_t h) {
+    const uint32_t b = static_cast<uint32_t>(h) << 16;
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x;
+  };
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  struct Shape { int64_t Hq, Hkv, Tq, Tk, D, Dv; int window; bool alibi; };
+  for (const Shape& c : {Shape{4, 2, 1, 39, 8, 8, 3, false}, Shape{8, 8, 1, 700, 64, 64, -1, false},
+                         Shape{8, 2, 2, 300, 128, 128, 100, true}, Shape{4, 1, 4, 17, 16, 40, -1, false}}) {
+    const int64_t slots = c.Tk + 5;  // rows of a cache longer than what is used
+    Tensor q({1, c.Hq, c.Tq, c.D}), k({1, c.Hkv, c.Tk, c.D}), v({1, c.Hkv, c.Tk, c.Dv});
+    Tensor expected({1, c.Hq, c.Tq, c.Dv}), got({1, c.Hq, c.Tq, c.Dv});
+    std::vector<uint16_t> kb(c.Hkv * slots * c.D), vb(c.Hkv * slots * c.Dv);
+    for (int64_t i = 0; i < q.numel(); ++i) q.data()[i] = u(rng);
+    for (int64_t h = 0; h < c.Hkv; ++h)
+      for (int64_t j = 0; j < c.Tk; ++j) {
+        for (int64_t d = 0; d < c.D; ++d)
+          k.view()(0, h, j, d) = from_bf16(kb[(h * slots + j) * c.D + d] = to_bf16(u(rng)));
+        for (int64_t e = 0; e < c.Dv; ++e)
+          v.view()(0, h, j, e) = from_bf16(vb[(h * slots + j) * c.Dv + e] = to_bf16(u(rng)));
+      }
+    std::vector<float> slopes(c.Hq);
+    alibi_slopes(c.Hq, slopes.data());
+    AttentionArgs ref{.q = q, .k = k, .v = v, .out = expected};
+    ref.mask.causal = true;
+    ref.mask.window_left = c.window;
+    if (c.alibi) ref.mask.alibi = slopes.data();
+    reference::attention(ref);
+    AttentionArgs a = ref;
+    a.k = a.v = View{};
+    a.out = got;
+    detail::decode_forward_bf16(a, {kb.data(), c.Hkv * slots * c.D, slots * c.D, c.D},
+                                {vb.data(), c.Hkv * slots * c.Dv, slots * c.Dv, c.Dv}, c.Hkv,
+                                c.Tk, c.Dv);
+    for (int64_t i = 0; i < got.numel(); ++i)
+      ASSERT_NEAR(got.data()[i], expected.data()[i], 2e-6) << "D " << c.D << " Tk " << c.Tk;
+  }
+}
 
 TEST(FlashEdges, FullyMaskedRowsGiveZeroAndMinusInf) {
   for (const int64_t Tq : {40, 1}) {  // tiled and decoding paths

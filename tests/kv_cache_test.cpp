@@ -164,6 +164,28 @@ TEST(KVCache, Bf16HalvesMemoryAndStaysClose) {
   }
 }
 
+// One token at a time, the decoding kernel reads bf16 rows in place; a chunk of tokens goes
+// through fp32 copies of the same rounded rows. Both see the same numbers: the same logits up
+// to summation order (the kernels agree to ~1e-7, tests/attention_flash_test.cpp; through two
+// layers of these large weights that grew to 6.5e-5 at the sliding window's last positions).
+TEST(KVCache, Bf16DecodingInPlaceMatchesTheCopiedRows) {
+  for (const char* style : {"llama", "alibi", "window"}) {
+    const ModelConfig c = config_of(style);
+    Model m(c, 12);
+    const auto tokens = tokens_of(40, 6, c.vocab_size);
+    KVCache one(c, {.max_seq = 40, .type = CacheType::bf16}),
+        chunk(c, {.max_seq = 40, .type = CacheType::bf16});
+    m.forward_cached(one, tokens.data(), 1, 10);
+    m.forward_cached(chunk, tokens.data(), 1, 10);
+    const View all = m.forward_cached(chunk, &tokens[10], 1, 30, nullptr, true);
+    const std::vector<float> expected(all.data, all.data + 30 * c.vocab_size);
+    for (int64_t t = 0; t < 30; ++t) {
+      const View l = m.forward_cached(one, &tokens[10 + t], 1, 1);
+      EXPECT_LE(relative_error(expected, t, l, 0, c.vocab_size), 2e-4) << style << " position " << 10 + t;
+    }
+  }
+}
+
 TEST(KVCache, OutgrowingTheCacheIsAClearError) {
   const ModelConfig c = config_of("gpt2");
   Model m(c, 8);

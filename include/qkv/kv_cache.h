@@ -69,6 +69,9 @@ class KVCache {
   // Slot = position, except in ring mode (slot = position mod slots). Empty views for bf16.
   View key_slots(int64_t layer, int64_t seq, int64_t n) const;
   View value_slots(int64_t layer, int64_t seq, int64_t n) const;
+  // bf16 storage: the raw bits of a sequence's first key (values: value) slot; heads are
+  // slots · d_head elements apart, slots d_head. Null for fp32.
+  const uint16_t* bf16_slots(bool values, int64_t layer, int64_t seq) const;
   void advance(int64_t seq, int64_t count);  // the sequence has grown by `count` positions
 
  private:

@@ -12,6 +12,7 @@
 // All query rows that share a key/value head (the heads of a GQA group × Tq) are processed
 // together, so each key and value row is read from memory once per unit.
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "attention/masks.h"
 #include "attention/simd.h"
 #include "qkv/threads.h"
+#include "qkv/error.h"
 #include "util/scratch.h"
 
 namespace qkv::detail {
@@ -45,31 +47,54 @@ float* partial(float* base, const Shape& n, int64_t unit, int64_t r) {
 // (measured: 8 heads, D = 128, cache 32k, 2 threads).
 constexpr int64_t kPrefetchRows = 3;
 
-void prefetch_row(const float* row, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(row + i);
-}
+// Key or value rows being decoded: fp32 (a View) or bf16 (a KV cache's storage). Elements of
+// a row are contiguous.
+template <typename T>
+struct Rows {
+  const T* data;
+  int64_t batch_stride, head_stride, row_stride;
+  const T* row(int64_t b, int64_t h, int64_t j) const {
+    return data + b * batch_stride + h * head_stride + j * row_stride;
+  }
+};
 
-float dot(const float* a, const float* b, int64_t n) {
+using Bf16 = hwy::bfloat16_t;
+HWY_INLINE Vf load(const float* p) { return hn::LoadU(df, p); }
+HWY_INLINE Vf load(const Bf16* p) {
+  const hn::Rebind<Bf16, simd::Df> db;
+  return hn::PromoteTo(df, hn::LoadU(db, p));
+}
+HWY_INLINE float scalar(float x) { return x; }
+HWY_INLINE float scalar(Bf16 x) { return hwy::F32FromBF16(x); }
+
+template <typename T>
+float dot(const float* a, const T* b, int64_t n) {
   const size_t N = simd::lanes();
   Vf acc0 = hn::Zero(df), acc1 = hn::Zero(df);
   int64_t d = 0;
   for (; d + 2 * static_cast<int64_t>(N) <= n; d += 2 * N) {
-    acc0 = hn::MulAdd(hn::LoadU(df, a + d), hn::LoadU(df, b + d), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(df, a + d + N), hn::LoadU(df, b + d + N), acc1);
+    acc0 = hn::MulAdd(hn::LoadU(df, a + d), load(b + d), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(df, a + d + N), load(b + d + N), acc1);
   }
   float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
-  for (; d < n; ++d) sum += a[d] * b[d];
+  for (; d < n; ++d) sum += a[d] * scalar(b[d]);
   return sum;
 }
 
 // out[0:n] += p · x[0:n]
-void axpy(float p, const float* x, float* out, int64_t n) {
+template <typename T>
+void axpy(float p, const T* x, float* out, int64_t n) {
   const size_t N = simd::lanes();
   const Vf pv = hn::Set(df, p);
   int64_t e = 0;
   for (; e + static_cast<int64_t>(N) <= n; e += N)
-    hn::StoreU(hn::MulAdd(pv, hn::LoadU(df, x + e), hn::LoadU(df, out + e)), df, out + e);
-  for (; e < n; ++e) out[e] += p * x[e];
+    hn::StoreU(hn::MulAdd(pv, load(x + e), hn::LoadU(df, out + e)), df, out + e);
+  for (; e < n; ++e) out[e] += p * scalar(x[e]);
+}
+
+template <typename T>
+void prefetch_row(const T* row, int64_t n) {
+  for (int64_t i = 0; i < n; i += 64 / static_cast<int64_t>(sizeof(T))) __builtin_prefetch(row + i);
 }
 
 // Head dims below a vector (stories260K's are 8) waste most lanes when a vector runs along d:
@@ -80,11 +105,11 @@ bool keys_in_lanes(const Shape& n) {
 }
 
 // s[r][j − c0] ← q_r · k_j for the keys [c0, c1) visible to row r (others stay −inf).
-void scores_keys_in_lanes(const AttentionArgs& a, const Shape& n, int64_t b, int64_t hkv,
+void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64_t hkv,
                           int64_t c0, int64_t c1, const float* q, const KeyRange* ranges, float* s) {
   const hn::RebindToSigned<simd::Df> di;
   const auto N = static_cast<int64_t>(simd::lanes());
-  const int64_t ks = a.k.stride[2];
+  const int64_t ks = K.row_stride;
   const auto lane = hn::Iota(di, 0);
   for (int64_t j = c0; j < c1; j += N) {
     // Keys past c1 read the last key again (in bounds) and are masked below.
@@ -92,7 +117,7 @@ void scores_keys_in_lanes(const AttentionArgs& a, const Shape& n, int64_t b, int
                              hn::Set(di, static_cast<int32_t>(ks)));
     Vf acc[kMaxRowsInLanes];
     for (int64_t r = 0; r < n.R; ++r) acc[r] = hn::Zero(df);
-    const float* k = &a.k(b, hkv, j, 0);
+    const float* k = K.row(b, hkv, j);
     for (int64_t d = 0; d < n.D; ++d) {
       const Vf kd = hn::GatherIndex(df, k + d, idx);
       for (int64_t r = 0; r < n.R; ++r) acc[r] = hn::MulAdd(hn::Set(df, q[r * n.D + d]), kd, acc[r]);
@@ -109,11 +134,11 @@ void scores_keys_in_lanes(const AttentionArgs& a, const Shape& n, int64_t b, int
 }
 
 // o_r += Σ_j p_r[j] v_j over the keys [c0, c1), p = s (0 where masked).
-void values_keys_in_lanes(const AttentionArgs& a, const Shape& n, int64_t b, int64_t hkv,
+void values_keys_in_lanes(const Rows<float>& V, const Shape& n, int64_t b, int64_t hkv,
                           int64_t c0, int64_t c1, const float* s, float* parts, int64_t unit) {
   const hn::RebindToSigned<simd::Df> di;
   const auto N = static_cast<int64_t>(simd::lanes());
-  const int64_t vs = a.v.stride[2];
+  const int64_t vs = V.row_stride;
   const auto lane = hn::Iota(di, 0);
   for (int64_t e = 0; e < n.Dv; ++e) {
     Vf acc[kMaxRowsInLanes];
@@ -121,7 +146,7 @@ void values_keys_in_lanes(const AttentionArgs& a, const Shape& n, int64_t b, int
     for (int64_t j = c0; j < c1; j += N) {
       const auto idx = hn::Mul(hn::Min(lane, hn::Set(di, static_cast<int32_t>(c1 - 1 - j))),
                                hn::Set(di, static_cast<int32_t>(vs)));
-      const Vf ve = hn::GatherIndex(df, &a.v(b, hkv, j, 0) + e, idx);
+      const Vf ve = hn::GatherIndex(df, V.row(b, hkv, j) + e, idx);
       // Past c1 the probabilities are e^(−inf) = 0, so the repeated last row adds nothing.
       for (int64_t r = 0; r < n.R; ++r)
         acc[r] = hn::MulAdd(hn::LoadU(df, s + r * kChunk + j - c0), ve, acc[r]);
@@ -131,8 +156,9 @@ void values_keys_in_lanes(const AttentionArgs& a, const Shape& n, int64_t b, int
   }
 }
 
-void decode_unit(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
-                 int64_t b, int64_t hkv, int64_t c, float* parts) {
+template <typename T>
+void decode_unit(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, const View& bias,
+                 float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
   const int64_t c0 = c * kChunk, c1 = std::min(c0 + kChunk, n.Tk), unit = (b * n.Hkv + hkv) * n.chunks + c;
   float* s = thread_scratch(4, n.R * kChunk);
   float* q = thread_scratch(5, n.R * n.D);
@@ -147,11 +173,14 @@ void decode_unit(const AttentionArgs& a, const View& bias, float scale, const Sh
   }
   // s ← scale · q kᵀ, each key row read once for all rows of the group.
   std::fill(s, s + n.R * kChunk, simd::kMinusInf);
-  const bool lanes_on_keys = keys_in_lanes(n);
-  if (lanes_on_keys) scores_keys_in_lanes(a, n, b, hkv, c0, c1, q, ranges.data(), s);
+  // (bf16 rows cannot be gathered: they take the per-key loop)
+  constexpr bool fp32 = std::is_same_v<T, float>;
+  const bool lanes_on_keys = fp32 && keys_in_lanes(n);
+  if constexpr (fp32)
+    if (lanes_on_keys) scores_keys_in_lanes(K, n, b, hkv, c0, c1, q, ranges.data(), s);
   for (int64_t j = c0; j < c1 && !lanes_on_keys; ++j) {
-    const float* k = &a.k(b, hkv, j, 0);
-    prefetch_row(&a.k(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1), 0), n.D);
+    const T* k = K.row(b, hkv, j);
+    prefetch_row(K.row(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1)), n.D);
     for (int64_t r = 0; r < n.R; ++r)
       if (j >= ranges[r].begin && j < ranges[r].end) s[r * kChunk + j - c0] = dot(q + r * n.D, k, n.D);
   }
@@ -186,10 +215,11 @@ void decode_unit(const AttentionArgs& a, const View& bias, float scale, const Sh
     std::fill(out + 2, out + 2 + n.Dv, 0.0f);
   }
   // o ← Σ p v, each value row read once.
-  if (lanes_on_keys) return values_keys_in_lanes(a, n, b, hkv, c0, c1, s, parts, unit);
+  if constexpr (fp32)
+    if (lanes_on_keys) return values_keys_in_lanes(V, n, b, hkv, c0, c1, s, parts, unit);
   for (int64_t j = c0; j < c1; ++j) {
-    const float* v = &a.v(b, hkv, j, 0);
-    prefetch_row(&a.v(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1), 0), n.Dv);
+    const T* v = V.row(b, hkv, j);
+    prefetch_row(V.row(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1)), n.Dv);
     for (int64_t r = 0; r < n.R; ++r) {
       const float p = s[r * kChunk + j - c0];
       if (p != 0) axpy(p, v, partial(parts, n, unit, r) + 2, n.Dv);
@@ -197,11 +227,12 @@ void decode_unit(const AttentionArgs& a, const View& bias, float scale, const Sh
   }
 }
 
-}  // namespace
 
-void decode_forward(const AttentionArgs& a) {
-  Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2], a.k.shape[2],
-          a.q.shape[3], a.v.shape[3], 0, 0, 0};
+// The split-KV driver for either element type; Tk, Hkv and Dv come from the rows' caller.
+template <typename T>
+void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t Hkv, int64_t Tk,
+            int64_t Dv) {
+  Shape n{a.q.shape[0], a.q.shape[1], Hkv, a.q.shape[2], Tk, a.q.shape[3], Dv, 0, 0, 0};
   n.G = n.Hq / n.Hkv;
   n.R = n.G * n.Tq;
   n.chunks = (n.Tk + kChunk - 1) / kChunk;
@@ -209,16 +240,12 @@ void decode_forward(const AttentionArgs& a) {
   const float scale = effective_scale(a);
   const int64_t units = n.B * n.Hkv * n.chunks;
   float* parts = thread_scratch(6, units * n.R * (n.Dv + 2));
-  const bool contiguous_rows = a.k.stride[3] == 1 && a.v.stride[3] == 1;
-  // K and V rows are read as vectors; a (rare) strided head dim goes through flash_forward.
-  if (!contiguous_rows) return flash_forward(a);
 
 #pragma omp parallel for schedule(static) num_threads(detail::threads_for(units * kChunk * (n.D + n.Dv) * n.R))
   for (int64_t u = 0; u < units; ++u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
-    decode_unit(a, bias, scale, n, b, hkv, c, parts);
+    decode_unit(a, K, V, bias, scale, n, b, hkv, c, parts);
   }
-
   // Merge the chunks of each row in chunk order.
   const int64_t rows = n.B * n.Hkv * n.R;
 #pragma omp parallel for schedule(static) num_threads(detail::threads_for(rows * n.chunks * n.Dv))
@@ -244,6 +271,26 @@ void decode_forward(const AttentionArgs& a) {
     }
     if (a.lse) a.lse[(b * n.Hq + h) * n.Tq + i] = l > 0 ? m + std::log(l) : simd::kMinusInf;
   }
+}
+
+}  // namespace
+
+void decode_forward(const AttentionArgs& a) {
+  // K and V rows are read as vectors; a (rare) strided head dim goes through flash_forward.
+  if (a.k.stride[3] != 1 || a.v.stride[3] != 1) return flash_forward(a);
+  const Rows<float> K{a.k.data, a.k.stride[0], a.k.stride[1], a.k.stride[2]};
+  const Rows<float> V{a.v.data, a.v.stride[0], a.v.stride[1], a.v.stride[2]};
+  decode(a, K, V, a.k.shape[1], a.k.shape[2], a.v.shape[3]);
+}
+
+void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v,
+                         int64_t Hkv, int64_t Tk, int64_t Dv) {
+  check(a.mask.bias.empty(), "decode_forward_bf16: no additive bias over a bf16 cache");
+  auto rows = [](const Bf16Rows& r) {
+    return Rows<Bf16>{reinterpret_cast<const Bf16*>(r.data), r.batch_stride, r.head_stride,
+                      r.row_stride};
+  };
+  decode(a, rows(k), rows(v), Hkv, Tk, Dv);
 }
 
 }  // namespace qkv::detail

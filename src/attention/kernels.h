@@ -1,6 +1,8 @@
 // The fast attention kernels behind qkv::attention, for arguments already validated.
 #pragma once
 
+#include <cstdint>
+
 #include "qkv/attention.h"
 
 namespace qkv::detail {
@@ -14,6 +16,17 @@ void flash_forward(const AttentionArgs& a);
 inline constexpr int64_t kDecodeMaxQueries = 4;
 inline constexpr int64_t kDecodeMaxRows = 16;
 void decode_forward(const AttentionArgs& a);
+
+// The same over bf16 keys and values [B, Hkv, Tk, D] and [B, Hkv, Tk, Dv] (a KVCache's bf16
+// storage, rows contiguous, strides in elements), converted to fp32 as they are read: half the
+// bytes of an fp32 cache. `a` gives q, out, lse, scale, softcap and the mask (no bias); its k
+// and v are not read.
+struct Bf16Rows {
+  const uint16_t* data;
+  int64_t batch_stride, head_stride, row_stride;
+};
+void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v,
+                         int64_t Hkv, int64_t Tk, int64_t Dv);
 
 // Tiled FlashAttention-2 backward (flash_backward.cpp).
 void flash_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,

@@ -171,4 +171,9 @@ View KVCache::value_slots(int64_t layer, int64_t seq, int64_t n) const {
   return heads_view(f32(true) + offset(layer, seq, 0, 0), kv_heads_, n, slots_, d_head_);
 }
 
+const uint16_t* KVCache::bf16_slots(bool values, int64_t layer, int64_t seq) const {
+  if (type_ != CacheType::bf16) return nullptr;
+  return bf16(values) + offset(layer, seq, 0, 0);
+}
+
 }  // namespace qkv

@@ -8,6 +8,7 @@
 // Hq/Hkv heads, dh = d_head, W = (Hq + 2 Hkv)·dh, A = Hq·dh, F = d_ff, V = vocab.
 #include <algorithm>
 
+#include "attention/kernels.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/kv_cache.h"
@@ -124,9 +125,21 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
         a.v = cache.value_slots(l, seq[i], n);
         a.mask.causal = !cache.ring();
         if (!cache.ring() && m.window > 0) a.mask.window_left = static_cast<int>(m.window);
+      } else if (cache.type() == CacheType::bf16 && T == 1 && (!cache.ring() || !m.alibi) &&
+                 Hq / Hkv <= detail::kDecodeMaxRows) {
+        // One token over a bf16 cache: the decoding kernel reads the bf16 rows in place.
+        cache.write(l, seq[i], pos0[i], T, k_new, v_new, W);
+        const int64_t n = cache.ring() ? std::min(end, cache.slots()) : end;
+        const int64_t hs = cache.slots() * dh;
+        const detail::Bf16Rows k{cache.bf16_slots(false, l, seq[i]), Hkv * hs, hs, dh};
+        const detail::Bf16Rows v{cache.bf16_slots(true, l, seq[i]), Hkv * hs, hs, dh};
+        a.mask.causal = !cache.ring();
+        if (!cache.ring() && m.window > 0) a.mask.window_left = static_cast<int>(m.window);
+        detail::decode_forward_bf16(a, k, v, Hkv, n, dh);
+        continue;
       } else {
-        // bf16 storage, or a ring that takes several tokens: the visible positions in order,
-        // as fp32 copies.
+        // bf16 storage taking several tokens, or a ring that does: the visible positions in
+        // order, as fp32 copies.
         const int64_t first = m.window > 0 ? std::max<int64_t>(0, pos0[i] - m.window) : 0;
         const int64_t n = end - first;
         if (s.gathered < n) {
