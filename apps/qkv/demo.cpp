@@ -70,6 +70,8 @@ void write_page(std::ostream& out, Model& model, const Batch& example, int64_t s
                      std::to_string(model.config().n_layers - 1) + ", head " + std::to_string(head) + ".";
   for (int64_t t = 0; t < example.T; ++t) maps.tokens.push_back(recall_label(example.tokens[t], symbols));
   for (int64_t l = 0; l < model.config().n_layers; ++l) maps.weights.push_back(model.attention_weights(l));
+  maps.open_layer = model.config().n_layers - 1;  // the page opens on the head that looks up
+  maps.open_head = head;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << attention_html(maps);
   out << "\nEvery head of both layers is in " << path

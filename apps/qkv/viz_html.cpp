@@ -139,7 +139,7 @@ for (let l = 0; l < D.layers; l++) {
 const big = document.getElementById("big");
 const tip = document.getElementById("tooltip");
 const view = { layer: -1, head: -1, cell: 0, x0: 0, y0: 0 };
-function openHead(layer, head) {
+function openHead(layer, head, scroll = true) {
   view.layer = layer;
   view.head = head;
   document.querySelectorAll(".head").forEach(e =>
@@ -176,7 +176,7 @@ function openHead(layer, head) {
     ctx.restore();
   }
   drawLines(layer, head);
-  document.getElementById("detail").scrollIntoView({ block: "nearest" });
+  if (scroll) document.getElementById("detail").scrollIntoView({ block: "nearest" });
 }
 big.addEventListener("mousemove", e => {
   const r = big.getBoundingClientRect();
@@ -249,6 +249,8 @@ function drawLines(layer, head) {
   }
 }
 
+if (D.open) openHead(D.open[0], D.open[1], false);  // shown below the grid, page not scrolled
+
 // The worked example: every number of every step.
 if (D.example) {
   const E = D.example, sec = document.getElementById("example");
@@ -309,7 +311,8 @@ std::string attention_html(const AttentionMaps& m) {
                {"causal", m.causal},
                {"scale", 1000},
                {"weights", std::move(weights)},
-               {"example", m.example_json.empty() ? json(nullptr) : json::parse(m.example_json)}};
+               {"example", m.example_json.empty() ? json(nullptr) : json::parse(m.example_json)},
+               {"open", m.open_layer >= 0 ? json{m.open_layer, m.open_head} : json(nullptr)}};
   // Invalid UTF-8 in a token becomes U+FFFD; "</" is escaped so no token can end the script.
   std::string text = data.dump(-1, ' ', false, json::error_handler_t::replace);
   for (size_t at = 0; (at = text.find("</", at)) != std::string::npos; at += 3) text.replace(at, 2, "<\\/");

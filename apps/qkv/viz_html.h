@@ -18,6 +18,7 @@ struct AttentionMaps {
   bool causal = true;               // a causal model: the upper triangle is masked
   std::vector<Tensor> weights;      // per layer, [1, H, T, T] softmax weights (reference kernel)
   std::string example_json;         // optional: `qkv explain --json` of the worked example
+  int64_t open_layer = -1, open_head = -1;  // optional: the head shown large when the page opens
 };
 
 // The page. Weights are kept to 3 decimals (integers in thousandths, only the visible
