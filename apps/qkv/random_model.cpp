@@ -18,17 +18,9 @@ struct RandomModelOptions {
 };
 
 void run_random_model(const RandomModelOptions& o) {
-  ModelConfig c;
-  c.vocab_size = o.vocab;
-  c.context = o.seq_len;
-  c.d_model = o.dim;
-  c.n_layers = o.layers;
-  c.n_heads = o.heads;
-  c.n_kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
-  c.d_head = o.heads > 0 ? o.dim / o.heads : 0;
-  c.d_ff = o.hidden;
-  use_llama_style(c);
-  c.tied_embeddings = true;
+  const ModelConfig c = llama2c_config(o.dim, o.hidden, o.layers, o.heads,
+                                       o.kv_heads > 0 ? o.kv_heads : o.heads, o.vocab, o.seq_len,
+                                       /*shared_classifier=*/true);
   const Model model(c, o.seed);  // GPT-2's N(0, 0.02) initialisation
   save_llama2c(o.out, model);
   std::cout << "wrote " << o.out << ": " << short_count(model.num_params()) << " parameters, dim "

@@ -37,6 +37,10 @@ Checkpoint load_checkpoint(const std::string& path);
 // file's length against them, before any weight is read.
 std::unique_ptr<Model> load_llama2c(const std::string& path);
 std::unique_ptr<Model> load_llama2c_bytes(const uint8_t* data, size_t size);
+// The config of a llama2.c model from its header's numbers: Llama style, RMSNorm eps 1e-5,
+// rotary on adjacent pairs, head size dim / heads.
+ModelConfig llama2c_config(int64_t dim, int64_t hidden, int64_t layers, int64_t heads,
+                           int64_t kv_heads, int64_t vocab, int64_t seq_len, bool shared_classifier);
 // Writes a Llama-style model as a version-0 llama2.c checkpoint (what llama2.c's run.c reads).
 void save_llama2c(const std::string& path, const Model& model);
 

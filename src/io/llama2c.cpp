@@ -131,25 +131,11 @@ Header read_header(const Source& in) {
   return h;
 }
 
-ModelConfig config_of(const Header& h) {
-  ModelConfig c;
-  c.vocab_size = h.vocab;
-  c.context = h.seq_len;
-  c.d_model = h.dim;
-  c.n_layers = h.layers;
-  c.n_heads = h.heads;
-  c.n_kv_heads = h.kv_heads;
-  c.d_head = h.dim / h.heads;
-  c.d_ff = h.hidden;
-  use_llama_style(c);  // RMSNorm, SwiGLU, rotary on adjacent pairs (theta 10000), no biases
-  c.tied_embeddings = h.shared_classifier;
-  c.norm_eps = 1e-5f;
-  return c;
-}
 
 std::unique_ptr<Model> load(const Source& in) {
   const Header h = read_header(in);
-  const ModelConfig c = config_of(h);
+  const ModelConfig c = llama2c_config(h.dim, h.hidden, h.layers, h.heads, h.kv_heads, h.vocab,
+                                       h.seq_len, h.shared_classifier);
   const int64_t C = c.d_model, L = c.n_layers, F = c.d_ff, V = c.vocab_size;
   const int64_t A = c.n_heads * c.d_head, KV = c.n_kv_heads * c.d_head;
   // Every size is known from the header: check the file length before touching the weights.
@@ -206,6 +192,26 @@ std::unique_ptr<Model> load(const Source& in) {
 }
 
 }  // namespace
+
+ModelConfig llama2c_config(int64_t dim, int64_t hidden, int64_t layers, int64_t heads,
+                           int64_t kv_heads, int64_t vocab, int64_t seq_len, bool shared_classifier) {
+  check(heads >= 1 && dim % heads == 0, "llama2.c model: dim ", dim,
+        " is not a multiple of n_heads ", heads);
+  ModelConfig c;
+  c.vocab_size = vocab;
+  c.context = seq_len;
+  c.d_model = dim;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.d_head = dim / heads;
+  c.d_ff = hidden;
+  use_llama_style(c);  // RMSNorm, SwiGLU, rotary on adjacent pairs (theta 10000), no biases
+  c.tied_embeddings = shared_classifier;
+  c.norm_eps = 1e-5f;
+  validate(c);
+  return c;
+}
 
 std::unique_ptr<Model> load_llama2c(const std::string& path) {
   try {
