@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 
 #include "cli.h"
 #include "model_file.h"
@@ -24,36 +23,12 @@ struct GenerateCliOptions {
   int threads = 0;
 };
 
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::istringstream in(text);
-  std::vector<int32_t> ids;
-  std::string word;
-  while (in >> word) {
-    try {
-      size_t used = 0;
-      ids.push_back(std::stoi(word, &used));
-      check(used == word.size(), "");
-    } catch (...) {
-      fail("--prompt-ids: \"", word, "\" is not a token id");
-    }
-  }
-  return ids;
-}
-
 void run_generate(const GenerateCliOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   check(o.cache == "f32" || o.cache == "bf16", "--cache must be f32 or bf16, got \"", o.cache, "\"");
   ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty());
   Model& model = *f.model;
-  std::vector<int32_t> prompt;
-  if (!o.prompt_ids.empty()) {
-    prompt = parse_ids(o.prompt_ids);
-  } else {
-    check(f.tokenizer.has_value(), "this model was trained on a synthetic task (vocabulary of ",
-          model.config().vocab_size, " symbols, not text): give the prompt as --prompt-ids \"3 7 1\"");
-    prompt = f.tokenizer->encode(o.prompt);
-    check(!prompt.empty(), "the prompt is empty and this model has no BOS token to start from");
-  }
+  const std::vector<int32_t> prompt = prompt_tokens(f, o.prompt, o.prompt_ids);
   const uint64_t seed = o.seed ? o.seed
                                : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   GenerateOptions g{.steps = o.steps,

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <stdexcept>
 
 #include "qkv/error.h"
 #include "qkv/io.h"
@@ -56,6 +58,29 @@ ModelFile load_model_file(const std::string& model_path, const std::string& toke
   f.tokenizer = Tokenizer::load_llama2c(tok, vocab);
   f.tokenizer_path = tok;
   return f;
+}
+
+std::vector<int32_t> prompt_tokens(const ModelFile& f, const std::string& prompt,
+                                   const std::string& prompt_ids) {
+  std::vector<int32_t> ids;
+  if (!prompt_ids.empty()) {
+    std::istringstream in(prompt_ids);
+    for (std::string word; in >> word;) {
+      try {
+        size_t used = 0;
+        ids.push_back(std::stoi(word, &used));
+        if (used != word.size()) throw std::invalid_argument(word);
+      } catch (const std::exception&) {
+        fail("--prompt-ids: \"", word, "\" is not a token id");
+      }
+    }
+  } else {
+    check(f.tokenizer.has_value(), "this model was trained on a synthetic task (vocabulary of ",
+          f.model->config().vocab_size, " symbols, not text): give the prompt as --prompt-ids \"3 7 1\"");
+    ids = f.tokenizer->encode(prompt);
+  }
+  check(!ids.empty(), "the prompt has no tokens (and this model has no BOS token to start from)");
+  return ids;
 }
 
 }  // namespace qkv::cli

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "qkv/model.h"
 #include "qkv/tokenizer.h"
@@ -24,5 +25,11 @@ struct ModelFile {
 // need_tokenizer, a llama2.c model with no tokenizer to be found loads without one.
 ModelFile load_model_file(const std::string& model_path, const std::string& tokenizer_path,
                           bool need_tokenizer = true);
+
+// The prompt as token ids: `prompt_ids` ("3 7 1") when given, else `prompt` through the model
+// file's tokenizer. Errors name the flag: a word that is not an id, a synthetic-task model
+// given text, an empty prompt with no BOS to start from.
+std::vector<int32_t> prompt_tokens(const ModelFile& f, const std::string& prompt,
+                                   const std::string& prompt_ids);
 
 }  // namespace qkv::cli

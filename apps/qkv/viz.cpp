@@ -5,7 +5,6 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli.h"
 #include "heatmap.h"
@@ -46,30 +45,14 @@ std::string label(const std::string& piece) {
 AttentionMaps maps_of_model(const VizOptions& o) {
   ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty());
   Model& model = *f.model;
-  std::vector<int32_t> ids;
+  const std::vector<int32_t> ids = prompt_tokens(f, o.prompt, o.prompt_ids);
   std::vector<std::string> labels;
-  if (!o.prompt_ids.empty()) {
-    std::istringstream in(o.prompt_ids);
-    std::string word;
-    while (in >> word) {
-      try {
-        ids.push_back(std::stoi(word));
-      } catch (...) {
-        fail("--prompt-ids: \"", word, "\" is not a token id");
-      }
-      labels.push_back(word);
-    }
-  } else {
-    check(f.tokenizer.has_value(), "this model was trained on a synthetic task: give --prompt-ids");
-    ids = f.tokenizer->encode(o.prompt);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      // The label is the piece as the vocabulary holds it (BOS as <s>), not as it prints.
-      const std::string& piece = f.tokenizer->piece(ids[i]);
-      labels.push_back(ids[i] == f.tokenizer->bos() ? "<s>" : label(piece));
-    }
+  for (int32_t id : ids) {
+    if (!o.prompt_ids.empty()) labels.push_back(std::to_string(id));
+    // The piece as the vocabulary holds it (BOS as <s>), not as it prints.
+    else labels.push_back(id == f.tokenizer->bos() ? "<s>" : label(f.tokenizer->piece(id)));
   }
   const int64_t T = static_cast<int64_t>(ids.size());
-  check(T >= 1, "the prompt has no tokens");
   check(T <= kMaxTokens, "the prompt is ", T, " tokens; qkv viz shows at most ", kMaxTokens);
   check(T <= model.config().context || model.config().positions != PositionKind::learned,
         "the prompt is ", T, " tokens, longer than the model's context of ", model.config().context);
