@@ -34,7 +34,7 @@ class Sampler {
  private:
   SamplingOptions options_;
   uint64_t state_;
-  std::vector<float> probs_;
+  std::vector<float> probs_, sorted_;  // reused from token to token
   std::vector<int32_t> order_;
 };
 

@@ -38,10 +38,10 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
   probs_.assign(logits, logits + vocab);
   for (float& p : probs_) p /= options_.temperature;
   if (options_.top_k > 0 && options_.top_k < vocab) {
-    std::vector<float> sorted = probs_;
-    std::nth_element(sorted.begin(), sorted.begin() + options_.top_k - 1, sorted.end(),
+    sorted_.assign(probs_.begin(), probs_.end());
+    std::nth_element(sorted_.begin(), sorted_.begin() + options_.top_k - 1, sorted_.end(),
                      std::greater<float>());
-    const float kth = sorted[options_.top_k - 1];
+    const float kth = sorted_[options_.top_k - 1];
     for (float& p : probs_)
       if (p < kth) p = -std::numeric_limits<float>::infinity();
   }
