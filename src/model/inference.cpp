@@ -72,14 +72,37 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     for (int64_t t = 0; t < T; ++t) s.pos[i * T + t] = static_cast<int32_t>(pos0[i] + t);
 
   const bool ln = c.norm == NormKind::layer_norm;
+  if (s.layers.empty()) {
+    auto norm_of = [&](const std::string& name) {
+      return InferenceBuffers::Norm{weight(name + ".weight").data,
+                                    ln ? weight(name + ".bias").data : nullptr};
+    };
+    auto linear_of = [&](const std::string& name) {
+      return InferenceBuffers::Linear{weight(name + ".weight"),
+                                      c.bias ? weight(name + ".bias").data : nullptr};
+    };
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string p = "layers." + std::to_string(l) + ".";
+      InferenceBuffers::Layer L{.attn = attention_layer(l),
+                                .norm1 = norm_of(p + "norm1"),
+                                .norm2 = norm_of(p + "norm2"),
+                                .proj = linear_of(p + "mlp.proj")};
+      if (c.mlp == MlpKind::gelu) L.fc = linear_of(p + "mlp.fc");
+      else L.gate = linear_of(p + "mlp.gate"), L.up = linear_of(p + "mlp.up");
+      s.layers.push_back(L);
+    }
+    s.norm = norm_of("norm");
+    s.head = c.tied_embeddings ? weight("embedding.token") : weight("lm_head.weight");
+  }
   float* mean = s.stat.data();
   float* rstd = s.stat.data() + N;
-  auto norm = [&](View y, View x, const std::string& name) {
-    if (ln) layernorm_forward(y, mean, rstd, x, weight(name + ".weight").data,
-                              weight(name + ".bias").data, c.norm_eps);
-    else rmsnorm_forward(y, rstd, x, weight(name + ".weight").data, c.norm_eps);
+  auto norm = [&](View y, View x, const InferenceBuffers::Norm& n) {
+    if (ln) layernorm_forward(y, mean, rstd, x, n.w, n.b, c.norm_eps);
+    else rmsnorm_forward(y, rstd, x, n.w, c.norm_eps);
   };
-  auto bias = [&](const std::string& name) { return c.bias ? weight(name).data : nullptr; };
+  auto linear = [&](const Tensor& y, const Tensor& x, const InferenceBuffers::Linear& f) {
+    linear_forward(rows(y, N), rows(x, N), f.w, f.b);
+  };
 
   // Embeddings, plus learned or sinusoidal positions.
   View positions;
@@ -97,10 +120,10 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
                     positions.empty() ? nullptr : s.pos.data(), positions);
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    const MultiHeadAttention m = attention_layer(l);
+    const InferenceBuffers::Layer& L = s.layers[l];
+    const MultiHeadAttention& m = L.attn;
     // x += attn(norm(x)), the attention one sequence at a time: each has its own length.
-    norm(rows(s.ln, N), x, p + "norm1");
+    norm(rows(s.ln, N), x, L.norm1);
     linear_forward(rows(s.qkv, N), rows(s.ln, N), m.qkv_w, m.qkv_b);
     for (int64_t i = 0; i < B; ++i) {
       float* r = s.qkv.data() + i * T * W;
@@ -159,19 +182,16 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     linear_forward(rows(s.y, N), rows(s.att, N), m.out_w, m.out_b);
     residual_forward(x, x, rows(s.y, N));
     // x += ffn(norm(x))
-    norm(rows(s.ln, N), x, p + "norm2");
+    norm(rows(s.ln, N), x, L.norm2);
     if (c.mlp == MlpKind::gelu) {
-      linear_forward(rows(s.h, N), rows(s.ln, N), weight(p + "mlp.fc.weight"), bias(p + "mlp.fc.bias"));
+      linear(s.h, s.ln, L.fc);
       gelu_forward(rows(s.g, N), rows(s.h, N), Gelu::tanh);
     } else {
-      linear_forward(rows(s.h, N), rows(s.ln, N), weight(p + "mlp.gate.weight"),
-                     bias(p + "mlp.gate.bias"));
-      linear_forward(rows(s.u, N), rows(s.ln, N), weight(p + "mlp.up.weight"),
-                     bias(p + "mlp.up.bias"));
+      linear(s.h, s.ln, L.gate);
+      linear(s.u, s.ln, L.up);
       swiglu_forward(rows(s.g, N), rows(s.h, N), rows(s.u, N));
     }
-    linear_forward(rows(s.y, N), rows(s.g, N), weight(p + "mlp.proj.weight"),
-                   bias(p + "mlp.proj.bias"));
+    linear(s.y, s.g, L.proj);
     residual_forward(x, x, rows(s.y, N));
   }
   for (int64_t i = 0; i < B; ++i) cache.advance(seq[i], T);
@@ -183,10 +203,9 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     for (int64_t i = 0; i < B; ++i)
       std::copy(&x(i * T + T - 1, 0), &x(i * T + T - 1, 0) + C, &last(i, 0));
   }
-  norm(last, last, "norm");
-  const View head = c.tied_embeddings ? weight("embedding.token") : weight("lm_head.weight");
+  norm(last, last, s.norm);
   const View logits = rows(s.logits, logit_rows);
-  linear_forward(logits, last, head, nullptr);
+  linear_forward(logits, last, s.head, nullptr);
   return logits;
 }
 

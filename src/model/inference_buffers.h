@@ -13,6 +13,24 @@ struct Model::InferenceBuffers {
   int64_t capacity = 0, logit_rows = 0, gathered = 0;
   Tensor x, ln, qkv, att, y, h, u, g, stat, last, logits, k, v, sinusoids;
   std::vector<int32_t> pos;
+
+  // The parameters by layer, looked up by name once: a decoded token should not build and
+  // search for ~15 names per layer. (The weights never move after construction.)
+  struct Norm {
+    const float *w = nullptr, *b = nullptr;
+  };
+  struct Linear {
+    View w;
+    const float* b = nullptr;
+  };
+  struct Layer {
+    MultiHeadAttention attn;
+    Norm norm1, norm2;
+    Linear fc, gate, up, proj;  // fc for GELU MLPs, gate and up for SwiGLU
+  };
+  std::vector<Layer> layers;
+  Norm norm;
+  View head;
 };
 
 }  // namespace qkv
