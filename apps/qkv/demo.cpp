@@ -59,18 +59,19 @@ void answer_by_generation(std::ostream& out, Model& model, const Batch& example,
       << " positions (" << bytes_str(cache.bytes()) << " allocated once).\n";
 }
 
-// All heads of the recall model on the example, as the page `qkv viz` writes.
-void write_page(std::ostream& out, Model& model, const Batch& example, int64_t symbols,
-                int64_t head, const std::string& path) {
-  model.forward(example.tokens.data(), nullptr, 1, example.T);
+// All heads of the recall model on the example (weights [1, H, T, T] per layer), as the page
+// `qkv viz` writes.
+void write_page(std::ostream& out, std::vector<Tensor> weights, const Batch& example,
+                int64_t symbols, int64_t head, const std::string& path) {
+  const int64_t layers = static_cast<int64_t>(weights.size());
   AttentionMaps maps;
   maps.title = "The recall model of qkv demo";
   maps.description = "Associative recall: 8 key-value pairs (keys A–P, values a–p), '?', then keys "
                      "whose values the model must answer. The head that looks them up: layer " +
-                     std::to_string(model.config().n_layers - 1) + ", head " + std::to_string(head) + ".";
+                     std::to_string(layers - 1) + ", head " + std::to_string(head) + ".";
   for (int64_t t = 0; t < example.T; ++t) maps.tokens.push_back(recall_label(example.tokens[t], symbols));
-  for (int64_t l = 0; l < model.config().n_layers; ++l) maps.weights.push_back(model.attention_weights(l));
-  maps.open_layer = model.config().n_layers - 1;  // the page opens on the head that looks up
+  maps.weights = std::move(weights);
+  maps.open_layer = layers - 1;  // the page opens on the head that looks up
   maps.open_head = head;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << attention_html(maps);
@@ -148,7 +149,9 @@ void train_and_show(std::ostream& out, int64_t steps) {
   std::mt19937_64 rng(7);
   const Batch example = data.sample(1, rng);
   model.forward(example.tokens.data(), nullptr, 1, example.T);
-  const Tensor w = model.attention_weights(c.n_layers - 1);
+  std::vector<Tensor> weights;
+  for (int64_t l = 0; l < c.n_layers; ++l) weights.push_back(model.attention_weights(l));
+  const Tensor& w = weights.back();
   const int64_t T = example.T;
   // The induction head: the one that puts most weight, from each asked key, on the value
   // that followed that key among the pairs.
@@ -170,7 +173,7 @@ void train_and_show(std::ostream& out, int64_t steps) {
          "weight; the future is masked). After '?', each asked key looks at the value that\n"
          "followed the same key earlier - that is where its answer comes from.\n\n";
   print_heatmap(out, View(w.data() + best * T * T, {T, T}), labels);
-  write_page(out, model, example, symbols, best, "demo/attention.html");
+  write_page(out, std::move(weights), example, symbols, best, "demo/attention.html");
   answer_by_generation(out, model, example, items, symbols);
 }
 
