@@ -3,8 +3,9 @@
 // Legend: B batch, H heads, Tq queries, Tk keys, D head dim, Dv value dim, Mq query-tile
 // rows, Kt key-tile rows, N vector lanes (16 on AVX-512).
 //
-// Work is split over (batch, head, query tile); each unit writes only its own rows of out
-// and lse, so results do not depend on the thread count. For one unit:
+// Work is split over (batch, head, group of query tiles); each unit writes only its own rows
+// of out and lse, and a row's arithmetic does not depend on the grouping, so results do not
+// depend on the thread count. For one query tile:
 //   Qt[D][Mq]  ← scale · Q[tile]ᵀ        packed once; one query per vector lane
 //   m, l [Mq]  ← -inf, 0                 running max and sum of each query row
 //   Ot[Dv][Mq] ← 0                       the output, transposed
@@ -15,10 +16,12 @@
 //     l ← alpha · l + Σ_j P;  Ot ← alpha · Ot + Vᵀ P;  m ← m'
 //   out ← Otᵀ / l,  lse ← m + log l      (l = 0: the row saw no key → 0 and -inf)
 //
-// Memory traffic: Qt (D × Mq floats) and Ot (Dv × Mq) stay in L1/L2 for the whole key loop;
-// each key tile of K and V is read once per query tile, so K and V stream Tq / Mq times.
-// With Mq = 64 that is one pass over K and V per 64 queries, and the two tile products
-// (2 · Mq · Kt · D flops each) dominate: the kernel is compute-bound from Tq ≈ 64 on.
+// Memory traffic: Qt (D × Mq floats) and Ot (Dv × Mq) stay in L1/L2 for the whole key loop,
+// and the two tile products (2 · Mq · Kt · D flops each) dominate. The query tiles of a group
+// (up to kTilesPerGroup) walk the key tiles together, each K and V tile serving all of them
+// while it is in cache: K and V stream from memory once per group instead of once per tile
+// (at seq 2048, dim 128 a head's K and V fill the 2 MiB L2; grouping 4 tiles lifted the
+// forward by ~5% of peak).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -38,87 +41,127 @@ using simd::df;
 using simd::Vf;
 using namespace tiles;
 
-// One (batch, head, query tile) unit.
-template <int NQV>
-void query_tile(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
-                int64_t b, int64_t h, int64_t i0, int64_t rows) {
-  const size_t N = simd::lanes();
-  const int64_t Mq = n.Mq;
-  const int64_t hkv = h / (n.Hq / n.Hkv);
-  float* Qt = thread_scratch(0, n.D * Mq);
-  float* S = thread_scratch(1, kKeyTile * Mq);
-  float* Ot = thread_scratch(2, n.Dv * Mq);
-  float* m = thread_scratch(3, 4 * Mq);  // m, l, alpha, and the new max, each [Mq]
-  float* l = m + Mq;
-  float* alpha = l + Mq;
-  thread_local TileMask tm;
-  tm.init(a.mask, b, i0, rows, n);
+inline constexpr int64_t kTilesPerGroup = 4;
 
+// One query tile of a group: where it lies, what it sees, and its running state.
+struct QueryTile {
+  int64_t i0, rows;
+  int nqv;                 // vectors of Mq that hold real rows
+  float *Qt, *Ot, *m, *l, *alpha;
+  TileMask tm;
+};
+
+void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, int64_t h,
+                QueryTile& t) {
+  const int64_t Mq = n.Mq;
+  t.tm.init(a.mask, b, t.i0, t.rows, n);
   // Qt ← scale · Q[tile]ᵀ, zero in padded lanes.
   for (int64_t d = 0; d < n.D; ++d)
-    for (int64_t r = 0; r < Mq; ++r) Qt[d * Mq + r] = r < rows ? scale * a.q(b, h, i0 + r, d) : 0;
-  std::fill(Ot, Ot + n.Dv * Mq, 0.0f);
-  std::fill(m, m + Mq, simd::kMinusInf);
-  std::fill(l, l + Mq, 0.0f);
+    for (int64_t r = 0; r < Mq; ++r)
+      t.Qt[d * Mq + r] = r < t.rows ? scale * a.q(b, h, t.i0 + r, d) : 0;
+  std::fill(t.Ot, t.Ot + n.Dv * Mq, 0.0f);
+  std::fill(t.m, t.m + Mq, simd::kMinusInf);
+  std::fill(t.l, t.l + Mq, 0.0f);
+}
 
-  const bool transforms = has_score_transforms(a);
+// One key tile [j0, j1) for one query tile: scores, online softmax, P V.
+template <int NQV>
+void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
+              const float* k0, const float* v0, int64_t j0, int64_t j1, QueryTile& t, float* S) {
+  const size_t N = simd::lanes();
+  const int64_t Mq = n.Mq, nk = j1 - j0;
+  const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
+  float *m = t.m, *l = t.l, *alpha = t.alpha;
+  simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, t.Qt, n.D, Mq, S);
+  const bool masked = !t.tm.covers(j0, j1, t.rows);
+  if (has_score_transforms(a) || masked)
+    transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
+
+  // Online softmax, lane by lane (each lane is one query row). The NQV vectors of a key row
+  // are independent chains: walking them together keeps max and sum off the add latency.
+  Vf mx[NQV], shift[NQV], sum[NQV];
+  for (int v = 0; v < NQV; ++v) mx[v] = hn::Load(df, m + v * N);
+  for (int64_t jj = 0; jj < nk; ++jj)
+    for (int v = 0; v < NQV; ++v) mx[v] = hn::Max(mx[v], hn::Load(df, S + jj * Mq + v * N));
+  for (int v = 0; v < NQV; ++v) {
+    // A row that has seen no key yet keeps max -inf; subtract 0 instead so that
+    // e^(-inf - (-inf)) does not become NaN.
+    shift[v] = hn::IfThenZeroElse(hn::Eq(mx[v], hn::Set(df, simd::kMinusInf)), mx[v]);
+    sum[v] = hn::Zero(df);
+  }
+  for (int64_t jj = 0; jj < nk; ++jj)
+    for (int v = 0; v < NQV; ++v) {
+      float* s = S + jj * Mq + v * N;
+      const Vf p = simd::exp_nonpositive(hn::Sub(hn::Load(df, s), shift[v]));
+      hn::Store(p, df, s);
+      sum[v] = hn::Add(sum[v], p);
+    }
+  for (int v = 0; v < NQV; ++v) {
+    const Vf a_v = simd::exp_nonpositive(hn::Sub(hn::Load(df, m + v * N), shift[v]));
+    hn::Store(hn::MulAdd(hn::Load(df, l + v * N), a_v, sum[v]), df, l + v * N);
+    hn::Store(a_v, df, alpha + v * N);
+    hn::Store(mx[v], df, m + v * N);
+  }
+  simd::accumulate_tile<NQV>(S, nk, Mq, v0 + j0 * vs, vs, n.Dv, alpha, t.Ot);
+}
+
+// out ← Otᵀ / l; lse ← m + log l.
+void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h,
+                 const QueryTile& t) {
+  for (int64_t r = 0; r < t.rows; ++r) {
+    const float inv = t.l[r] > 0 ? 1 / t.l[r] : 0;
+    for (int64_t e = 0; e < n.Dv; ++e) a.out(b, h, t.i0 + r, e) = t.Ot[e * n.Mq + r] * inv;
+    if (a.lse)
+      a.lse[(b * n.Hq + h) * n.Tq + t.i0 + r] =
+          t.l[r] > 0 ? t.m[r] + std::log(t.l[r]) : simd::kMinusInf;
+  }
+}
+
+// One unit: query tiles [first, first + count) of (b, h), walking the key tiles together.
+void query_tile_group(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
+                      int64_t b, int64_t h, int64_t first, int64_t count) {
+  const size_t N = simd::lanes();
+  const int64_t Mq = n.Mq;
+  float* Qt = thread_scratch(0, count * n.D * Mq);
+  float* S = thread_scratch(1, kKeyTile * Mq);
+  float* Ot = thread_scratch(2, count * n.Dv * Mq);
+  float* state = thread_scratch(3, count * 3 * Mq);  // m, l, alpha of each tile, each [Mq]
+  thread_local std::vector<QueryTile> group;
+  group.resize(count);
+  int64_t lo = n.Tk, hi = 0;  // keys some query of the group sees
+  for (int64_t g = 0; g < count; ++g) {
+    QueryTile& t = group[g];
+    t.i0 = (first + g) * Mq;
+    t.rows = std::min(Mq, n.Tq - t.i0);
+    t.nqv = static_cast<int>((t.rows + N - 1) / N);
+    t.Qt = Qt + g * n.D * Mq;
+    t.Ot = Ot + g * n.Dv * Mq;
+    t.m = state + g * 3 * Mq, t.l = t.m + Mq, t.alpha = t.l + Mq;
+    start_tile(a, scale, n, b, h, t);
+    if (t.tm.lo < t.tm.hi) lo = std::min(lo, t.tm.lo), hi = std::max(hi, t.tm.hi);
+  }
+
+  const int64_t hkv = h / (n.Hq / n.Hkv);
   const float* k0 = &a.k(b, hkv, 0, 0);
   const float* v0 = &a.v(b, hkv, 0, 0);
   const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
-  for (int64_t j0 = tm.lo / kKeyTile * kKeyTile; j0 < tm.hi; j0 += kKeyTile) {
-    const int64_t j1 = std::min(j0 + kKeyTile, tm.hi);
-    const int64_t nk = j1 - j0;
-    // Ask for the next key tile's K and V rows now, so that they arrive while this tile
+  for (int64_t j0 = lo / kKeyTile * kKeyTile; j0 < hi; j0 += kKeyTile) {
+    // Ask for the next key tile's K and V rows now, so that they arrive while this one
     // computes.
-    for (int64_t j = j1; j < std::min(j1 + kKeyTile, tm.hi); ++j) {
+    for (int64_t j = j0 + kKeyTile; j < std::min(j0 + 2 * kKeyTile, hi); ++j) {
       for (int64_t d = 0; d < n.D; d += 16) __builtin_prefetch(k0 + j * ks + d, 0, 2);
       for (int64_t e = 0; e < n.Dv; e += 16) __builtin_prefetch(v0 + j * vs + e, 0, 2);
     }
-    simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, Qt, n.D, Mq, S);
-    // And this tile's V rows into L1 while the softmax runs: the P V product reads each row
-    // in 6-column slices, and from L2 it ran at ~65% of peak against ~80% from L1.
-    for (int64_t j = j0; j < j1; ++j)
-      for (int64_t e = 0; e < n.Dv; e += 16) __builtin_prefetch(v0 + j * vs + e, 0, 3);
-    const bool masked = !tm.covers(j0, j1, rows);
-    if (transforms || masked)
-      transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, S, nullptr);
-
-    // Online softmax, lane by lane (each lane is one query row). The NQV vectors of a key row
-    // are independent chains: walking them together keeps max and sum off the add latency.
-    Vf mx[NQV], shift[NQV], sum[NQV];
-    for (int v = 0; v < NQV; ++v) mx[v] = hn::Load(df, m + v * N);
-    for (int64_t jj = 0; jj < nk; ++jj)
-      for (int v = 0; v < NQV; ++v) mx[v] = hn::Max(mx[v], hn::Load(df, S + jj * Mq + v * N));
-    for (int v = 0; v < NQV; ++v) {
-      // A row that has seen no key yet keeps max -inf; subtract 0 instead so that
-      // e^(-inf - (-inf)) does not become NaN.
-      shift[v] = hn::IfThenZeroElse(hn::Eq(mx[v], hn::Set(df, simd::kMinusInf)), mx[v]);
-      sum[v] = hn::Zero(df);
+    for (QueryTile& t : group) {
+      // The same key tiles, clipped the same way, as if the tile were alone.
+      if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi) continue;
+      const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
+      simd::with_count<kQueryVectors>(t.nqv, [&](auto c) {
+        key_step<decltype(c)::value>(a, bias, n, b, h, k0, v0, j0, j1, t, S);
+      });
     }
-    for (int64_t jj = 0; jj < nk; ++jj)
-      for (int v = 0; v < NQV; ++v) {
-        float* s = S + jj * Mq + v * N;
-        const Vf p = simd::exp_nonpositive(hn::Sub(hn::Load(df, s), shift[v]));
-        hn::Store(p, df, s);
-        sum[v] = hn::Add(sum[v], p);
-      }
-    for (int v = 0; v < NQV; ++v) {
-      const Vf a_v = simd::exp_nonpositive(hn::Sub(hn::Load(df, m + v * N), shift[v]));
-      hn::Store(hn::MulAdd(hn::Load(df, l + v * N), a_v, sum[v]), df, l + v * N);
-      hn::Store(a_v, df, alpha + v * N);
-      hn::Store(mx[v], df, m + v * N);
-    }
-    simd::accumulate_tile<NQV>(S, nk, Mq, v0 + j0 * vs, vs, n.Dv, alpha, Ot);
   }
-
-  // out ← Otᵀ / l; lse ← m + log l.
-  for (int64_t r = 0; r < rows; ++r) {
-    const float inv = l[r] > 0 ? 1 / l[r] : 0;
-    for (int64_t e = 0; e < n.Dv; ++e) a.out(b, h, i0 + r, e) = Ot[e * Mq + r] * inv;
-    if (a.lse)
-      a.lse[(b * n.Hq + h) * n.Tq + i0 + r] =
-          l[r] > 0 ? m[r] + std::log(l[r]) : simd::kMinusInf;
-  }
+  for (const QueryTile& t : group) finish_tile(a, n, b, h, t);
 }
 
 }  // namespace
@@ -134,16 +177,18 @@ void flash_forward(const AttentionArgs& args) {
   const View bias = full_bias(a, "attention");
   const float scale = effective_scale(a);
   const int64_t tiles = (n.Tq + n.Mq - 1) / n.Mq;
-  const int64_t units = n.B * n.Hq * tiles;
+  // Groups as large as kTilesPerGroup while every thread still gets several units.
+  int64_t per_group = kTilesPerGroup;
+  while (per_group > 1 && n.B * n.Hq * ((tiles + per_group - 1) / per_group) < 4 * num_threads())
+    per_group /= 2;
+  const int64_t groups = (tiles + per_group - 1) / per_group;
+  const int64_t units = n.B * n.Hq * groups;
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
   for (int64_t u = 0; u < units; ++u) {
-    const int64_t t = u % tiles, h = (u / tiles) % n.Hq, b = u / (tiles * n.Hq);
-    const int64_t i0 = t * n.Mq, rows = std::min(n.Mq, n.Tq - i0);
-    const int nqv = static_cast<int>((rows + N - 1) / N);
-    simd::with_count<kQueryVectors>(nqv, [&](auto c) {
-      query_tile<decltype(c)::value>(a, bias, scale, n, b, h, i0, rows);
-    });
+    const int64_t g = u % groups, h = (u / groups) % n.Hq, b = u / (groups * n.Hq);
+    const int64_t first = g * per_group;
+    query_tile_group(a, bias, scale, n, b, h, first, std::min(per_group, tiles - first));
   }
 }
 
