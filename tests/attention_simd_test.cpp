@@ -1,11 +1,15 @@
 // The SIMD building blocks of the attention kernels, against plain scalar code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <vector>
 
 #include "attention/simd.h"
+#include "attention/transpose.h"
 
 namespace qkv {
 namespace {
@@ -53,6 +57,46 @@ TEST(SimdExp, StaysWithinTheSmallestNormalNearTheUnderflowEdge) {
     EXPECT_NEAR(got[i], std::exp(static_cast<double>(xs[i])), std::numeric_limits<float>::min())
         << "x = " << xs[i];
   }
+}
+
+// Aligned storage of n floats, filled with `fill`.
+struct Aligned {
+  explicit Aligned(size_t n, float fill = 0)
+      : data(static_cast<float*>(std::aligned_alloc(64, (n + 16) * sizeof(float)))) {
+    std::fill(data, data + n + 16, fill);
+  }
+  ~Aligned() { std::free(data); }
+  float* data;
+};
+
+TEST(SimdTranspose, PacksRowsIntoQueryLanesAndBackForOddSizes) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  for (int64_t rows : {int64_t{1}, N - 1, N, N + 3, 4 * N})
+    for (int64_t cols : {int64_t{1}, int64_t{7}, N, int64_t{80}, int64_t{129}}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+      const int64_t src_stride = cols + 5, lanes = (rows + N - 1) / N * N;
+      std::vector<float> src(rows * src_stride);
+      for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 1009) - 500;
+      Aligned packed(cols * lanes, 99.0f);
+      simd::pack_transposed(src.data(), src_stride, rows, cols, 0.5f, packed.data, lanes);
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = 0; r < lanes; ++r)
+          ASSERT_EQ(packed.data[c * lanes + r], r < rows ? 0.5f * src[r * src_stride + c] : 0.0f)
+              << "c " << c << " r " << r;
+
+      Aligned row_scale(lanes);
+      for (int64_t r = 0; r < lanes; ++r) row_scale.data[r] = static_cast<float>(r + 1);
+      const int64_t dst_stride = cols + 3;
+      std::vector<float> dst(rows * dst_stride + 8, -7.0f);
+      simd::unpack_transposed(packed.data, lanes, rows, cols, row_scale.data, dst.data(),
+                              dst_stride);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < dst_stride; ++c)
+          ASSERT_EQ(dst[r * dst_stride + c],
+                    c < cols ? 0.5f * src[r * src_stride + c] * (r + 1) : -7.0f)
+              << "r " << r << " c " << c << " (columns past cols must stay untouched)";
+      for (size_t i = rows * dst_stride; i < dst.size(); ++i) ASSERT_EQ(dst[i], -7.0f);
+    }
 }
 
 }  // namespace

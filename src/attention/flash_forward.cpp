@@ -30,6 +30,7 @@
 #include "attention/masks.h"
 #include "attention/simd.h"
 #include "attention/tiles.h"
+#include "attention/transpose.h"
 #include "qkv/threads.h"
 #include "util/scratch.h"
 
@@ -56,9 +57,13 @@ void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, 
   const int64_t Mq = n.Mq;
   t.tm.init(a.mask, b, t.i0, t.rows, n);
   // Qt ← scale · Q[tile]ᵀ, zero in padded lanes.
-  for (int64_t d = 0; d < n.D; ++d)
-    for (int64_t r = 0; r < Mq; ++r)
-      t.Qt[d * Mq + r] = r < t.rows ? scale * a.q(b, h, t.i0 + r, d) : 0;
+  if (a.q.stride[3] == 1) {
+    simd::pack_transposed(&a.q(b, h, t.i0, 0), a.q.stride[2], t.rows, n.D, scale, t.Qt, Mq);
+  } else {
+    for (int64_t d = 0; d < n.D; ++d)
+      for (int64_t r = 0; r < Mq; ++r)
+        t.Qt[d * Mq + r] = r < t.rows ? scale * a.q(b, h, t.i0 + r, d) : 0;
+  }
   std::fill(t.Ot, t.Ot + n.Dv * Mq, 0.0f);
   std::fill(t.m, t.m + Mq, simd::kMinusInf);
   std::fill(t.l, t.l + Mq, 0.0f);
@@ -108,13 +113,19 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
 // out ← Otᵀ / l; lse ← m + log l.
 void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h,
                  const QueryTile& t) {
-  for (int64_t r = 0; r < t.rows; ++r) {
-    const float inv = t.l[r] > 0 ? 1 / t.l[r] : 0;
-    for (int64_t e = 0; e < n.Dv; ++e) a.out(b, h, t.i0 + r, e) = t.Ot[e * n.Mq + r] * inv;
-    if (a.lse)
+  float* inv = t.alpha;  // free now
+  for (int64_t r = 0; r < n.Mq; ++r) inv[r] = t.l[r] > 0 ? 1 / t.l[r] : 0;
+  if (a.out.stride[3] == 1) {
+    simd::unpack_transposed(t.Ot, n.Mq, t.rows, n.Dv, inv, &a.out(b, h, t.i0, 0),
+                            a.out.stride[2]);
+  } else {
+    for (int64_t r = 0; r < t.rows; ++r)
+      for (int64_t e = 0; e < n.Dv; ++e) a.out(b, h, t.i0 + r, e) = t.Ot[e * n.Mq + r] * inv[r];
+  }
+  if (a.lse)
+    for (int64_t r = 0; r < t.rows; ++r)
       a.lse[(b * n.Hq + h) * n.Tq + t.i0 + r] =
           t.l[r] > 0 ? t.m[r] + std::log(t.l[r]) : simd::kMinusInf;
-  }
 }
 
 // One unit: query tiles [first, first + count) of (b, h), walking the key tiles together.

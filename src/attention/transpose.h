@@ -1,0 +1,68 @@
+// Moving tiles between row-major rows (Q, out) and the transposed, query-per-lane layout of
+// the tiled kernels (Qt, Ot; see simd.h), a whole N × N block at a time in registers instead
+// of element by element (for a 64-query tile of dim 128, ~8 times fewer instructions; the
+// element loops cost ~2% of a causal forward at seq 2048).
+#pragma once
+
+#include <cstdint>
+
+#include "attention/simd.h"
+
+namespace qkv::simd {
+
+// Transposes the N × N block held in rows[0..N) (N = lanes): afterwards rows[c] holds what
+// was column c. log2(N) rounds: round k pairs vectors and keeps the even lanes of each pair
+// in the first half and the odd lanes in the second (vpermt2ps on AVX-512).
+HWY_INLINE void transpose_square(Vf* rows) {
+  constexpr size_t N = hn::MaxLanes(df);
+  Vf paired[N];
+  for (size_t width = 1; width < N; width *= 2) {
+    for (size_t i = 0; i < N / 2; ++i) {
+      paired[i] = hn::ConcatEven(df, rows[2 * i + 1], rows[2 * i]);
+      paired[i + N / 2] = hn::ConcatOdd(df, rows[2 * i + 1], rows[2 * i]);
+    }
+    for (size_t i = 0; i < N; ++i) rows[i] = paired[i];
+  }
+}
+
+// dst[c · dst_stride + r] = scale · src[r · src_stride + c] for r < rows, c < cols, and 0 in
+// the lanes r in [rows, next multiple of N): packs a tile of rows into query-per-lane columns.
+// Elements of a src row are contiguous; dst is aligned, dst_stride a multiple of N.
+inline void pack_transposed(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
+                            float scale, float* dst, int64_t dst_stride) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  Vf block[N];
+  for (int64_t r0 = 0; r0 < rows; r0 += N)
+    for (int64_t c0 = 0; c0 < cols; c0 += N) {
+      const auto in_row = hn::FirstN(df, static_cast<size_t>(std::min(N, cols - c0)));
+      for (int64_t k = 0; k < N; ++k)
+        block[k] = r0 + k < rows ? hn::MaskedLoad(in_row, df, src + (r0 + k) * src_stride + c0)
+                                 : hn::Zero(df);
+      transpose_square(block);
+      for (int64_t k = 0; k < std::min(N, cols - c0); ++k)
+        hn::Store(hn::Mul(block[k], hn::Set(df, scale)), df, dst + (c0 + k) * dst_stride + r0);
+    }
+}
+
+// dst[r · dst_stride + c] = src[c · src_stride + r] · row_scale[r] for r < rows, c < cols:
+// the inverse of pack_transposed, with a scale per row. src and row_scale are aligned and
+// hold whole vectors past `rows`.
+inline void unpack_transposed(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
+                              const float* row_scale, float* dst, int64_t dst_stride) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  Vf block[N];
+  for (int64_t r0 = 0; r0 < rows; r0 += N) {
+    const Vf scale = hn::Load(df, row_scale + r0);
+    for (int64_t c0 = 0; c0 < cols; c0 += N) {
+      for (int64_t k = 0; k < N; ++k)
+        block[k] = c0 + k < cols ? hn::Mul(hn::Load(df, src + (c0 + k) * src_stride + r0), scale)
+                                 : hn::Zero(df);
+      transpose_square(block);
+      const auto in_row = hn::FirstN(df, static_cast<size_t>(std::min(N, cols - c0)));
+      for (int64_t k = 0; k < std::min(N, rows - r0); ++k)
+        hn::BlendedStore(block[k], in_row, df, dst + (r0 + k) * dst_stride + c0);
+    }
+  }
+}
+
+}  // namespace qkv::simd
