@@ -69,6 +69,33 @@ void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, 
   std::fill(t.l, t.l + Mq, 0.0f);
 }
 
+// A key tile that needs a mask (the diagonal under a causal mask, a window's edges, padding)
+// is often mostly hidden: cut into chunks of kKeyChunk keys, chunk c is seen only by the
+// query vectors [first[c], last[c]) (the visible keys of consecutive rows move together), and
+// both tile products skip the rest. On the causal diagonal that is 6 of 16 blocks.
+inline constexpr int64_t kKeyChunk = 16;
+
+struct VisibleBlocks {
+  int chunks = 0;
+  int first[kKeyTile / kKeyChunk], last[kKeyTile / kKeyChunk];
+
+  void find(const QueryTile& t, int64_t j0, int64_t j1) {
+    const int64_t N = static_cast<int64_t>(simd::lanes());
+    chunks = static_cast<int>((j1 - j0 + kKeyChunk - 1) / kKeyChunk);
+    for (int c = 0; c < chunks; ++c) {
+      const int64_t c0 = j0 + c * kKeyChunk, c1 = std::min(c0 + kKeyChunk, j1);
+      first[c] = t.nqv, last[c] = 0;
+      for (int v = 0; v < t.nqv; ++v)
+        for (int64_t r = v * N; r < std::min((v + 1) * N, t.rows); ++r)
+          if (t.tm.begin[r] < c1 && t.tm.end[r] > c0) {
+            first[c] = std::min(first[c], v), last[c] = v + 1;
+            break;
+          }
+      if (first[c] >= last[c]) first[c] = last[c] = 0;
+    }
+  }
+};
+
 // One key tile [j0, j1) for one query tile: scores, online softmax, P V.
 template <int NQV>
 void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
@@ -77,8 +104,23 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   const int64_t Mq = n.Mq, nk = j1 - j0;
   const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
   float *m = t.m, *l = t.l, *alpha = t.alpha;
-  simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, t.Qt, n.D, Mq, S);
   const bool masked = !t.tm.covers(j0, j1, t.rows);
+  VisibleBlocks blocks;
+  if (!masked) {
+    simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, t.Qt, n.D, Mq, S);
+  } else {
+    // Only the blocks some query sees; the mask below sets the others to -inf.
+    blocks.find(t, j0, j1);
+    for (int c = 0; c < blocks.chunks; ++c) {
+      if (blocks.first[c] == blocks.last[c]) continue;
+      const int64_t jc = j0 + c * kKeyChunk, v0c = blocks.first[c];
+      simd::with_count<NQV>(blocks.last[c] - v0c, [&](auto count) {
+        simd::scores_tile<decltype(count)::value>(k0 + jc * ks, ks, std::min(kKeyChunk, j1 - jc),
+                                                  t.Qt + v0c * N, n.D, Mq,
+                                                  S + (jc - j0) * Mq + v0c * N);
+      });
+    }
+  }
   if (has_score_transforms(a) || masked)
     transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
 
@@ -107,7 +149,25 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
     hn::Store(a_v, df, alpha + v * N);
     hn::Store(mx[v], df, m + v * N);
   }
-  simd::accumulate_tile<NQV>(S, nk, Mq, v0 + j0 * vs, vs, n.Dv, alpha, t.Ot);
+  if (!masked) {
+    simd::accumulate_tile<NQV>(S, nk, Mq, v0 + j0 * vs, vs, n.Dv, alpha, t.Ot);
+    return;
+  }
+  // Rescale all of Ot once, then add the visible blocks (hidden ones would add 0 · V).
+  for (int64_t e = 0; e < n.Dv; ++e)
+    for (int v = 0; v < NQV; ++v) {
+      float* o = t.Ot + e * Mq + v * N;
+      hn::Store(hn::Mul(hn::Load(df, o), hn::Load(df, alpha + v * N)), df, o);
+    }
+  for (int c = 0; c < blocks.chunks; ++c) {
+    if (blocks.first[c] == blocks.last[c]) continue;
+    const int64_t jc = j0 + c * kKeyChunk, v0c = blocks.first[c];
+    simd::with_count<NQV>(blocks.last[c] - v0c, [&](auto count) {
+      simd::accumulate_tile<decltype(count)::value>(
+          S + (jc - j0) * Mq + v0c * N, std::min(kKeyChunk, j1 - jc), Mq, v0 + jc * vs, vs,
+          n.Dv, nullptr, t.Ot + v0c * N);
+    });
+  }
 }
 
 // out ← Otᵀ / l; lse ← m + log l.
