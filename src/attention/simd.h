@@ -140,11 +140,14 @@ HWY_INLINE void packed_transposed_times_rows(const float* HWY_RESTRICT p, int64_
 
 // Full-width drivers over any number of rows / columns, with the remainders dispatched to
 // smaller instantiations.
-inline constexpr int kColumnsPerBlock = 6;  // NE: 6 × 4 accumulators + 4 + 1 of 32 registers
 
-// Rows per block of the score kernel: 24 accumulators whatever the query-tile width.
+// Rows per block of the score kernel and columns per block of the P V kernel: 24
+// accumulators whatever the query-tile width (plus NQV loads and a broadcast: 29 of 32
+// registers).
 template <int NQV>
 inline constexpr int kScoreRows = NQV >= 4 ? 6 : NQV == 3 ? 8 : NQV == 2 ? 12 : 16;
+template <int NQV>
+inline constexpr int kValueColumns = kScoreRows<NQV>;
 
 template <int NQV>
 void scores_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt,
@@ -163,11 +166,12 @@ void scores_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt
 template <int NQV>
 void accumulate_tile(const float* p, int64_t rows, int64_t Mq, const float* b, int64_t b_stride,
                      int64_t columns, const float* alpha, float* ct) {
+  constexpr int NE = kValueColumns<NQV>;
   int64_t e = 0;
-  for (; e + kColumnsPerBlock <= columns; e += kColumnsPerBlock)
-    packed_times_rows<NQV, kColumnsPerBlock>(p, rows, Mq, b, b_stride, e, alpha, ct);
+  for (; e + NE <= columns; e += NE)
+    packed_times_rows<NQV, NE>(p, rows, Mq, b, b_stride, e, alpha, ct);
   if (e < columns)
-    with_count<kColumnsPerBlock - 1>(static_cast<int>(columns - e), [&](auto ne) {
+    with_count<NE - 1>(static_cast<int>(columns - e), [&](auto ne) {
       packed_times_rows<NQV, decltype(ne)::value>(p, rows, Mq, b, b_stride, e, alpha, ct);
     });
 }
