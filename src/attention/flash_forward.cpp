@@ -217,13 +217,17 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
   const float* v0 = &a.v(b, hkv, 0, 0);
   const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
   for (int64_t j0 = lo / kKeyTile * kKeyTile; j0 < hi; j0 += kKeyTile) {
-    // Ask for the next key tile's K and V rows now, so that they arrive while this one
-    // computes.
-    for (int64_t j = j0 + kKeyTile; j < std::min(j0 + 2 * kKeyTile, hi); ++j) {
-      for (int64_t d = 0; d < n.D; d += 16) __builtin_prefetch(k0 + j * ks + d, 0, 2);
-      for (int64_t e = 0; e < n.Dv; e += 16) __builtin_prefetch(v0 + j * vs + e, 0, 2);
-    }
-    for (QueryTile& t : group) {
+    const int64_t next_end = std::min(j0 + 2 * kKeyTile, hi);
+    for (int64_t g = 0; g < count; ++g) {
+      QueryTile& t = group[g];
+      // Ask for a share of the next key tile's K and V rows, so that they arrive while this
+      // one computes (in shares: a burst of 1,000 prefetches would stall on the line-fill
+      // buffers).
+      for (int64_t j = j0 + kKeyTile + g * kKeyTile / count;
+           j < std::min(j0 + kKeyTile + (g + 1) * kKeyTile / count, next_end); ++j) {
+        for (int64_t d = 0; d < n.D; d += 16) __builtin_prefetch(k0 + j * ks + d, 0, 2);
+        for (int64_t e = 0; e < n.Dv; e += 16) __builtin_prefetch(v0 + j * vs + e, 0, 2);
+      }
       // The same key tiles, clipped the same way, as if the tile were alone.
       if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi) continue;
       const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
