@@ -9,6 +9,7 @@ softmax(q kᵀ / √d + mask) v in matmuls. FLOPs are counted the same way for b
 
   /usr/bin/python3 bench/compare_torch.py                      # the table of docs/benchmarks.md
   /usr/bin/python3 bench/compare_torch.py --seq 2048 --dim 128 --causal --threads 2
+  /usr/bin/python3 bench/compare_torch.py --seq 2048 --causal --window 512 --threads 2
   /usr/bin/python3 bench/compare_torch.py --quick              # a few shapes
 
 Prints one markdown row per shape (and the raw JSON with --json).
@@ -38,6 +39,10 @@ def qkv_bench(shape, threads, min_time):
         cmd += ["--kv-heads", str(shape["kv_heads"])]
     if shape["causal"]:
         cmd.append("--causal")
+    if shape.get("window"):
+        cmd += ["--window", str(shape["window"])]
+    if shape.get("kv_len"):
+        cmd += ["--kv-len", str(shape["kv_len"])]
     if shape["backward"]:
         cmd.append("--backward")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -58,25 +63,33 @@ def torch_time(shape, threads, min_time):
         k = k.repeat_interleave(H // Hkv, dim=1)
         v = v.repeat_interleave(H // Hkv, dim=1)
     causal = shape["causal"]
-    # Bottom-right aligned causal mask, as qkv's (True = attend).
+    window, kv_len = shape.get("window"), shape.get("kv_len")
+    # Bottom-right aligned masks, as qkv's (True = attend).
     keep = None
-    if causal:
+    if causal or window or kv_len:
         pos = torch.arange(Tq).view(Tq, 1) + (T - Tq)
-        keep = torch.arange(T).view(1, T) <= pos
+        j = torch.arange(T).view(1, T)
+        keep = torch.ones(Tq, T, dtype=torch.bool)
+        if causal:
+            keep &= j <= pos
+        if window:
+            keep &= j >= pos - window
+        if kv_len:
+            keep &= j < kv_len
     backward = shape["backward"]
     if backward:
         q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
     dout = torch.rand(1, H, Tq, D, generator=g)
 
     def sdpa():
-        if causal and Tq == T:
+        if causal and Tq == T and not window and not kv_len:
             out, _ = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)
         else:
             out, _ = F._scaled_dot_product_attention(q, k, v, keep, 0.0, False, False)
         return out
 
     additive = None
-    if causal:
+    if keep is not None:
         additive = torch.zeros(Tq, T).masked_fill(~keep, float("-inf"))
 
     def matmuls():
@@ -117,16 +130,25 @@ def row(shape, threads, min_time):
     return r
 
 
+def mask_text(r):
+    text = "yes" if r["causal"] else "no"
+    if r.get("window", -1) >= 0:
+        text += f", window {r['window']}"
+    if r.get("kv_len", r["seq"]) < r["seq"]:
+        text += f", kv_len {r['kv_len']}"
+    return text
+
+
 def markdown(r):
     kind = "decode" if r["queries"] == 1 else ("fwd+bwd" if r["backward"] else "fwd")
     return (f"| {kind} | {r['heads']}/{r['kv_heads']} | {r['queries']} | {r['seq']} | {r['dim']} "
-            f"| {'yes' if r['causal'] else 'no'} | {r['threads']} | {r['ms']:.2f} "
+            f"| {mask_text(r)} | {r['threads']} | {r['ms']:.2f} "
             f"| {r['gflops']:.0f} | {100 * r['fraction_of_peak']:.0f}% "
             f"| {r['kv_gbps']:.1f} ({100 * r['fraction_of_read']:.0f}%) "
             f"| {r['torch_ms']:.2f} ({r['torch_path']}) | {r['ratio_to_torch']:.1f}x |")
 
 
-HEADER = ("| kind | Hq/Hkv | Tq | Tk | D | causal | threads | qkv ms | qkv GFLOP/s "
+HEADER = ("| kind | Hq/Hkv | Tq | Tk | D | mask | threads | qkv ms | qkv GFLOP/s "
           "| of FMA peak | K+V GB/s (of read loop) | PyTorch ms (path) | qkv speed-up |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
@@ -142,6 +164,11 @@ def table_shapes(quick):
                                        backward=backward))
     for seq in ([1024, 32768] if quick else [1024, 4096, 32768]):
         shapes.append(dict(heads=8, seq=seq, dim=128, causal=False, backward=False, queries=1))
+    # The masks and GQA, against the plain forward of the same size (2 threads).
+    for dim in (64, 128):
+        for extra in (dict(causal=True, window=512), dict(causal=False, kv_len=1536),
+                      dict(causal=False, kv_heads=2), dict(causal=True, kv_heads=2)):
+            shapes.append(dict(heads=8, seq=2048, dim=dim, backward=False, threads=[2], **extra))
     return shapes
 
 
@@ -153,6 +180,8 @@ def main():
     ap.add_argument("--kv-heads", type=int)
     ap.add_argument("--queries", type=int)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--window", type=int, help="sliding window: keys at most N positions back")
+    ap.add_argument("--kv-len", type=int, help="padding: only the first N keys count")
     ap.add_argument("--backward", action="store_true")
     ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--min-time", type=float, default=1.0)
@@ -163,13 +192,14 @@ def main():
         sys.exit(f"compare_torch.py: {QKV} is missing; run `make build` first")
     if a.seq:
         shapes = [dict(heads=a.heads, kv_heads=a.kv_heads, seq=a.seq, dim=a.dim,
-                       causal=a.causal, backward=a.backward, queries=a.queries)]
+                       causal=a.causal, backward=a.backward, queries=a.queries,
+                       window=a.window, kv_len=a.kv_len)]
     else:
         shapes = table_shapes(a.quick)
     print(f"PyTorch {torch.__version__}; {os.cpu_count()} cores")
     print(HEADER)
     for shape in shapes:
-        for threads in a.threads:
+        for threads in shape.get("threads") or a.threads:
             r = row(shape, threads, a.min_time)
             print(markdown(r), flush=True)
             if a.json:
