@@ -220,9 +220,8 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
     const int64_t next_end = std::min(j0 + 2 * kKeyTile, hi);
     for (int64_t g = 0; g < count; ++g) {
       QueryTile& t = group[g];
-      // Ask for a share of the next key tile's K and V rows, so that they arrive while this
-      // one computes (in shares: a burst of 1,000 prefetches would stall on the line-fill
-      // buffers).
+      // Ask for this tile's share of the next key tile's K and V rows, so that they arrive
+      // while this one computes (spread over the group rather than in one burst).
       for (int64_t j = j0 + kKeyTile + g * kKeyTile / count;
            j < std::min(j0 + kKeyTile + (g + 1) * kKeyTile / count, next_end); ++j) {
         for (int64_t d = 0; d < n.D; d += 16) __builtin_prefetch(k0 + j * ks + d, 0, 2);
