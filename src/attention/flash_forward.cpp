@@ -99,7 +99,8 @@ struct VisibleBlocks {
 // One key tile [j0, j1) for one query tile: scores, online softmax, P V.
 template <int NQV>
 void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
-              const float* k0, const float* v0, int64_t j0, int64_t j1, QueryTile& t, float* S) {
+              const float* k0, const float* v0, int64_t j0, int64_t j1, QueryTile& t, float* S,
+              simd::PrefetchQueue& prefetch) {
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq, nk = j1 - j0;
   const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
@@ -107,7 +108,7 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   const bool masked = !t.tm.covers(j0, j1, t.rows);
   VisibleBlocks blocks;
   if (!masked) {
-    simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, t.Qt, n.D, Mq, S);
+    simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, t.Qt, n.D, Mq, S, &prefetch);
   } else {
     // Only the blocks some query sees; the mask below sets the others to -inf.
     blocks.find(t, j0, j1);
@@ -117,7 +118,7 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
       simd::with_count<NQV>(blocks.last[c] - v0c, [&](auto count) {
         simd::scores_tile<decltype(count)::value>(k0 + jc * ks, ks, std::min(kKeyChunk, j1 - jc),
                                                   t.Qt + v0c * N, n.D, Mq,
-                                                  S + (jc - j0) * Mq + v0c * N);
+                                                  S + (jc - j0) * Mq + v0c * N, &prefetch);
       });
     }
   }
@@ -150,7 +151,7 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
     hn::Store(mx[v], df, m + v * N);
   }
   if (!masked) {
-    simd::accumulate_tile<NQV>(S, nk, Mq, v0 + j0 * vs, vs, n.Dv, alpha, t.Ot);
+    simd::accumulate_tile<NQV>(S, nk, Mq, v0 + j0 * vs, vs, n.Dv, alpha, t.Ot, &prefetch);
     return;
   }
   // Rescale all of Ot once, then add the visible blocks (hidden ones would add 0 · V).
@@ -165,7 +166,7 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
     simd::with_count<NQV>(blocks.last[c] - v0c, [&](auto count) {
       simd::accumulate_tile<decltype(count)::value>(
           S + (jc - j0) * Mq + v0c * N, std::min(kKeyChunk, j1 - jc), Mq, v0 + jc * vs, vs,
-          n.Dv, nullptr, t.Ot + v0c * N);
+          n.Dv, nullptr, t.Ot + v0c * N, &prefetch);
     });
   }
 }
@@ -216,22 +217,19 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
   const float* k0 = &a.k(b, hkv, 0, 0);
   const float* v0 = &a.v(b, hkv, 0, 0);
   const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
+  simd::PrefetchQueue prefetch;
   for (int64_t j0 = lo / kKeyTile * kKeyTile; j0 < hi; j0 += kKeyTile) {
-    const int64_t next_end = std::min(j0 + 2 * kKeyTile, hi);
-    for (int64_t g = 0; g < count; ++g) {
-      QueryTile& t = group[g];
-      // Ask for this tile's share of the next key tile's K and V rows, so that they arrive
-      // while this one computes (spread over the group rather than in one burst).
-      for (int64_t j = j0 + kKeyTile + g * kKeyTile / count;
-           j < std::min(j0 + kKeyTile + (g + 1) * kKeyTile / count, next_end); ++j) {
-        for (int64_t d = 0; d < n.D; d += 16) __builtin_prefetch(k0 + j * ks + d, 0, 2);
-        for (int64_t e = 0; e < n.Dv; e += 16) __builtin_prefetch(v0 + j * vs + e, 0, 2);
-      }
+    // The next key tile's K and V rows, asked for while this one computes.
+    prefetch.issue_all();  // what the last tile's products left over
+    const int64_t next = j0 + kKeyTile, next_rows = std::min(kKeyTile, hi - next);
+    prefetch.reset(k0 + next * ks, ks, n.D, v0 + next * vs, vs, n.Dv,
+                   std::max<int64_t>(next_rows, 0));
+    for (QueryTile& t : group) {
       // The same key tiles, clipped the same way, as if the tile were alone.
       if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi) continue;
       const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
       simd::with_count<kQueryVectors>(t.nqv, [&](auto c) {
-        key_step<decltype(c)::value>(a, bias, n, b, h, k0, v0, j0, j1, t, S);
+        key_step<decltype(c)::value>(a, bias, n, b, h, k0, v0, j0, j1, t, S, prefetch);
       });
     }
   }
