@@ -76,8 +76,10 @@ void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, 
 inline constexpr int64_t kKeyChunk = 16;
 
 struct VisibleBlocks {
+  enum State : uint8_t { kHidden, kPartial, kVisible };  // to every real row of the block
   int chunks = 0;
   int first[kKeyTile / kKeyChunk], last[kKeyTile / kKeyChunk];
+  State state[kKeyTile / kKeyChunk][kQueryVectors];
 
   void find(const QueryTile& t, int64_t j0, int64_t j1) {
     const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -85,14 +87,41 @@ struct VisibleBlocks {
     for (int c = 0; c < chunks; ++c) {
       const int64_t c0 = j0 + c * kKeyChunk, c1 = std::min(c0 + kKeyChunk, j1);
       first[c] = t.nqv, last[c] = 0;
-      for (int v = 0; v < t.nqv; ++v)
-        for (int64_t r = v * N; r < std::min((v + 1) * N, t.rows); ++r)
-          if (t.tm.begin[r] < c1 && t.tm.end[r] > c0) {
-            first[c] = std::min(first[c], v), last[c] = v + 1;
-            break;
-          }
+      for (int v = 0; v < t.nqv; ++v) {
+        bool some = false, all = true;
+        for (int64_t r = v * N; r < std::min((v + 1) * N, t.rows); ++r) {
+          some |= t.tm.begin[r] < c1 && t.tm.end[r] > c0;
+          all &= t.tm.begin[r] <= c0 && t.tm.end[r] >= c1;
+        }
+        state[c][v] = !some ? kHidden : all ? kVisible : kPartial;
+        if (some) first[c] = std::min(first[c], v), last[c] = v + 1;
+      }
       if (first[c] >= last[c]) first[c] = last[c] = 0;
     }
+  }
+
+  // The mask on a score tile whose only transform is the mask: -inf over hidden blocks (the
+  // score product left them unwritten), the per-row test on partial ones, nothing on the rest.
+  void apply(const QueryTile& t, int64_t j0, int64_t nk, int64_t Mq, float* S) const {
+    const size_t N = simd::lanes();
+    const hn::RebindToSigned<decltype(df)> di;
+    const Vf minus_inf = hn::Set(df, simd::kMinusInf);
+    for (int c = 0; c < chunks; ++c)
+      for (int v = 0; v < t.nqv; ++v) {
+        if (state[c][v] == kVisible) continue;
+        const auto begin = hn::LoadU(di, t.tm.begin.data() + v * N);
+        const auto end = hn::LoadU(di, t.tm.end.data() + v * N);
+        for (int64_t jj = c * kKeyChunk; jj < std::min((c + 1) * kKeyChunk, nk); ++jj) {
+          float* s = S + jj * Mq + v * N;
+          if (state[c][v] == kHidden) {
+            hn::Store(minus_inf, df, s);
+            continue;
+          }
+          const auto j = hn::Set(di, static_cast<int32_t>(j0 + jj));
+          const auto hidden = hn::Or(hn::Lt(j, begin), hn::Not(hn::Lt(j, end)));
+          hn::Store(hn::IfThenElse(hn::RebindMask(df, hidden), minus_inf, hn::Load(df, s)), df, s);
+        }
+      }
   }
 };
 
@@ -122,8 +151,10 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
       });
     }
   }
-  if (has_score_transforms(a) || masked)
+  if (has_score_transforms(a))
     transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
+  else if (masked)
+    blocks.apply(t, j0, nk, Mq, S);
 
   // Online softmax, lane by lane (each lane is one query row). The NQV vectors of a key row
   // are independent chains: walking them together keeps max and sum off the add latency.
@@ -154,19 +185,26 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
     simd::accumulate_tile<NQV>(S, nk, Mq, v0 + j0 * vs, vs, n.Dv, alpha, t.Ot, &prefetch);
     return;
   }
-  // Rescale all of Ot once, then add the visible blocks (hidden ones would add 0 · V).
-  for (int64_t e = 0; e < n.Dv; ++e)
-    for (int v = 0; v < NQV; ++v) {
-      float* o = t.Ot + e * Mq + v * N;
-      hn::Store(hn::Mul(hn::Load(df, o), hn::Load(df, alpha + v * N)), df, o);
-    }
-  for (int c = 0; c < blocks.chunks; ++c) {
-    if (blocks.first[c] == blocks.last[c]) continue;
+  // Add the visible blocks only (hidden ones would add 0 · V). The rescale by alpha rides
+  // on the first chunk that every query vector sees (the diagonal's first), else it is a pass
+  // of its own.
+  int whole = -1;
+  for (int c = 0; c < blocks.chunks && whole < 0; ++c)
+    if (blocks.first[c] == 0 && blocks.last[c] == NQV) whole = c;
+  if (whole < 0)
+    for (int64_t e = 0; e < n.Dv; ++e)
+      for (int v = 0; v < NQV; ++v) {
+        float* o = t.Ot + e * Mq + v * N;
+        hn::Store(hn::Mul(hn::Load(df, o), hn::Load(df, alpha + v * N)), df, o);
+      }
+  for (int i = -1; i < blocks.chunks; ++i) {
+    const int c = i < 0 ? whole : i;  // the whole chunk first, then the others in order
+    if (c < 0 || (i >= 0 && c == whole) || blocks.first[c] == blocks.last[c]) continue;
     const int64_t jc = j0 + c * kKeyChunk, v0c = blocks.first[c];
     simd::with_count<NQV>(blocks.last[c] - v0c, [&](auto count) {
       simd::accumulate_tile<decltype(count)::value>(
           S + (jc - j0) * Mq + v0c * N, std::min(kKeyChunk, j1 - jc), Mq, v0 + jc * vs, vs,
-          n.Dv, nullptr, t.Ot + v0c * N, &prefetch);
+          n.Dv, c == whole ? alpha : nullptr, t.Ot + v0c * N, &prefetch);
     });
   }
 }
