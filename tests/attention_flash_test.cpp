@@ -228,9 +228,14 @@ TEST(FlashEdges, LogitsOfTenThousand) {
 }
 
 TEST(FlashThreads, SameBitsWithOneAndTwoThreads) {
-  // The tiled path, then the decoding path.
-  for (const int64_t Tq : {300, 2}) {
+  // The tiled path, then the decoding path, then one head of 16 query tiles, which the tiled
+  // forward runs in groups of 4 tiles on 1 thread and of 2 on 2 threads (a row's arithmetic
+  // must not depend on the group it is in).
+  Case one_head{.B = 1, .Hq = 1, .Hkv = 1, .Tq = 1000, .Tk = 1000, .D = 64, .Dv = 64};
+  one_head.window_left = 300;
+  for (const int64_t Tq : {300, 2, 0}) {
     Case c{.B = 1, .Hq = 4, .Hkv = 2, .Tq = Tq, .Tk = 2000, .D = 64, .Dv = 64};
+    if (Tq == 0) c = one_head;
     c.causal = true;
     c.padding = true;
     Problem one(c), two(c);

@@ -46,9 +46,11 @@ struct Case {
 inline void PrintTo(const Case& c, std::ostream* os);
 
 inline std::string Case::name() const {
-  std::string s = "B" + std::to_string(B) + "_Hq" + std::to_string(Hq) + "_Hkv" +
-                  std::to_string(Hkv) + "_Tq" + std::to_string(Tq) + "_Tk" + std::to_string(Tk) +
-                  "_D" + std::to_string(D) + "_Dv" + std::to_string(Dv);
+  // Appended piece by piece: `"B" + std::to_string(B) + ...` trips GCC 12's false -Wrestrict.
+  std::string s = "B";
+  s += std::to_string(B) + "_Hq" + std::to_string(Hq) + "_Hkv" + std::to_string(Hkv) + "_Tq" +
+       std::to_string(Tq) + "_Tk" + std::to_string(Tk) + "_D" + std::to_string(D) + "_Dv" +
+       std::to_string(Dv);
   if (causal) s += "_causal";  // window sizes below are printed + 1: 0 means unbounded
   if (window_left >= 0 || window_right >= 0)
     s += "_win" + std::to_string(window_left + 1) + "_" + std::to_string(window_right + 1);
