@@ -104,22 +104,14 @@ struct VisibleBlocks {
   // score product left them unwritten), the per-row test on partial ones, nothing on the rest.
   void apply(const QueryTile& t, int64_t j0, int64_t nk, int64_t Mq, float* S) const {
     const size_t N = simd::lanes();
-    const hn::RebindToSigned<decltype(df)> di;
-    const Vf minus_inf = hn::Set(df, simd::kMinusInf);
     for (int c = 0; c < chunks; ++c)
       for (int v = 0; v < t.nqv; ++v) {
         if (state[c][v] == kVisible) continue;
-        const auto begin = hn::LoadU(di, t.tm.begin.data() + v * N);
-        const auto end = hn::LoadU(di, t.tm.end.data() + v * N);
         for (int64_t jj = c * kKeyChunk; jj < std::min((c + 1) * kKeyChunk, nk); ++jj) {
           float* s = S + jj * Mq + v * N;
-          if (state[c][v] == kHidden) {
-            hn::Store(minus_inf, df, s);
-            continue;
-          }
-          const auto j = hn::Set(di, static_cast<int32_t>(j0 + jj));
-          const auto hidden = hn::Or(hn::Lt(j, begin), hn::Not(hn::Lt(j, end)));
-          hn::Store(hn::IfThenElse(hn::RebindMask(df, hidden), minus_inf, hn::Load(df, s)), df, s);
+          hn::Store(state[c][v] == kHidden ? hn::Set(df, simd::kMinusInf)
+                                           : t.tm.hide(v, j0 + jj, hn::Load(df, s)),
+                    df, s);
         }
       }
   }

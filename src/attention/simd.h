@@ -11,7 +11,6 @@
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>

@@ -63,13 +63,7 @@ void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& 
         }
         x = hn::NegMulAdd(hn::Set(df, slope[h]), hn::Load(df, column), x);
       }
-      if (masked) {
-        const hn::RebindToSigned<decltype(df)> di;
-        const auto jv = hn::Set(di, static_cast<int32_t>(j));
-        const auto hidden = hn::Or(hn::Lt(jv, hn::LoadU(di, tm.begin.data() + v * N)),
-                                   hn::Not(hn::Lt(jv, hn::LoadU(di, tm.end.data() + v * N))));
-        x = hn::IfThenElse(hn::RebindMask(df, hidden), hn::Set(df, simd::kMinusInf), x);
-      }
+      if (masked) x = tm.hide(v, j, x);
       hn::Store(x, df, s);
     }
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention/masks.h"
+#include "attention/simd.h"
 #include "qkv/attention.h"
 
 namespace qkv::detail::tiles {
@@ -28,6 +29,16 @@ struct TileMask {
   void init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const Shape& n);
   // True when every real query sees every key of [j0, j1): the tile needs no mask.
   bool covers(int64_t j0, int64_t j1, int64_t rows) const;
+  // x, the scores of key j for the queries of vector v, with -inf where they may not see it.
+  simd::Vf hide(int64_t v, int64_t j, simd::Vf x) const {
+    namespace hn = simd::hn;
+    const hn::RebindToSigned<simd::Df> di;
+    const size_t N = simd::lanes();
+    const auto jv = hn::Set(di, static_cast<int32_t>(j));
+    const auto hidden = hn::Or(hn::Lt(jv, hn::LoadU(di, begin.data() + v * N)),
+                               hn::Not(hn::Lt(jv, hn::LoadU(di, end.data() + v * N))));
+    return hn::IfThenElse(hn::RebindMask(simd::df, hidden), hn::Set(simd::df, simd::kMinusInf), x);
+  }
 };
 
 // The per-element score steps after q·k on a tile S (scaled scores in, final scores out):

@@ -4,6 +4,7 @@
 // element loops cost ~2% of a causal forward at seq 2048).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "attention/simd.h"
