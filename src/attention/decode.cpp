@@ -30,8 +30,8 @@ namespace hn = simd::hn;
 using simd::df;
 using simd::Vf;
 
-constexpr int64_t kChunk = 256;
-constexpr int64_t kMaxRowsInLanes = 16;  // rows (GQA group × queries) of the keys-in-lanes path  // keys per unit: 256 × 128 × 4 B × 2 = 256 KiB of K and V
+constexpr int64_t kChunk = 256;  // keys per unit: 256 × 128 × 4 B × 2 = 256 KiB of K and V
+constexpr int64_t kMaxRowsInLanes = 16;  // rows (GQA group × queries) of the keys-in-lanes path
 
 struct Shape {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv, G, R, chunks;  // G = Hq / Hkv, R = G · Tq rows
@@ -106,7 +106,8 @@ bool keys_in_lanes(const Shape& n) {
 
 // s[r][j − c0] ← q_r · k_j for the keys [c0, c1) visible to row r (others stay −inf).
 void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64_t hkv,
-                          int64_t c0, int64_t c1, const float* q, const KeyRange* ranges, float* s) {
+                          int64_t c0, int64_t c1, const float* q, const KeyRange* ranges,
+                          float* s) {
   const hn::RebindToSigned<simd::Df> di;
   const auto N = static_cast<int64_t>(simd::lanes());
   const int64_t ks = K.row_stride;
@@ -120,7 +121,8 @@ void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64
     const float* k = K.row(b, hkv, j);
     for (int64_t d = 0; d < n.D; ++d) {
       const Vf kd = hn::GatherIndex(df, k + d, idx);
-      for (int64_t r = 0; r < n.R; ++r) acc[r] = hn::MulAdd(hn::Set(df, q[r * n.D + d]), kd, acc[r]);
+      for (int64_t r = 0; r < n.R; ++r)
+        acc[r] = hn::MulAdd(hn::Set(df, q[r * n.D + d]), kd, acc[r]);
     }
     const auto key = hn::Add(lane, hn::Set(di, static_cast<int32_t>(j)));
     for (int64_t r = 0; r < n.R; ++r) {
@@ -159,7 +161,8 @@ void values_keys_in_lanes(const Rows<float>& V, const Shape& n, int64_t b, int64
 template <typename T>
 void decode_unit(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, const View& bias,
                  float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
-  const int64_t c0 = c * kChunk, c1 = std::min(c0 + kChunk, n.Tk), unit = (b * n.Hkv + hkv) * n.chunks + c;
+  const int64_t c0 = c * kChunk, c1 = std::min(c0 + kChunk, n.Tk);
+  const int64_t unit = (b * n.Hkv + hkv) * n.chunks + c;
   float* s = thread_scratch(4, n.R * kChunk);
   float* q = thread_scratch(5, n.R * n.D);
   thread_local std::vector<KeyRange> ranges;
@@ -182,7 +185,8 @@ void decode_unit(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, con
     const T* k = K.row(b, hkv, j);
     prefetch_row(K.row(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1)), n.D);
     for (int64_t r = 0; r < n.R; ++r)
-      if (j >= ranges[r].begin && j < ranges[r].end) s[r * kChunk + j - c0] = dot(q + r * n.D, k, n.D);
+      if (j >= ranges[r].begin && j < ranges[r].end)
+        s[r * kChunk + j - c0] = dot(q + r * n.D, k, n.D);
   }
   // Score transforms (scalar: a chunk has few scores next to the bytes it reads).
   if (has_score_transforms(a))
@@ -240,8 +244,8 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
   const float scale = effective_scale(a);
   const int64_t units = n.B * n.Hkv * n.chunks;
   float* parts = thread_scratch(6, units * n.R * (n.Dv + 2));
-
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(units * kChunk * (n.D + n.Dv) * n.R))
+  const int threads = detail::threads_for(units * kChunk * (n.D + n.Dv) * n.R);
+#pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t u = 0; u < units; ++u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
     decode_unit(a, K, V, bias, scale, n, b, hkv, c, parts);
