@@ -53,6 +53,11 @@ void validate(const ModelConfig& config);
 // an untied language-model head. Sizes are left as they are.
 void use_llama_style(ModelConfig& config);
 
+// A Llama-style config of these sizes (d_head = d_model / heads), the head tied to the
+// embedding when `tied`. Not validated: callers that take sizes from outside call validate().
+ModelConfig llama_config(int64_t layers, int64_t d_model, int64_t heads, int64_t kv_heads,
+                         int64_t d_ff, int64_t vocab, int64_t context, bool tied = false);
+
 // One named tensor inside the flat parameter buffer.
 struct ParamInfo {
   std::string name;   // e.g. "layers.3.attn.qkv.weight"

@@ -194,20 +194,13 @@ std::unique_ptr<Model> load(const Source& in) {
 }  // namespace
 
 ModelConfig llama2c_config(int64_t dim, int64_t hidden, int64_t layers, int64_t heads,
-                           int64_t kv_heads, int64_t vocab, int64_t seq_len, bool shared_classifier) {
+                           int64_t kv_heads, int64_t vocab, int64_t seq_len,
+                           bool shared_classifier) {
   check(heads >= 1 && dim % heads == 0, "llama2.c model: dim ", dim,
         " is not a multiple of n_heads ", heads);
-  ModelConfig c;
-  c.vocab_size = vocab;
-  c.context = seq_len;
-  c.d_model = dim;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.d_head = dim / heads;
-  c.d_ff = hidden;
-  use_llama_style(c);  // RMSNorm, SwiGLU, rotary on adjacent pairs (theta 10000), no biases
-  c.tied_embeddings = shared_classifier;
+  // RMSNorm, SwiGLU, rotary on adjacent pairs (theta 10000), no biases.
+  ModelConfig c = llama_config(layers, dim, heads, kv_heads, hidden, vocab, seq_len,
+                               shared_classifier);
   c.norm_eps = 1e-5f;
   validate(c);
   return c;

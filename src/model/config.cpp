@@ -24,6 +24,22 @@ void use_llama_style(ModelConfig& c) {
   c.tied_embeddings = false;
 }
 
+ModelConfig llama_config(int64_t layers, int64_t d_model, int64_t heads, int64_t kv_heads,
+                         int64_t d_ff, int64_t vocab, int64_t context, bool tied) {
+  ModelConfig c;
+  c.vocab_size = vocab;
+  c.context = context;
+  c.d_model = d_model;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.d_head = heads > 0 ? d_model / heads : 0;
+  c.d_ff = d_ff;
+  use_llama_style(c);
+  c.tied_embeddings = tied;
+  return c;
+}
+
 void validate(const ModelConfig& c) {
   auto positive = [](int64_t value, const char* name) {
     check(value >= 1, "model config: ", name, " must be >= 1, got ", value);

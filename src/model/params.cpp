@@ -79,21 +79,6 @@ ModelConfig gpt(int64_t layers, int64_t d_model, int64_t heads, int64_t d_head,
   return c;
 }
 
-ModelConfig llama(int64_t layers, int64_t d_model, int64_t heads, int64_t kv_heads,
-                  int64_t d_ff, int64_t vocab, int64_t context, bool tied = false) {
-  ModelConfig c;
-  c.vocab_size = vocab;
-  c.context = context;
-  c.d_model = d_model;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv_heads;
-  c.d_head = d_model / heads;
-  c.d_ff = d_ff;
-  use_llama_style(c);
-  c.tied_embeddings = tied;
-  return c;
-}
 
 }  // namespace
 
@@ -118,13 +103,14 @@ const std::vector<Preset>& presets() {
       {"gpt2-large", "GPT-2 large, 774M", gpt(36, 1280, 20, 64, 1024)},
       {"gpt2-xl", "GPT-2 XL, 1.5B", gpt(48, 1600, 25, 64, 1024)},
       // Llama-style: RMSNorm, SwiGLU, rotary, no biases, untied head.
-      {"llama2-7b", "Llama 2 7B (multi-head)", llama(32, 4096, 32, 32, 11008, 32000, 4096)},
+      {"llama2-7b", "Llama 2 7B (multi-head)",
+       llama_config(32, 4096, 32, 32, 11008, 32000, 4096)},
       {"llama2-70b", "Llama 2 70B (GQA: 64 query heads, 8 key/value heads)",
-       llama(80, 8192, 64, 8, 28672, 32000, 4096)},
+       llama_config(80, 8192, 64, 8, 28672, 32000, 4096)},
       {"llama3-8b", "Llama 3 8B (GQA: 32 query heads, 8 key/value heads)",
-       llama(32, 4096, 32, 8, 14336, 128256, 8192)},
+       llama_config(32, 4096, 32, 8, 14336, 128256, 8192)},
       {"stories260k", "llama2.c stories260K (the test model in ../shared/models)",
-       llama(5, 64, 8, 4, 172, 512, 512, /*tied=*/true)},
+       llama_config(5, 64, 8, 4, 172, 512, 512, /*tied=*/true)},
   };
   return all;
 }
