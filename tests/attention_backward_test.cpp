@@ -19,11 +19,18 @@ using testing::Inputs;
 using testing::Problem;
 
 // Gradients of one problem, with dout drawn at random; the loss is L = Σ out ∘ dout.
+// Stored [B, H, T, D], or in the case's layout when `in_layout` (the tensors hold the
+// storage, the views read it as [B, H, T, D]).
 struct Grads {
   Tensor dout, dq, dk, dv;
-  explicit Grads(const Case& c, uint32_t seed = 3)
-      : dout({c.B, c.Hq, c.Tq, c.Dv}), dq({c.B, c.Hq, c.Tq, c.D}), dk({c.B, c.Hkv, c.Tk, c.D}),
-        dv({c.B, c.Hkv, c.Tk, c.Dv}) {
+  View dout_view, dq_view, dk_view, dv_view;
+  explicit Grads(const Case& c, bool in_layout = false, uint32_t seed = 3) {
+    Case layout = c;
+    if (!in_layout) layout.seq_major = layout.dim_strided = false;
+    dout_view = testing::layout_view(layout, dout, c.Hq, c.Tq, c.Dv);
+    dq_view = testing::layout_view(layout, dq, c.Hq, c.Tq, c.D);
+    dk_view = testing::layout_view(layout, dk, c.Hkv, c.Tk, c.D);
+    dv_view = testing::layout_view(layout, dv, c.Hkv, c.Tk, c.Dv);
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uniform(-1, 1);
     for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = uniform(rng);
@@ -96,9 +103,9 @@ INSTANTIATE_TEST_SUITE_P(Tiny, ReferenceBackward, ::testing::ValuesIn(tiny_grid(
 void expect_backward_matches_reference(const Case& c) {
   Problem fast(c), ref(c);
   attention(fast.args);  // the fast backward needs the forward's out and lse
-  Grads gf(c), gr(c);
-  attention_backward(fast.args, gf.dout, gf.dq, gf.dk, gf.dv);
-  reference::attention_backward(ref.args, gr.dout, gr.dq, gr.dk, gr.dv);
+  Grads gf(c, true), gr(c, true);  // the same layout: storage compares element by element
+  attention_backward(fast.args, gf.dout_view, gf.dq_view, gf.dk_view, gf.dv_view);
+  reference::attention_backward(ref.args, gr.dout_view, gr.dq_view, gr.dk_view, gr.dv_view);
   // Gradients sum Tq (or Tk) products of values of size ~magnitude: scale the fp32
   // tolerance by the longer sum.
   const double tol = 64 * FLT_EPSILON * std::sqrt(double(std::max(c.Tq, c.Tk)) * c.D) *
@@ -140,6 +147,7 @@ std::vector<Case> backward_grid() {
       [](Case& c) { c.D = c.Dv = 128; c.Tq = c.Tk = 65; c.B = 1; },
       [](Case& c) { c.D = c.Dv = 256; c.Tq = c.Tk = 33; c.B = 1; c.Hq = c.Hkv = 2; },
       [](Case& c) { c.seq_major = true; c.Hkv = 2; c.causal = true; c.padding = true; },
+      [](Case& c) { c.dim_strided = true; c.Hkv = 2; c.causal = true; c.Dv = 24; },
       [](Case& c) { c.Tq = c.Tk = 1000; c.D = c.Dv = 16; c.B = 1; c.Hq = 2; c.Hkv = 1;
                         c.causal = true; },
   });

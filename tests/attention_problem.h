@@ -37,6 +37,7 @@ struct Case {
   float softcap = 0;
   float scale = 0;
   bool seq_major = false;         // store q, k, v, out as [B, T, H, D] and pass transposed views
+  bool dim_strided = false;       // store them as [B, H, D, T]: the head dim has stride T
   float magnitude = 1;            // inputs uniform in [-magnitude, magnitude]
 
   std::string name() const;
@@ -60,6 +61,7 @@ inline std::string Case::name() const {
   if (softcap > 0) s += "_softcap";
   if (scale != 0) s += "_scale";
   if (seq_major) s += "_bthd";
+  if (dim_strided) s += "_bhdt";
   return s;
 }
 
@@ -77,6 +79,21 @@ inline std::vector<Case> variations(const Case& base,
   return cases;
 }
 
+// Makes t a [B, H, T, D] tensor stored in the case's layout; returns the view that reads it
+// as [B, H, T, D].
+inline View layout_view(const Case& c, Tensor& t, int64_t H, int64_t T, int64_t D) {
+  if (c.seq_major) {
+    t = Tensor({c.B, T, H, D});
+    return t.view().transpose(1, 2);
+  }
+  if (c.dim_strided) {
+    t = Tensor({c.B, H, D, T});
+    return t.view().transpose(2, 3);
+  }
+  t = Tensor({c.B, H, T, D});
+  return t.view();
+}
+
 // Owns the inputs and outputs of one attention call.
 struct Problem {
   Case c;
@@ -89,11 +106,10 @@ struct Problem {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uniform(-c.magnitude, c.magnitude);
     auto make = [&](int64_t H, int64_t T, int64_t D, Tensor& t, bool fill) {
-      // Storage order [B, H, T, D], or [B, T, H, D] seen through a transposed view.
-      t = c.seq_major ? Tensor({c.B, T, H, D}) : Tensor({c.B, H, T, D});
+      const View view = layout_view(c, t, H, T, D);
       if (fill)
         for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = uniform(rng);
-      return c.seq_major ? t.view().transpose(1, 2) : t.view();
+      return view;
     };
     args.q = make(c.Hq, c.Tq, c.D, q, true);
     args.k = make(c.Hkv, c.Tk, c.D, k, true);

@@ -28,6 +28,7 @@
 #include "attention/kernels.h"
 #include "attention/simd.h"
 #include "attention/tiles.h"
+#include "attention/transpose.h"
 #include "qkv/threads.h"
 #include "util/scratch.h"
 
@@ -52,6 +53,45 @@ struct Buffers {
   float *Qt, *Qr, *dOt, *dOr, *S, *dP, *tanh, *dQt, *row;  // row: lse and Di, [2][Mq]
 };
 
+// Rows [i0, i0 + rows) of x(b, h): t ← scale · xᵀ [E][Mq] (lanes past `rows` zero), and
+// r ← x [Mq][E_pad] row-major (zero past `rows` and past E).
+void pack_rows(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t E,
+               float scale, float* t, int64_t Mq, float* r, int64_t E_pad) {
+  std::fill(r, r + Mq * E_pad, 0.0f);
+  if (x.stride[3] == 1) {
+    simd::pack_transposed(&x(b, h, i0, 0), x.stride[2], rows, E, scale, t, Mq);
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(&x(b, h, i0 + i, 0), E, r + i * E_pad);
+    return;
+  }
+  for (int64_t i = 0; i < Mq; ++i)
+    for (int64_t e = 0; e < E; ++e) {
+      const float v = i < rows ? x(b, h, i0 + i, e) : 0;
+      t[e * Mq + i] = scale * v;
+      r[i * E_pad + e] = v;
+    }
+}
+
+// Σ_e g[e] · out(b, h, i, e), summed in double: Di = rowsum(dO ∘ O), which dP − Di cancels.
+double row_dot(const float* g, const View& out, int64_t b, int64_t h, int64_t i, int64_t E) {
+  if (out.stride[3] != 1) {
+    double sum = 0;
+    for (int64_t e = 0; e < E; ++e) sum += double(g[e]) * out(b, h, i, e);
+    return sum;
+  }
+  const float* o = &out(b, h, i, 0);
+  const hn::Repartition<double, simd::Df> dd;
+  const hn::Rebind<float, decltype(dd)> dh;  // as many floats as dd has doubles
+  const int64_t M = static_cast<int64_t>(hn::Lanes(dd));
+  auto acc = hn::Zero(dd);
+  int64_t e = 0;
+  for (; e + M <= E; e += M)
+    acc = hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(dh, g + e)),
+                     hn::PromoteTo(dd, hn::LoadU(dh, o + e)), acc);
+  double sum = hn::GetLane(hn::SumOfLanes(dd, acc));
+  for (; e < E; ++e) sum += double(g[e]) * o[e];
+  return sum;
+}
+
 template <int NQV>
 void query_tile(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
                 const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0,
@@ -68,25 +108,13 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
   }
 
   // Pack the tile: transposed for the score-shaped products, row-major for the reductions.
+  pack_rows(a.q, b, h, i0, rows, n.D, scale, w.Qt, Mq, w.Qr, Dp);
+  pack_rows(dout, b, h, i0, rows, n.Dv, 1.0f, w.dOt, Mq, w.dOr, Dvp);
   float* lse = w.row;
   float* Di = w.row + Mq;
-  std::fill(w.Qr, w.Qr + Mq * Dp, 0.0f);
-  std::fill(w.dOr, w.dOr + Mq * Dvp, 0.0f);
   for (int64_t r = 0; r < Mq; ++r) {
     const bool real = r < rows;
-    for (int64_t d = 0; d < n.D; ++d) {
-      const float x = real ? a.q(b, h, i0 + r, d) : 0;
-      w.Qt[d * Mq + r] = scale * x;
-      w.Qr[r * Dp + d] = x;
-    }
-    double di = 0;
-    for (int64_t e = 0; e < n.Dv; ++e) {
-      const float g = real ? dout(b, h, i0 + r, e) : 0;
-      w.dOt[e * Mq + r] = g;
-      w.dOr[r * Dvp + e] = g;
-      if (real) di += double(g) * a.out(b, h, i0 + r, e);
-    }
-    Di[r] = static_cast<float>(di);
+    Di[r] = real ? row_dot(w.dOr + r * Dvp, a.out, b, h, i0 + r, n.Dv) : 0;
     // A row that saw no key has lse = -inf; any finite value works, as all its P are 0.
     const float l = real ? a.lse[(b * n.Hq + h) * n.Tq + i0 + r] : 0;
     lse[r] = std::isinf(l) ? 0 : l;
@@ -130,8 +158,14 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
     simd::accumulate_transposed_tile(w.dP, nk, Mq, rows, w.Qr, Dp, Dp, dK + j0 * Dp, Dp);
     simd::accumulate_tile<NQV>(w.dP, nk, Mq, k0 + j0 * ks, ks, n.D, nullptr, w.dQt);
   }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < n.D; ++d) dq(b, h, i0 + r, d) = scale * w.dQt[d * Mq + r];
+  if (dq.stride[3] == 1) {
+    float* row_scale = w.row;  // lse and Di are done with
+    std::fill(row_scale, row_scale + Mq, scale);
+    simd::unpack_transposed(w.dQt, Mq, rows, n.D, row_scale, &dq(b, h, i0, 0), dq.stride[2]);
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < n.D; ++d) dq(b, h, i0 + r, d) = scale * w.dQt[d * Mq + r];
+  }
 }
 
 }  // namespace
@@ -175,8 +209,16 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
         });
       }
     for (int64_t j = 0; j < n.Tk; ++j) {
-      for (int64_t d = 0; d < n.D; ++d) dk(b, hkv, j, d) = scale * dK[j * Dp + d];
-      for (int64_t e = 0; e < n.Dv; ++e) dv(b, hkv, j, e) = dV[j * Dvp + e];
+      const float* dk_row = dK + j * Dp;
+      const float* dv_row = dV + j * Dvp;
+      if (dk.stride[3] == 1 && dv.stride[3] == 1) {
+        float* dk_out = &dk(b, hkv, j, 0);
+        for (int64_t d = 0; d < n.D; ++d) dk_out[d] = scale * dk_row[d];
+        std::copy_n(dv_row, n.Dv, &dv(b, hkv, j, 0));
+        continue;
+      }
+      for (int64_t d = 0; d < n.D; ++d) dk(b, hkv, j, d) = scale * dk_row[d];
+      for (int64_t e = 0; e < n.Dv; ++e) dv(b, hkv, j, e) = dv_row[e];
     }
   }
 }
