@@ -11,6 +11,7 @@
 #include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -215,8 +216,13 @@ void accumulate_tile(const float* p, int64_t rows, int64_t Mq, const float* b, i
     });
 }
 
-inline constexpr int kTransposedRows = 4;     // NJ × NEV = 4 × 6 accumulators
-inline constexpr int kTransposedVectors = 6;
+// Column blocks of up to 8 vectors (a row of 128 floats in one block), and as many rows per
+// block as keep 24 or fewer accumulators (at most 8). Against 4 × 6 blocks everywhere, this
+// took the backward 1.6–3% faster at dim 128 and 6% at dim 64 (no 2-vector remainder
+// blocks at dim 128, 24 accumulators instead of 16 at dim 64).
+inline constexpr int kTransposedMaxVectors = 8;
+template <int NEV>
+inline constexpr int kTransposedRows = NEV >= 7 ? 3 : NEV >= 5 ? 4 : NEV == 4 ? 6 : 8;
 
 // C[Kt][E] += Pᵀ R over `queries` queries; E (a multiple of the lane count) is the padded
 // row width of R and C.
@@ -225,26 +231,21 @@ inline void accumulate_transposed_tile(const float* p, int64_t rows, int64_t Mq,
                                        int64_t columns, float* c, int64_t c_stride) {
   const int64_t N = static_cast<int64_t>(lanes());
   const int64_t vectors = columns / N;
-  auto column_blocks = [&](auto nj) {
-    constexpr int NJ = decltype(nj)::value;
-    return [=](int64_t j) {  // by value: the lambda outlives this call
-      int64_t v = 0;
-      for (; v + kTransposedVectors <= vectors; v += kTransposedVectors)
-        packed_transposed_times_rows<NJ, kTransposedVectors>(p + j * Mq, Mq, queries, r, r_stride,
-                                                             v * N, c + j * c_stride, c_stride);
-      if (v < vectors)
-        with_count<kTransposedVectors - 1>(static_cast<int>(vectors - v), [&](auto nev) {
-          packed_transposed_times_rows<NJ, decltype(nev)::value>(
+  for (int64_t v = 0; v < vectors; v += kTransposedMaxVectors) {
+    const int nev = static_cast<int>(std::min<int64_t>(kTransposedMaxVectors, vectors - v));
+    with_count<kTransposedMaxVectors>(nev, [&](auto nev_c) {
+      constexpr int NEV = decltype(nev_c)::value, NJ = kTransposedRows<NEV>;
+      int64_t j = 0;
+      for (; j + NJ <= rows; j += NJ)
+        packed_transposed_times_rows<NJ, NEV>(p + j * Mq, Mq, queries, r, r_stride, v * N,
+                                              c + j * c_stride, c_stride);
+      if (j < rows)
+        with_count<NJ - 1>(static_cast<int>(rows - j), [&](auto nj) {
+          packed_transposed_times_rows<decltype(nj)::value, NEV>(
               p + j * Mq, Mq, queries, r, r_stride, v * N, c + j * c_stride, c_stride);
         });
-    };
-  };
-  int64_t j = 0;
-  for (; j + kTransposedRows <= rows; j += kTransposedRows)
-    column_blocks(std::integral_constant<int, kTransposedRows>{})(j);
-  if (j < rows)
-    with_count<kTransposedRows - 1>(static_cast<int>(rows - j),
-                                    [&](auto nj) { column_blocks(nj)(j); });
+    });
+  }
 }
 
 }  // namespace qkv::simd
