@@ -42,6 +42,7 @@ using tiles::kKeyTile;
 using tiles::kQueryVectors;
 using tiles::Shape;
 using tiles::TileMask;
+using tiles::VisibleBlocks;
 
 int64_t padded(int64_t n) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -128,11 +129,36 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
   const Vf one = hn::Set(df, 1.0f);
   for (int64_t j0 = tm.lo / kKeyTile * kKeyTile; j0 < tm.hi; j0 += kKeyTile) {
     const int64_t j1 = std::min(j0 + kKeyTile, tm.hi), nk = j1 - j0;
-    // S ← K Qt, transformed; P ← e^(S − lse) in place.
-    simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, w.Qt, n.D, Mq, w.S);
+    // A masked tile computes only its visible blocks (as the forward does): each product
+    // below runs over whole tiles, or over the visible chunks of keys and their queries.
     const bool masked = !tm.covers(j0, j1, rows);
-    if (transforms || masked)
+    VisibleBlocks blocks;
+    if (masked) blocks.find(tm, NQV, rows, j0, j1);
+    auto chunks = [&](auto&& product) {  // product(first key, keys, first query vector, count)
+      if (!masked) return product(0, nk, 0, NQV);
+      for (int c = 0; c < blocks.chunks; ++c)
+        if (blocks.first[c] < blocks.last[c])
+          product(c * tiles::kKeyChunk, blocks.keys_in(c, nk), blocks.first[c],
+                  blocks.last[c] - blocks.first[c]);
+    };
+    // Pᵀ R reduced over the real queries of each chunk, into C rows j0 + ...: dV and dK.
+    auto reduce_over_queries = [&](const float* P, const float* R, int64_t E_pad, float* C) {
+      chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
+        const int64_t q0 = v * N, q1 = std::min<int64_t>((v + count) * N, rows);
+        simd::accumulate_transposed_tile(P + jj * Mq + q0, keys, Mq, q1 - q0, R + q0 * E_pad,
+                                         E_pad, E_pad, C + (j0 + jj) * E_pad, E_pad);
+      });
+    };
+
+    // S ← K Qt, transformed; P ← e^(S − lse) in place (hidden blocks: -inf, then 0).
+    if (masked)
+      tiles::visible_scores<NQV>(blocks, k0 + j0 * ks, ks, nk, w.Qt, n.D, Mq, w.S);
+    else
+      simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, w.Qt, n.D, Mq, w.S);
+    if (transforms)
       tiles::transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
+    else if (masked)
+      blocks.apply(tm, NQV, j0, nk, Mq, w.S);
     for (int64_t jj = 0; jj < nk; ++jj)
       for (int v = 0; v < NQV; ++v) {
         float* s = w.S + jj * Mq + v * N;
@@ -140,23 +166,34 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
                   df, s);
       }
     // dV[j0:j1] += P dOr
-    simd::accumulate_transposed_tile(w.S, nk, Mq, rows, w.dOr, Dvp, Dvp, dV + j0 * Dvp, Dvp);
-    // dP ← V dOt;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP.
-    simd::scores_tile<NQV>(v0 + j0 * vs, vs, nk, w.dOt, n.Dv, Mq, w.dP);
-    for (int64_t jj = 0; jj < nk; ++jj)
-      for (int v = 0; v < NQV; ++v) {
-        const int64_t at = jj * Mq + v * N;
-        Vf ds = hn::Mul(hn::Load(df, w.S + at),
-                        hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, Di + v * N)));
-        if (a.softcap > 0) {
-          const Vf t = hn::Load(df, w.tanh + at);
-          ds = hn::Mul(ds, hn::NegMulAdd(t, t, one));
+    reduce_over_queries(w.S, w.dOr, Dvp, dV);
+    // dP ← V dOt;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP, on the blocks computed.
+    if (masked)
+      tiles::visible_scores<NQV>(blocks, v0 + j0 * vs, vs, nk, w.dOt, n.Dv, Mq, w.dP);
+    else
+      simd::scores_tile<NQV>(v0 + j0 * vs, vs, nk, w.dOt, n.Dv, Mq, w.dP);
+    chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
+      for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
+        for (int64_t v = v0c; v < v0c + count; ++v) {
+          const int64_t at = jj * Mq + v * N;
+          Vf ds = hn::Mul(hn::Load(df, w.S + at),
+                          hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, Di + v * N)));
+          if (a.softcap > 0) {
+            const Vf t = hn::Load(df, w.tanh + at);
+            ds = hn::Mul(ds, hn::NegMulAdd(t, t, one));
+          }
+          hn::Store(ds, df, w.dP + at);
         }
-        hn::Store(ds, df, w.dP + at);
-      }
+    });
     // dK[j0:j1] += dS Qr;  dQt += Kᵀ dS.
-    simd::accumulate_transposed_tile(w.dP, nk, Mq, rows, w.Qr, Dp, Dp, dK + j0 * Dp, Dp);
-    simd::accumulate_tile<NQV>(w.dP, nk, Mq, k0 + j0 * ks, ks, n.D, nullptr, w.dQt);
+    reduce_over_queries(w.dP, w.Qr, Dp, dK);
+    chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
+      simd::with_count<NQV>(static_cast<int>(count), [&](auto c) {
+        simd::accumulate_tile<decltype(c)::value>(w.dP + jj * Mq + v * N, keys, Mq,
+                                                  k0 + (j0 + jj) * ks, ks, n.D, nullptr,
+                                                  w.dQt + v * N);
+      });
+    });
   }
   if (dq.stride[3] == 1) {
     float* row_scale = w.row;  // lse and Di are done with

@@ -69,54 +69,6 @@ void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, 
   std::fill(t.l, t.l + Mq, 0.0f);
 }
 
-// A key tile that needs a mask (the diagonal under a causal mask, a window's edges, padding)
-// is often mostly hidden: cut into chunks of kKeyChunk keys, chunk c is seen only by the
-// query vectors [first[c], last[c]) (the visible keys of consecutive rows move together), and
-// both tile products skip the rest. On the causal diagonal that is 6 of 16 blocks.
-inline constexpr int64_t kKeyChunk = 16;
-
-struct VisibleBlocks {
-  enum State : uint8_t { kHidden, kPartial, kVisible };  // to every real row of the block
-  int chunks = 0;
-  int first[kKeyTile / kKeyChunk], last[kKeyTile / kKeyChunk];
-  State state[kKeyTile / kKeyChunk][kQueryVectors];
-
-  void find(const QueryTile& t, int64_t j0, int64_t j1) {
-    const int64_t N = static_cast<int64_t>(simd::lanes());
-    chunks = static_cast<int>((j1 - j0 + kKeyChunk - 1) / kKeyChunk);
-    for (int c = 0; c < chunks; ++c) {
-      const int64_t c0 = j0 + c * kKeyChunk, c1 = std::min(c0 + kKeyChunk, j1);
-      first[c] = t.nqv, last[c] = 0;
-      for (int v = 0; v < t.nqv; ++v) {
-        bool some = false, all = true;
-        for (int64_t r = v * N; r < std::min((v + 1) * N, t.rows); ++r) {
-          some |= t.tm.begin[r] < c1 && t.tm.end[r] > c0;
-          all &= t.tm.begin[r] <= c0 && t.tm.end[r] >= c1;
-        }
-        state[c][v] = !some ? kHidden : all ? kVisible : kPartial;
-        if (some) first[c] = std::min(first[c], v), last[c] = v + 1;
-      }
-      if (first[c] >= last[c]) first[c] = last[c] = 0;
-    }
-  }
-
-  // The mask on a score tile whose only transform is the mask: -inf over hidden blocks (the
-  // score product left them unwritten), the per-row test on partial ones, nothing on the rest.
-  void apply(const QueryTile& t, int64_t j0, int64_t nk, int64_t Mq, float* S) const {
-    const size_t N = simd::lanes();
-    for (int c = 0; c < chunks; ++c)
-      for (int v = 0; v < t.nqv; ++v) {
-        if (state[c][v] == kVisible) continue;
-        for (int64_t jj = c * kKeyChunk; jj < std::min((c + 1) * kKeyChunk, nk); ++jj) {
-          float* s = S + jj * Mq + v * N;
-          hn::Store(state[c][v] == kHidden ? hn::Set(df, simd::kMinusInf)
-                                           : t.tm.hide(v, j0 + jj, hn::Load(df, s)),
-                    df, s);
-        }
-      }
-  }
-};
-
 // One key tile [j0, j1) for one query tile: scores, online softmax, P V.
 template <int NQV>
 void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
@@ -132,21 +84,13 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
     simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, t.Qt, n.D, Mq, S, &prefetch);
   } else {
     // Only the blocks some query sees; the mask below sets the others to -inf.
-    blocks.find(t, j0, j1);
-    for (int c = 0; c < blocks.chunks; ++c) {
-      if (blocks.first[c] == blocks.last[c]) continue;
-      const int64_t jc = j0 + c * kKeyChunk, v0c = blocks.first[c];
-      simd::with_count<NQV>(blocks.last[c] - v0c, [&](auto count) {
-        simd::scores_tile<decltype(count)::value>(k0 + jc * ks, ks, std::min(kKeyChunk, j1 - jc),
-                                                  t.Qt + v0c * N, n.D, Mq,
-                                                  S + (jc - j0) * Mq + v0c * N, &prefetch);
-      });
-    }
+    blocks.find(t.tm, NQV, t.rows, j0, j1);
+    visible_scores<NQV>(blocks, k0 + j0 * ks, ks, nk, t.Qt, n.D, Mq, S, &prefetch);
   }
   if (has_score_transforms(a))
     transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
   else if (masked)
-    blocks.apply(t, j0, nk, Mq, S);
+    blocks.apply(t.tm, NQV, j0, nk, Mq, S);
 
   // Online softmax, lane by lane (each lane is one query row). The NQV vectors of a key row
   // are independent chains: walking them together keeps max and sum off the add latency.

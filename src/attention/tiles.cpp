@@ -30,6 +30,40 @@ bool TileMask::covers(int64_t j0, int64_t j1, int64_t rows) const {
   return true;
 }
 
+void VisibleBlocks::find(const TileMask& tm, int nqv, int64_t rows, int64_t j0, int64_t j1) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  chunks = static_cast<int>((j1 - j0 + kKeyChunk - 1) / kKeyChunk);
+  for (int c = 0; c < chunks; ++c) {
+    const int64_t c0 = j0 + c * kKeyChunk, c1 = std::min(c0 + kKeyChunk, j1);
+    first[c] = nqv, last[c] = 0;
+    for (int v = 0; v < nqv; ++v) {
+      bool some = false, all = true;
+      for (int64_t r = v * N; r < std::min((v + 1) * N, rows); ++r) {
+        some |= tm.begin[r] < c1 && tm.end[r] > c0;
+        all &= tm.begin[r] <= c0 && tm.end[r] >= c1;
+      }
+      state[c][v] = !some ? kHidden : all ? kVisible : kPartial;
+      if (some) first[c] = std::min(first[c], v), last[c] = v + 1;
+    }
+    if (first[c] >= last[c]) first[c] = last[c] = 0;
+  }
+}
+
+void VisibleBlocks::apply(const TileMask& tm, int nqv, int64_t j0, int64_t nk, int64_t Mq,
+                          float* S) const {
+  const size_t N = simd::lanes();
+  for (int c = 0; c < chunks; ++c)
+    for (int v = 0; v < nqv; ++v) {
+      if (state[c][v] == kVisible) continue;
+      for (int64_t jj = c * kKeyChunk; jj < c * kKeyChunk + keys_in(c, nk); ++jj) {
+        float* s = S + jj * Mq + v * N;
+        hn::Store(state[c][v] == kHidden ? hn::Set(df, simd::kMinusInf)
+                                         : tm.hide(v, j0 + jj, hn::Load(df, s)),
+                  df, s);
+      }
+    }
+}
+
 // The per-element score steps after q·k: softcap, bias, ALiBi, then the mask.
 void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& tm,
                       int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk,

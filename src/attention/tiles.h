@@ -5,6 +5,7 @@
 // j0 + jj's score for the Mq queries of the tile (see simd.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -40,6 +41,45 @@ struct TileMask {
     return hn::IfThenElse(hn::RebindMask(simd::df, hidden), hn::Set(simd::df, simd::kMinusInf), x);
   }
 };
+
+// A key tile that needs a mask (the diagonal under a causal mask, a window's edges, padding)
+// is often mostly hidden: cut into chunks of kKeyChunk keys, chunk c is seen only by the
+// query vectors [first[c], last[c]) (the visible keys of consecutive rows move together), and
+// the tile products skip the rest. On the causal diagonal that is 6 of 16 blocks.
+inline constexpr int64_t kKeyChunk = 16;
+
+struct VisibleBlocks {
+  enum State : uint8_t { kHidden, kPartial, kVisible };  // to every real row of the block
+  int chunks = 0;
+  int first[kKeyTile / kKeyChunk], last[kKeyTile / kKeyChunk];
+  State state[kKeyTile / kKeyChunk][kQueryVectors];
+
+  // The blocks of key tile [j0, j1) for a query tile of `rows` rows in `nqv` vectors.
+  void find(const TileMask& tm, int nqv, int64_t rows, int64_t j0, int64_t j1);
+  // The mask on a score tile whose only transform is the mask: -inf over hidden blocks (the
+  // score product left them unwritten), the per-row test on partial ones, nothing on the rest.
+  void apply(const TileMask& tm, int nqv, int64_t j0, int64_t nk, int64_t Mq, float* S) const;
+  // Keys in chunk c of a tile of nk keys.
+  int64_t keys_in(int c, int64_t nk) const { return std::min(kKeyChunk, nk - c * kKeyChunk); }
+};
+
+// C ← A Bt over the visible blocks of a masked tile of nk rows of A (the keys): the scores
+// S = K Qt, and the backward's dP = V dOt. Hidden blocks are left unwritten.
+template <int NQV>
+void visible_scores(const VisibleBlocks& blocks, const float* a, int64_t a_stride, int64_t nk,
+                    const float* bt, int64_t depth, int64_t Mq, float* c,
+                    simd::PrefetchQueue* prefetch = nullptr) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  for (int k = 0; k < blocks.chunks; ++k) {
+    if (blocks.first[k] == blocks.last[k]) continue;
+    const int64_t jj = k * kKeyChunk, v0 = blocks.first[k];
+    simd::with_count<NQV>(blocks.last[k] - blocks.first[k], [&](auto count) {
+      simd::scores_tile<decltype(count)::value>(a + jj * a_stride, a_stride, blocks.keys_in(k, nk),
+                                                bt + v0 * N, depth, Mq, c + jj * Mq + v0 * N,
+                                                prefetch);
+    });
+  }
+}
 
 // The per-element score steps after q·k on a tile S (scaled scores in, final scores out):
 // softcap, bias, ALiBi, then -inf where `masked` and the key is hidden. When `tanh_out` is
