@@ -6,18 +6,21 @@
 // log-sum-exp, P = e^(S − lse). Work is split over (batch, key/value head): one thread owns
 // the dK and dV of a head (summed over the query heads of its GQA group) and the dQ of those
 // query heads, so there are no atomics and the result is the same bits for any thread count
-// (as PyTorch's CPU flash backward does). For one unit:
+// (as PyTorch's CPU flash backward does). With fewer such heads than threads (MQA, or GQA at
+// batch 1) the heads run in turn and the threads share out the key tiles of each query tile
+// instead: each key tile's rows of dK and dV belong to one step, and the steps' parts of dQ
+// are summed in key order, so the bits stay the same. For one unit:
 //   dK, dV [Tk][E_pad] ← 0
 //   for each query head h of the group, for each query tile:
 //     Qt  ← scale · Qᵀ [D][Mq],  Qr ← Q [Mq][D_pad]         packed once per query tile
 //     dOt ← dOᵀ [Dv][Mq],        dOr ← dO [Mq][Dv_pad]
-//     Di  ← rowsum(dO ∘ O) [Mq],  dQt ← 0 [D][Mq]
-//     for each key tile [j0, j1) the tile can see:
+//     Di  ← rowsum(dO ∘ O) [Mq]
+//     for each key tile [j0, j1) the tile can see (the key steps):
 //       S  ← K Qt, transformed and masked as in the forward;  P ← e^(S − lse)
 //       dV[j0:j1] += P  dOr            (reduced over the queries)
 //       dP ← V dOt;  dS ← P ∘ (dP − Di)  (∘ (1 − tanh²) under a softcap)
-//       dK[j0:j1] += dS Qr;  dQt += Kᵀ dS
-//     dq ← scale · dQtᵀ
+//       dK[j0:j1] += dS Qr;  dQt_j ← Kᵀ dS
+//     dq ← scale · (dQt_first + … + dQt_last)ᵀ, summed in key order
 //   dk ← scale · dK,  dv ← dV
 // Five tile products per (query tile, key tile), against two in the forward: the backward
 // does 2.5× the forward's flops.
@@ -49,10 +52,21 @@ int64_t padded(int64_t n) {
   return (n + N - 1) / N * N;
 }
 
-// Scratch slots of one thread.
-struct Buffers {
-  float *Qt, *Qr, *dOt, *dOr, *S, *dP, *tanh, *dQt, *row;  // row: lse and Di, [2][Mq]
+// A query tile packed once, read by all its key steps: Qt [D][Mq], Qr [Mq][D_pad],
+// dOt [Dv][Mq], dOr [Mq][Dv_pad], lse and Di [Mq].
+struct PackedTile {
+  float *Qt, *Qr, *dOt, *dOr, *lse, *Di;
 };
+
+// A thread's buffers for one key step: S (then P), dP (then dS), tanh, each [Kt][Mq].
+struct StepBuffers {
+  float *S, *dP, *tanh;
+};
+
+StepBuffers step_buffers(const Shape& n) {
+  float* tile = thread_scratch(4, 3 * kKeyTile * n.Mq);
+  return {tile, tile + kKeyTile * n.Mq, tile + 2 * kKeyTile * n.Mq};
+}
 
 // Rows [i0, i0 + rows) of x(b, h): t ← scale · xᵀ [E][Mq] (lanes past `rows` zero), and
 // r ← x [Mq][E_pad] row-major (zero past `rows` and past E).
@@ -93,15 +107,107 @@ double row_dot(const float* g, const View& out, int64_t b, int64_t h, int64_t i,
   return sum;
 }
 
+// One key tile [j0, ...) of a query tile: adds to the tile's rows of dK and dV, and writes
+// this key tile's own part of dQ, dQt ← Kᵀ dS [D][Mq] (from zero).
 template <int NQV>
-void query_tile(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
-                const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0,
-                int64_t rows, const Buffers& w, float* dK, float* dV) {
+void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
+              int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p, int64_t j0,
+              const StepBuffers& w, float* dK, float* dV, float* dQt) {
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq, hkv = h / (n.Hq / n.Hkv);
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
-  thread_local TileMask tm;
-  tm.init(a.mask, b, i0, rows, n);
+  const float* k0 = &a.k(b, hkv, 0, 0);
+  const float* v0 = &a.v(b, hkv, 0, 0);
+  const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
+  const bool transforms = has_score_transforms(a);
+  const Vf one = hn::Set(df, 1.0f);
+  std::fill(dQt, dQt + n.D * Mq, 0.0f);
+  const int64_t j1 = std::min(j0 + kKeyTile, tm.hi), nk = j1 - j0;
+  // A masked tile computes only its visible blocks (as the forward does): each product
+  // below runs over whole tiles, or over the visible chunks of keys and their queries.
+  const bool masked = !tm.covers(j0, j1, rows);
+  VisibleBlocks blocks;
+  if (masked) blocks.find(tm, NQV, rows, j0, j1);
+  auto chunks = [&](auto&& product) {  // product(first key, keys, first query vector, count)
+    if (!masked) return product(0, nk, 0, NQV);
+    for (int c = 0; c < blocks.chunks; ++c)
+      if (blocks.first[c] < blocks.last[c])
+        product(c * tiles::kKeyChunk, blocks.keys_in(c, nk), blocks.first[c],
+                blocks.last[c] - blocks.first[c]);
+  };
+  // Pᵀ R reduced over the real queries of each chunk, into C rows j0 + ...: dV and dK.
+  auto reduce_over_queries = [&](const float* P, const float* R, int64_t E_pad, float* C) {
+    chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
+      const int64_t q0 = v * N, q1 = std::min<int64_t>((v + count) * N, rows);
+      simd::accumulate_transposed_tile(P + jj * Mq + q0, keys, Mq, q1 - q0, R + q0 * E_pad,
+                                       E_pad, E_pad, C + (j0 + jj) * E_pad, E_pad);
+    });
+  };
+
+  // S ← K Qt, transformed; P ← e^(S − lse) in place (hidden blocks: -inf, then 0).
+  if (masked)
+    tiles::visible_scores<NQV>(blocks, k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, w.S);
+  else
+    simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, w.S);
+  if (transforms)
+    tiles::transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
+  else if (masked)
+    blocks.apply(tm, NQV, j0, nk, Mq, w.S);
+  for (int64_t jj = 0; jj < nk; ++jj)
+    for (int v = 0; v < NQV; ++v) {
+      float* s = w.S + jj * Mq + v * N;
+      hn::Store(simd::exp_nonpositive(hn::Sub(hn::Load(df, s), hn::Load(df, p.lse + v * N))),
+                df, s);
+    }
+  // dV[j0:j1] += P dOr
+  reduce_over_queries(w.S, p.dOr, Dvp, dV);
+  // dP ← V dOt;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP, on the blocks computed.
+  if (masked)
+    tiles::visible_scores<NQV>(blocks, v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, w.dP);
+  else
+    simd::scores_tile<NQV>(v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, w.dP);
+  chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
+    for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
+      for (int64_t v = v0c; v < v0c + count; ++v) {
+        const int64_t at = jj * Mq + v * N;
+        Vf ds = hn::Mul(hn::Load(df, w.S + at),
+                        hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, p.Di + v * N)));
+        if (a.softcap > 0) {
+          const Vf t = hn::Load(df, w.tanh + at);
+          ds = hn::Mul(ds, hn::NegMulAdd(t, t, one));
+        }
+        hn::Store(ds, df, w.dP + at);
+      }
+  });
+  // dK[j0:j1] += dS Qr;  dQt ← Kᵀ dS.
+  reduce_over_queries(w.dP, p.Qr, Dp, dK);
+  chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
+    simd::with_count<NQV>(static_cast<int>(count), [&](auto c) {
+      simd::accumulate_tile<decltype(c)::value>(w.dP + jj * Mq + v * N, keys, Mq,
+                                                k0 + (j0 + jj) * ks, ks, n.D, nullptr,
+                                                dQt + v * N);
+    });
+  });
+}
+
+// Key tiles whose dQ parts are held at once before they are summed, in key order.
+inline constexpr int64_t kKeyTilesPerBatch = 64;
+
+// One query tile: its key steps (spread over the threads when `split_keys`), then
+// dq ← scale · (Σ over key tiles, in key order, of their dQt)ᵀ. The sum's order does not
+// depend on which thread ran which step, nor on the batching: the same bits either way.
+template <int NQV>
+void query_tile(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
+                const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0,
+                int64_t rows, bool split_keys, const PackedTile& p, float* dQt, float* dK,
+                float* dV) {
+  const int64_t Mq = n.Mq;
+  const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
+  thread_local TileMask mask;
+  mask.init(a.mask, b, i0, rows, n);
+  // A lambda naming a thread_local reaches the running thread's copy: the key steps below
+  // read this thread's through a reference.
+  const TileMask& tm = mask;
   if (tm.lo >= tm.hi) {  // the tile sees no key: its gradient is zero
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < n.D; ++d) dq(b, h, i0 + r, d) = 0;
@@ -109,99 +215,48 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
   }
 
   // Pack the tile: transposed for the score-shaped products, row-major for the reductions.
-  pack_rows(a.q, b, h, i0, rows, n.D, scale, w.Qt, Mq, w.Qr, Dp);
-  pack_rows(dout, b, h, i0, rows, n.Dv, 1.0f, w.dOt, Mq, w.dOr, Dvp);
-  float* lse = w.row;
-  float* Di = w.row + Mq;
+  pack_rows(a.q, b, h, i0, rows, n.D, scale, p.Qt, Mq, p.Qr, Dp);
+  pack_rows(dout, b, h, i0, rows, n.Dv, 1.0f, p.dOt, Mq, p.dOr, Dvp);
   for (int64_t r = 0; r < Mq; ++r) {
     const bool real = r < rows;
-    Di[r] = real ? row_dot(w.dOr + r * Dvp, a.out, b, h, i0 + r, n.Dv) : 0;
+    p.Di[r] = real ? row_dot(p.dOr + r * Dvp, a.out, b, h, i0 + r, n.Dv) : 0;
     // A row that saw no key has lse = -inf; any finite value works, as all its P are 0.
     const float l = real ? a.lse[(b * n.Hq + h) * n.Tq + i0 + r] : 0;
-    lse[r] = std::isinf(l) ? 0 : l;
+    p.lse[r] = std::isinf(l) ? 0 : l;
   }
-  std::fill(w.dQt, w.dQt + n.D * Mq, 0.0f);
 
-  const float* k0 = &a.k(b, hkv, 0, 0);
-  const float* v0 = &a.v(b, hkv, 0, 0);
-  const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
-  const bool transforms = has_score_transforms(a);
-  const Vf one = hn::Set(df, 1.0f);
-  for (int64_t j0 = tm.lo / kKeyTile * kKeyTile; j0 < tm.hi; j0 += kKeyTile) {
-    const int64_t j1 = std::min(j0 + kKeyTile, tm.hi), nk = j1 - j0;
-    // A masked tile computes only its visible blocks (as the forward does): each product
-    // below runs over whole tiles, or over the visible chunks of keys and their queries.
-    const bool masked = !tm.covers(j0, j1, rows);
-    VisibleBlocks blocks;
-    if (masked) blocks.find(tm, NQV, rows, j0, j1);
-    auto chunks = [&](auto&& product) {  // product(first key, keys, first query vector, count)
-      if (!masked) return product(0, nk, 0, NQV);
-      for (int c = 0; c < blocks.chunks; ++c)
-        if (blocks.first[c] < blocks.last[c])
-          product(c * tiles::kKeyChunk, blocks.keys_in(c, nk), blocks.first[c],
-                  blocks.last[c] - blocks.first[c]);
+  const int64_t first = tm.lo / kKeyTile, count = (tm.hi - 1) / kKeyTile + 1 - first;
+  const int64_t batch = split_keys ? kKeyTilesPerBatch : 1;
+  const int64_t part = n.D * Mq;
+  float* parts = thread_scratch(6, batch * part);
+  for (int64_t k0 = 0; k0 < count; k0 += batch) {
+    const int64_t steps = std::min(batch, count - k0);
+    auto step = [&](int64_t k) {
+      key_step<NQV>(a, bias, n, b, h, i0, rows, tm, p, (first + k0 + k) * kKeyTile,
+                    step_buffers(n), dK, dV, parts + k * part);
     };
-    // Pᵀ R reduced over the real queries of each chunk, into C rows j0 + ...: dV and dK.
-    auto reduce_over_queries = [&](const float* P, const float* R, int64_t E_pad, float* C) {
-      chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
-        const int64_t q0 = v * N, q1 = std::min<int64_t>((v + count) * N, rows);
-        simd::accumulate_transposed_tile(P + jj * Mq + q0, keys, Mq, q1 - q0, R + q0 * E_pad,
-                                         E_pad, E_pad, C + (j0 + jj) * E_pad, E_pad);
-      });
-    };
-
-    // S ← K Qt, transformed; P ← e^(S − lse) in place (hidden blocks: -inf, then 0).
-    if (masked)
-      tiles::visible_scores<NQV>(blocks, k0 + j0 * ks, ks, nk, w.Qt, n.D, Mq, w.S);
-    else
-      simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, w.Qt, n.D, Mq, w.S);
-    if (transforms)
-      tiles::transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
-    else if (masked)
-      blocks.apply(tm, NQV, j0, nk, Mq, w.S);
-    for (int64_t jj = 0; jj < nk; ++jj)
-      for (int v = 0; v < NQV; ++v) {
-        float* s = w.S + jj * Mq + v * N;
-        hn::Store(simd::exp_nonpositive(hn::Sub(hn::Load(df, s), hn::Load(df, lse + v * N))),
-                  df, s);
-      }
-    // dV[j0:j1] += P dOr
-    reduce_over_queries(w.S, w.dOr, Dvp, dV);
-    // dP ← V dOt;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP, on the blocks computed.
-    if (masked)
-      tiles::visible_scores<NQV>(blocks, v0 + j0 * vs, vs, nk, w.dOt, n.Dv, Mq, w.dP);
-    else
-      simd::scores_tile<NQV>(v0 + j0 * vs, vs, nk, w.dOt, n.Dv, Mq, w.dP);
-    chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
-      for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
-        for (int64_t v = v0c; v < v0c + count; ++v) {
-          const int64_t at = jj * Mq + v * N;
-          Vf ds = hn::Mul(hn::Load(df, w.S + at),
-                          hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, Di + v * N)));
-          if (a.softcap > 0) {
-            const Vf t = hn::Load(df, w.tanh + at);
-            ds = hn::Mul(ds, hn::NegMulAdd(t, t, one));
-          }
-          hn::Store(ds, df, w.dP + at);
-        }
-    });
-    // dK[j0:j1] += dS Qr;  dQt += Kᵀ dS.
-    reduce_over_queries(w.dP, w.Qr, Dp, dK);
-    chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
-      simd::with_count<NQV>(static_cast<int>(count), [&](auto c) {
-        simd::accumulate_tile<decltype(c)::value>(w.dP + jj * Mq + v * N, keys, Mq,
-                                                  k0 + (j0 + jj) * ks, ks, n.D, nullptr,
-                                                  w.dQt + v * N);
-      });
-    });
+    if (split_keys) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
+      for (int64_t k = 0; k < steps; ++k) step(k);
+    } else {
+      for (int64_t k = 0; k < steps; ++k) step(k);
+    }
+    for (int64_t k = 0; k < steps; ++k) {
+      const float* x = parts + k * part;
+      if (k0 + k == 0)
+        std::copy_n(x, part, dQt);
+      else
+        for (int64_t i = 0; i < part; i += static_cast<int64_t>(simd::lanes()))
+          hn::Store(hn::Add(hn::Load(df, dQt + i), hn::Load(df, x + i)), df, dQt + i);
+    }
   }
   if (dq.stride[3] == 1) {
-    float* row_scale = w.row;  // lse and Di are done with
+    float* row_scale = p.lse;  // lse is done with
     std::fill(row_scale, row_scale + Mq, scale);
-    simd::unpack_transposed(w.dQt, Mq, rows, n.D, row_scale, &dq(b, h, i0, 0), dq.stride[2]);
+    simd::unpack_transposed(dQt, Mq, rows, n.D, row_scale, &dq(b, h, i0, 0), dq.stride[2]);
   } else {
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t d = 0; d < n.D; ++d) dq(b, h, i0 + r, d) = scale * w.dQt[d * Mq + r];
+      for (int64_t d = 0; d < n.D; ++d) dq(b, h, i0 + r, d) = scale * dQt[d * Mq + r];
   }
 }
 
@@ -221,20 +276,20 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv), Mq = n.Mq;
   const int64_t tiles_q = (n.Tq + Mq - 1) / Mq, group = n.Hq / n.Hkv;
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-  for (int64_t u = 0; u < n.B * n.Hkv; ++u) {
+  // One (batch, key/value head) per thread while there are enough of them; with fewer than
+  // threads (MQA, GQA at batch 1) the heads run one after another and the key tiles of each
+  // query tile are spread over the threads instead. Same arithmetic either way.
+  const bool split_keys = n.B * n.Hkv < num_threads();
+  auto unit = [&](int64_t u) {
     const int64_t b = u / n.Hkv, hkv = u % n.Hkv;
-    Buffers w;
-    w.Qt = thread_scratch(0, n.D * Mq);
-    w.Qr = thread_scratch(1, Mq * Dp);
-    w.dOt = thread_scratch(2, n.Dv * Mq);
-    w.dOr = thread_scratch(3, Mq * Dvp);
-    float* tile = thread_scratch(4, 3 * kKeyTile * Mq + 2 * Mq + n.D * Mq);
-    w.S = tile;
-    w.dP = w.S + kKeyTile * Mq;
-    w.tanh = w.dP + kKeyTile * Mq;
-    w.row = w.tanh + kKeyTile * Mq;
-    w.dQt = w.row + 2 * Mq;
+    PackedTile p;
+    p.Qt = thread_scratch(0, n.D * Mq);
+    p.Qr = thread_scratch(1, Mq * Dp);
+    p.dOt = thread_scratch(2, n.Dv * Mq);
+    p.dOr = thread_scratch(3, Mq * Dvp);
+    p.lse = thread_scratch(7, 2 * Mq + n.D * Mq);
+    p.Di = p.lse + Mq;
+    float* dQt = p.Di + Mq;
     float* dK = thread_scratch(5, n.Tk * (Dp + Dvp));
     float* dV = dK + n.Tk * Dp;
     std::fill(dK, dK + n.Tk * (Dp + Dvp), 0.0f);
@@ -242,7 +297,8 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
       for (int64_t t = 0; t < tiles_q; ++t) {
         const int64_t i0 = t * Mq, rows = std::min(Mq, n.Tq - i0);
         simd::with_count<kQueryVectors>(static_cast<int>((rows + N - 1) / N), [&](auto c) {
-          query_tile<decltype(c)::value>(a, bias, scale, n, dout, dq, b, h, i0, rows, w, dK, dV);
+          query_tile<decltype(c)::value>(a, bias, scale, n, dout, dq, b, h, i0, rows,
+                                         split_keys, p, dQt, dK, dV);
         });
       }
     for (int64_t j = 0; j < n.Tk; ++j) {
@@ -257,6 +313,12 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
       for (int64_t d = 0; d < n.D; ++d) dk(b, hkv, j, d) = scale * dk_row[d];
       for (int64_t e = 0; e < n.Dv; ++e) dv(b, hkv, j, e) = dv_row[e];
     }
+  };
+  if (split_keys) {
+    for (int64_t u = 0; u < n.B * n.Hkv; ++u) unit(u);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
+    for (int64_t u = 0; u < n.B * n.Hkv; ++u) unit(u);
   }
 }
 
