@@ -70,6 +70,9 @@ std::vector<Case> option_grid() {
       [](Case& c) { c.Tq = 33; c.Tk = 150; c.D = 16; c.Dv = 40; },  // cross, Dv ≠ D
       [](Case& c) { c.seq_major = true; c.causal = true; },
       [](Case& c) { c.dim_strided = true; c.Hkv = 2; c.Tq = 70; c.Tk = 90; c.causal = true; },
+      [](Case& c) {  // an output of 4 MiB: written with streaming stores
+        c.B = 1; c.Tq = 1030; c.Tk = 70; c.Dv = 256; c.causal = true;
+      },
       [](Case& c) {
         c.Hkv = 2; c.Tq = 70; c.Tk = 190; c.Dv = 24; c.causal = true; c.window_left = 50;
         c.padding = true; c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2;

@@ -86,16 +86,24 @@ TEST(SimdTranspose, PacksRowsIntoQueryLanesAndBackForOddSizes) {
 
       Aligned row_scale(lanes);
       for (int64_t r = 0; r < lanes; ++r) row_scale.data[r] = static_cast<float>(r + 1);
-      const int64_t dst_stride = cols + 3;
-      std::vector<float> dst(rows * dst_stride + 8, -7.0f);
-      simd::unpack_transposed(packed.data, lanes, rows, cols, row_scale.data, dst.data(),
-                              dst_stride);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < dst_stride; ++c)
-          ASSERT_EQ(dst[r * dst_stride + c],
-                    c < cols ? 0.5f * src[r * src_stride + c] * (r + 1) : -7.0f)
-              << "r " << r << " c " << c << " (columns past cols must stay untouched)";
-      for (size_t i = rows * dst_stride; i < dst.size(); ++i) ASSERT_EQ(dst[i], -7.0f);
+      // Unaligned rows with plain stores; then aligned rows (a stride of whole vectors)
+      // with streaming stores, which whole blocks take and the rest does not.
+      for (const bool stream : {false, true}) {
+        SCOPED_TRACE(stream ? "streaming" : "plain");
+        const int64_t dst_stride = stream ? (cols + 3 + N - 1) / N * N : cols + 3;
+        Aligned dst(rows * dst_stride + 8, -7.0f);
+        float* out = stream ? dst.data : dst.data + 1;
+        simd::unpack_transposed(packed.data, lanes, rows, cols, row_scale.data, out, dst_stride,
+                                stream);
+        if (stream) hwy::FlushStream();
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < dst_stride; ++c)
+            ASSERT_EQ(out[r * dst_stride + c],
+                      c < cols ? 0.5f * src[r * src_stride + c] * (r + 1) : -7.0f)
+                << "r " << r << " c " << c << " (columns past cols must stay untouched)";
+        for (int64_t i = rows * dst_stride; i < rows * dst_stride + 7; ++i)
+          ASSERT_EQ(out[i], -7.0f);
+      }
     }
 }
 

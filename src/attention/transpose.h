@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <hwy/cache_control.h>
+
 #include "attention/simd.h"
 
 namespace qkv::simd {
@@ -47,9 +49,12 @@ inline void pack_transposed(const float* src, int64_t src_stride, int64_t rows, 
 
 // dst[r · dst_stride + c] = src[c · src_stride + r] · row_scale[r] for r < rows, c < cols:
 // the inverse of pack_transposed, with a scale per row. src and row_scale are aligned and
-// hold whole vectors past `rows`.
+// hold whole vectors past `rows`. With `stream`, whole vectors landing on aligned addresses
+// go out as non-temporal stores, around the caches (for outputs too large to stay there);
+// the caller fences (hwy::FlushStream) before other threads read them.
 inline void unpack_transposed(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
-                              const float* row_scale, float* dst, int64_t dst_stride) {
+                              const float* row_scale, float* dst, int64_t dst_stride,
+                              bool stream = false) {
   constexpr int64_t N = hn::MaxLanes(df);
   Vf block[N];
   for (int64_t r0 = 0; r0 < rows; r0 += N) {
@@ -60,8 +65,13 @@ inline void unpack_transposed(const float* src, int64_t src_stride, int64_t rows
                                  : hn::Zero(df);
       transpose_square(block);
       const auto in_row = hn::FirstN(df, static_cast<size_t>(std::min(N, cols - c0)));
-      for (int64_t k = 0; k < std::min(N, rows - r0); ++k)
-        hn::BlendedStore(block[k], in_row, df, dst + (r0 + k) * dst_stride + c0);
+      for (int64_t k = 0; k < std::min(N, rows - r0); ++k) {
+        float* d = dst + (r0 + k) * dst_stride + c0;
+        if (stream && c0 + N <= cols && reinterpret_cast<uintptr_t>(d) % 64 == 0)
+          hn::Stream(block[k], df, d);
+        else
+          hn::BlendedStore(block[k], in_row, df, d);
+      }
     }
   }
 }
