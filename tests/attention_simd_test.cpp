@@ -59,11 +59,12 @@ TEST(SimdExp, StaysWithinTheSmallestNormalNearTheUnderflowEdge) {
   }
 }
 
-// Aligned storage of n floats, filled with `fill`.
+// Aligned storage of n floats (and a vector to spare), filled with `fill`.
 struct Aligned {
   explicit Aligned(size_t n, float fill = 0)
-      : data(static_cast<float*>(std::aligned_alloc(64, (n + 16) * sizeof(float)))) {
-    std::fill(data, data + n + 16, fill);
+      // aligned_alloc wants a size that is a multiple of the alignment.
+      : data(static_cast<float*>(std::aligned_alloc(64, (n + 31) / 16 * 64))) {
+    std::fill(data, data + (n + 31) / 16 * 16, fill);
   }
   ~Aligned() { std::free(data); }
   float* data;
