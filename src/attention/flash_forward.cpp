@@ -139,7 +139,7 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
     const int64_t jc = j0 + c * kKeyChunk, v0c = blocks.first[c];
     simd::with_count<NQV>(blocks.last[c] - v0c, [&](auto count) {
       simd::accumulate_tile<decltype(count)::value>(
-          S + (jc - j0) * Mq + v0c * N, std::min(kKeyChunk, j1 - jc), Mq, v0 + jc * vs, vs,
+          S + (jc - j0) * Mq + v0c * N, blocks.keys_in(c, nk), Mq, v0 + jc * vs, vs,
           n.Dv, c == whole ? alpha : nullptr, t.Ot + v0c * N, &prefetch);
     });
   }

@@ -79,7 +79,6 @@ ModelConfig gpt(int64_t layers, int64_t d_model, int64_t heads, int64_t d_head,
   return c;
 }
 
-
 }  // namespace
 
 const std::vector<Preset>& presets() {
