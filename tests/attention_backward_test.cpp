@@ -158,12 +158,14 @@ INSTANTIATE_TEST_SUITE_P(Grid, FlashBackward, ::testing::ValuesIn(backward_grid(
 
 // With 2 key/value heads both thread counts give each thread whole heads; with 1 (MQA),
 // 2 threads split the key tiles of each query tile instead (in batches of 64 key tiles, which
-// 4,200 keys overrun): the bits must not change.
+// 4,200 keys overrun); with 3 (batch 3, MQA) they take a head each, then split the third:
+// the bits must not change.
 TEST(FlashBackwardThreads, SameBitsWithOneAndTwoThreads) {
   const Case cases[] = {
       {.B = 1, .Hq = 4, .Hkv = 2, .Tq = 200, .Tk = 300, .D = 64, .Dv = 64, .causal = true},
       {.B = 1, .Hq = 4, .Hkv = 1, .Tq = 200, .Tk = 300, .D = 64, .Dv = 64, .causal = true},
       {.B = 1, .Hq = 2, .Hkv = 1, .Tq = 20, .Tk = 4200, .D = 16, .Dv = 16},
+      {.B = 3, .Hq = 2, .Hkv = 1, .Tq = 130, .Tk = 150, .D = 32, .Dv = 32, .causal = true},
   };
   for (const Case& c : cases) {
     Problem p(c);

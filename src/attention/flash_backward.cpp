@@ -276,11 +276,12 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv), Mq = n.Mq;
   const int64_t tiles_q = (n.Tq + Mq - 1) / Mq, group = n.Hq / n.Hkv;
 
-  // One (batch, key/value head) per thread while there are enough of them; with fewer than
-  // threads (MQA, GQA at batch 1) the heads run one after another and the key tiles of each
-  // query tile are spread over the threads instead. Same arithmetic either way.
-  const bool split_keys = n.B * n.Hkv < num_threads();
-  auto unit = [&](int64_t u) {
+  // One (batch, key/value head) per thread in whole rounds; the units left over, fewer than
+  // the threads (all of them for MQA or GQA at batch 1; the third of 3 on 2 threads), run
+  // one after another with the key tiles of each query tile spread over the threads instead,
+  // so that no thread idles through a whole unit. Same arithmetic either way.
+  const int64_t units = n.B * n.Hkv, whole_rounds = units - units % num_threads();
+  auto unit = [&](int64_t u, bool split_keys) {
     const int64_t b = u / n.Hkv, hkv = u % n.Hkv;
     PackedTile p;
     p.Qt = thread_scratch(0, n.D * Mq);
@@ -314,12 +315,9 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
       for (int64_t e = 0; e < n.Dv; ++e) dv(b, hkv, j, e) = dv_row[e];
     }
   };
-  if (split_keys) {
-    for (int64_t u = 0; u < n.B * n.Hkv; ++u) unit(u);
-  } else {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-    for (int64_t u = 0; u < n.B * n.Hkv; ++u) unit(u);
-  }
+  for (int64_t u = 0; u < whole_rounds; ++u) unit(u, false);
+  for (int64_t u = whole_rounds; u < units; ++u) unit(u, true);
 }
 
 }  // namespace qkv::detail
