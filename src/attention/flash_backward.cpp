@@ -183,9 +183,8 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   reduce_over_queries(w.dP, p.Qr, Dp, dK);
   chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
     simd::with_count<NQV>(static_cast<int>(count), [&](auto c) {
-      simd::accumulate_tile<decltype(c)::value>(w.dP + jj * Mq + v * N, keys, Mq,
-                                                k0 + (j0 + jj) * ks, ks, n.D, nullptr,
-                                                dQt + v * N);
+      simd::accumulate_tile_rows<decltype(c)::value>(w.dP + jj * Mq + v * N, keys, Mq,
+                                                     k0 + (j0 + jj) * ks, ks, n.D, dQt + v * N);
     });
   });
 }

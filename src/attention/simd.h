@@ -67,15 +67,32 @@ HWY_INLINE void with_count(int k, F&& f) {
 // `Mq` is the query-tile width in floats (a multiple of the lane count); NQV vectors of it
 // are live. Rows of A, B, V, K are read through a row stride, their elements contiguous.
 
-// C[j][q] = Σ_d A[j][d] · Bt[d][q] for NK rows j: scores S = K Qᵀ (and dP = V dOᵀ).
-template <int NQV, int NK>
+// What a product does with C: overwrite it, add to it, or add to it after scaling query
+// column q by alpha[q] (the online softmax's rescale of the output).
+enum class Into { kStore, kAdd, kRescaleAdd };
+
+// C[j][q] ← Σ_d A[j][d] · Bt[d][q] for NK rows j, as `kInto` says. With A = K, V: the scores
+// S = K Qᵀ and the backward's dP = V dOᵀ. With A = Vᵀ (packed): the output Oᵀ += Vᵀ P. Each
+// step of d broadcasts one element of each of NK rows of A: along a row of A, so the NK rows
+// cost NK new cache lines every 16 steps. (Broadcasting along a column instead, as
+// packed_times_rows does, costs a new line every step: P V with V read in place ran 4–8%
+// slower.)
+template <int NQV, int NK, Into kInto = Into::kStore>
 HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
                                   const float* HWY_RESTRICT bt, int64_t depth, int64_t Mq,
-                                  float* HWY_RESTRICT c) {
+                                  float* HWY_RESTRICT c, const float* HWY_RESTRICT alpha) {
   const size_t N = lanes();
   Vf acc[NK][NQV];
   for (int j = 0; j < NK; ++j)
-    for (int v = 0; v < NQV; ++v) acc[j][v] = hn::Zero(df);
+    for (int v = 0; v < NQV; ++v) {
+      if constexpr (kInto == Into::kStore) {
+        acc[j][v] = hn::Zero(df);
+      } else {
+        acc[j][v] = hn::Load(df, c + j * Mq + v * N);
+        if constexpr (kInto == Into::kRescaleAdd)
+          acc[j][v] = hn::Mul(acc[j][v], hn::Load(df, alpha + v * N));
+      }
+    }
   for (int64_t d = 0; d < depth; ++d) {
     Vf b[NQV];
     for (int v = 0; v < NQV; ++v) b[v] = hn::Load(df, bt + d * Mq + v * N);
@@ -88,19 +105,18 @@ HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
     for (int v = 0; v < NQV; ++v) hn::Store(acc[j][v], df, c + j * Mq + v * N);
 }
 
-// Ct[e][q] = Ct[e][q] · alpha[q] + Σ_j B[j][e] · P[j][q] for NE columns e starting at e0:
-// the output O += P V, kept transposed (and dQ += dS K in the backward).
+// Ct[e][q] += Σ_j B[j][e] · P[j][q] for NE columns e starting at e0: the backward's
+// dQᵀ += Kᵀ dS with K read in place. (Transposing K for rows_times_packed, as the forward does
+// with V, made the backward slower: there nothing shares the transposed copy, which is one
+// more 32 KiB stream per key step.)
 template <int NQV, int NE>
 HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int64_t Mq,
                                   const float* HWY_RESTRICT b, int64_t b_stride, int64_t e0,
-                                  const float* HWY_RESTRICT alpha, float* HWY_RESTRICT ct) {
+                                  float* HWY_RESTRICT ct) {
   const size_t N = lanes();
   Vf acc[NE][NQV];
   for (int e = 0; e < NE; ++e)
-    for (int v = 0; v < NQV; ++v) {
-      acc[e][v] = hn::Load(df, ct + (e0 + e) * Mq + v * N);
-      if (alpha) acc[e][v] = hn::Mul(acc[e][v], hn::Load(df, alpha + v * N));
-    }
+    for (int v = 0; v < NQV; ++v) acc[e][v] = hn::Load(df, ct + (e0 + e) * Mq + v * N);
   for (int64_t j = 0; j < rows; ++j) {
     Vf x[NQV];
     for (int v = 0; v < NQV; ++v) x[v] = hn::Load(df, p + j * Mq + v * N);
@@ -176,43 +192,63 @@ inline constexpr int kPrefetchLinesPerCall = 8;
 // Full-width drivers over any number of rows / columns, with the remainders dispatched to
 // smaller instantiations; each asks `prefetch` (when given) for a few lines per call.
 
-// Rows per block of the score kernel and columns per block of the P V kernel: 24
-// accumulators whatever the query-tile width (plus NQV loads and a broadcast: 29 of 32
-// registers).
+// Rows per block of rows_times_packed: 24 accumulators whatever the query-tile width (plus
+// NQV loads and a broadcast: 29 of 32 registers).
 template <int NQV>
-inline constexpr int kScoreRows = NQV >= 4 ? 6 : NQV == 3 ? 8 : NQV == 2 ? 12 : 16;
-template <int NQV>
-inline constexpr int kValueColumns = kScoreRows<NQV>;
+inline constexpr int kProductRows = NQV >= 4 ? 6 : NQV == 3 ? 8 : NQV == 2 ? 12 : 16;
 
-template <int NQV>
-void scores_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt,
-                 int64_t depth, int64_t Mq, float* c, PrefetchQueue* prefetch = nullptr) {
-  constexpr int NK = kScoreRows<NQV>;
+// C ← A Bt over `rows` rows of A, as `kInto` says, in blocks of kProductRows.
+template <int NQV, Into kInto>
+void rows_times_packed_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt,
+                            int64_t depth, int64_t Mq, float* c, const float* alpha,
+                            PrefetchQueue* prefetch) {
+  constexpr int NK = kProductRows<NQV>;
   int64_t j = 0;
   for (; j + NK <= rows; j += NK) {
-    rows_times_packed<NQV, NK>(a + j * a_stride, a_stride, bt, depth, Mq, c + j * Mq);
+    rows_times_packed<NQV, NK, kInto>(a + j * a_stride, a_stride, bt, depth, Mq, c + j * Mq,
+                                      alpha);
     if (prefetch) prefetch->issue(kPrefetchLinesPerCall);
   }
   if (j < rows)
     with_count<NK - 1>(static_cast<int>(rows - j), [&](auto nk) {
-      rows_times_packed<NQV, decltype(nk)::value>(a + j * a_stride, a_stride, bt, depth, Mq,
-                                                  c + j * Mq);
+      rows_times_packed<NQV, decltype(nk)::value, kInto>(a + j * a_stride, a_stride, bt, depth,
+                                                         Mq, c + j * Mq, alpha);
     });
 }
 
+// C[j][q] = Σ_d A[j][d] · Bt[d][q] over `rows` rows of A (the keys): S = K Qᵀ, dP = V dOᵀ.
 template <int NQV>
-void accumulate_tile(const float* p, int64_t rows, int64_t Mq, const float* b, int64_t b_stride,
-                     int64_t columns, const float* alpha, float* ct,
+void scores_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt,
+                 int64_t depth, int64_t Mq, float* c, PrefetchQueue* prefetch = nullptr) {
+  rows_times_packed_tile<NQV, Into::kStore>(a, a_stride, rows, bt, depth, Mq, c, nullptr,
+                                            prefetch);
+}
+
+// Ct[e][q] = Ct[e][q] · alpha[q] (when alpha is given) + Σ_j Bt[e][j] · P[j][q] for the
+// `columns` rows of Bt, over `keys` keys: Oᵀ ← alpha Oᵀ + Vᵀ P.
+template <int NQV>
+void accumulate_tile(const float* p, int64_t keys, int64_t Mq, const float* bt,
+                     int64_t bt_stride, int64_t columns, const float* alpha, float* ct,
                      PrefetchQueue* prefetch = nullptr) {
-  constexpr int NE = kValueColumns<NQV>;
+  if (alpha)
+    rows_times_packed_tile<NQV, Into::kRescaleAdd>(bt, bt_stride, columns, p, keys, Mq, ct,
+                                                   alpha, prefetch);
+  else
+    rows_times_packed_tile<NQV, Into::kAdd>(bt, bt_stride, columns, p, keys, Mq, ct, nullptr,
+                                            prefetch);
+}
+
+// Ct[e][q] += Σ_j B[j][e] · P[j][q] over `keys` rows of B read in place, for `columns`
+// columns e: dQᵀ += Kᵀ dS.
+template <int NQV>
+void accumulate_tile_rows(const float* p, int64_t keys, int64_t Mq, const float* b,
+                          int64_t b_stride, int64_t columns, float* ct) {
+  constexpr int NE = kProductRows<NQV>;
   int64_t e = 0;
-  for (; e + NE <= columns; e += NE) {
-    packed_times_rows<NQV, NE>(p, rows, Mq, b, b_stride, e, alpha, ct);
-    if (prefetch) prefetch->issue(kPrefetchLinesPerCall);
-  }
+  for (; e + NE <= columns; e += NE) packed_times_rows<NQV, NE>(p, keys, Mq, b, b_stride, e, ct);
   if (e < columns)
     with_count<NE - 1>(static_cast<int>(columns - e), [&](auto ne) {
-      packed_times_rows<NQV, decltype(ne)::value>(p, rows, Mq, b, b_stride, e, alpha, ct);
+      packed_times_rows<NQV, decltype(ne)::value>(p, keys, Mq, b, b_stride, e, ct);
     });
 }
 
