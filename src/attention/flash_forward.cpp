@@ -23,7 +23,9 @@
 // while it is in cache: K and V stream from memory once per group instead of once per tile
 // (at seq 2048, dim 128 a head's K and V fill the 2 MiB L2; grouping 4 tiles lifted the
 // forward by ~5% of peak). V is transposed per key tile so that P V, like K Qt, broadcasts
-// along rows (see rows_times_packed); shared by the group, that lifted dim 128 by ~2%.
+// along rows (see rows_times_packed): shared by the group, that lifted the forward by 2–4%,
+// and made groups of 8 pay (+1–3% at dim 128 over 4; 16 lost again: Qt and Ot of 16 tiles
+// crowd K and V out of L2).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -44,7 +46,7 @@ using simd::df;
 using simd::Vf;
 using namespace tiles;
 
-inline constexpr int64_t kTilesPerGroup = 4;
+inline constexpr int64_t kTilesPerGroup = 8;
 
 // One query tile of a group: where it lies, what it sees, and its running state.
 struct QueryTile {
