@@ -30,20 +30,48 @@ struct BenchOptions {
   double min_time = 1.0;
 };
 
-// Runs f until `min_time` seconds have passed (at least 3 times, after one warm-up) and
-// returns the median time of one run in seconds.
+double median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  return x[x.size() / 2];
+}
+
+// Runs f until `min_time` seconds have passed (at least `min_runs` times) and returns the
+// median time of one run in seconds.
 template <typename F>
-double time_median(F&& f, double min_time) {
-  f();
+double time_median(F&& f, double min_time, size_t min_runs = 3) {
   std::vector<double> times;
   const double start = detail::now_seconds();
-  while (times.size() < 3 || (detail::now_seconds() - start < min_time && times.size() < 1000)) {
+  while (times.size() < min_runs ||
+         (detail::now_seconds() - start < min_time && times.size() < 1000)) {
     const double t0 = detail::now_seconds();
     f();
     times.push_back(detail::now_seconds() - t0);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median(times);
+}
+
+// The VM's clock wanders by several percent from one minute to the next, moving the kernel
+// and the FMA peak loop together. So the kernel is timed in rounds, each followed by the peak
+// loop, and its fraction of peak is the median over rounds of (the round's speed / the peak
+// measured right after it): a slow moment is divided by a slow peak.
+inline constexpr int kPeakRounds = 5;
+
+struct Timing {
+  double seconds;   // median time of one run
+  double peak;      // median of the rounds' peaks, GFLOP/s
+  double fraction;  // median of the rounds' fractions of peak
+};
+
+template <typename F>
+Timing time_against_peak(F&& f, double flops, int threads, double min_time) {
+  f();  // warm-up
+  std::vector<double> seconds, peaks, fractions;
+  for (int r = 0; r < kPeakRounds; ++r) {
+    seconds.push_back(time_median(f, min_time / kPeakRounds, 1));
+    peaks.push_back(detail::measure_fma_peak_gflops(threads));
+    fractions.push_back(flops / seconds.back() / 1e9 / peaks.back());
+  }
+  return {median(seconds), median(peaks), median(fractions)};
 }
 
 // (query, key) pairs the mask leaves visible, summed over batches: the work actually done.
@@ -102,12 +130,13 @@ void bench_attention(const BenchOptions& o) {
     for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = uniform(rng);
     bytes *= 2;  // the backward reads q, k, v, out, dout and writes dq, dk, dv
   }
-  const double seconds = time_median(
+  const Timing timing = time_against_peak(
       [&] {
         attention(a);
         if (o.backward) attention_backward(a, view(dout), view(dq), view(dk), view(dv));
       },
-      o.min_time);
+      flops, threads, o.min_time);
+  const double seconds = timing.seconds, peak = timing.peak;
 
   // Memory of the kernel itself, before the checks and yardsticks below add their own.
   const double peak_rss = detail::peak_rss_mb();
@@ -132,10 +161,10 @@ void bench_attention(const BenchOptions& o) {
   // The whole reference, timed, when its score grids fit and it takes seconds, not minutes.
   json reference_ms = nullptr;
   if (!o.no_reference && flops < 2e10 && double(Tq) * Tk * threads * 4 < 2e9) {
+    reference::attention(a);  // warm-up
     reference_ms = 1e3 * time_median([&] { reference::attention(a); }, 0);
   }
 
-  const double peak = detail::measure_fma_peak_gflops(threads);
   const double read_gbps = detail::measure_read_gbps(4.0 * (k.numel() + v.numel()), threads);
   const double gflops = flops / seconds / 1e9;
   json result = {{"benchmark", "attention"},
@@ -157,7 +186,7 @@ void bench_attention(const BenchOptions& o) {
                  {"gbps", bytes / seconds / 1e9},
                  {"kv_gbps", 4.0 * (k.numel() + v.numel()) / seconds / 1e9},
                  {"peak_gflops", peak},
-                 {"fraction_of_peak", gflops / peak},
+                 {"fraction_of_peak", timing.fraction},
                  {"read_gbps", read_gbps},
                  {"fraction_of_read", 4.0 * (k.numel() + v.numel()) / seconds / 1e9 / read_gbps},
                  {"reference_ms", reference_ms},
@@ -168,8 +197,8 @@ void bench_attention(const BenchOptions& o) {
               << " Hkv=" << Hkv << " Tq=" << Tq << " Tk=" << Tk << " D=" << D
               << (o.causal ? " causal" : "") << ", " << threads << " thread(s)\n"
               << "  " << seconds * 1e3 << " ms, " << gflops << " GFLOP/s = "
-              << 100 * gflops / peak << "% of the measured fp32 FMA peak (" << peak
-              << " GFLOP/s)\n"
+              << 100 * timing.fraction << "% of the measured fp32 FMA peak (" << peak
+              << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n"
               << "  K and V read at " << result["kv_gbps"].get<double>() << " GB/s; a plain read "
               << "loop over as many bytes: " << read_gbps << " GB/s\n"
               << std::scientific << "  max |error| against the reference: " << max_abs_err

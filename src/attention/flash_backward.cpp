@@ -6,10 +6,10 @@
 // log-sum-exp, P = e^(S − lse). Work is split over (batch, key/value head): one thread owns
 // the dK and dV of a head (summed over the query heads of its GQA group) and the dQ of those
 // query heads, so there are no atomics and the result is the same bits for any thread count
-// (as PyTorch's CPU flash backward does). With fewer such heads than threads (MQA, or GQA at
-// batch 1) the heads run in turn and the threads share out the key tiles of each query tile
-// instead: each key tile's rows of dK and dV belong to one step, and the steps' parts of dQ
-// are summed in key order, so the bits stay the same. For one unit:
+// (as PyTorch's CPU flash backward does). The heads left over after whole rounds of one per
+// thread (all of them for MQA, or GQA at batch 1) run in turn, and the threads share out the
+// key tiles of each query tile instead: each key tile's rows of dK and dV belong to one step,
+// and the steps' parts of dQ are summed in key order, so the bits stay the same. For one unit:
 //   dK, dV [Tk][E_pad] ← 0
 //   for each query head h of the group, for each query tile:
 //     Qt  ← scale · Qᵀ [D][Mq],  Qr ← Q [Mq][D_pad]         packed once per query tile
