@@ -125,27 +125,28 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
     simd::accumulate_tile<NQV>(S, nk, Mq, Vt, kKeyTile, n.Dv, alpha, t.Ot, &prefetch);
     return;
   }
-  // Add the visible blocks only (hidden ones would add 0 · V). The rescale by alpha rides
-  // on the first chunk that every query vector sees (the diagonal's first), else it is a pass
-  // of its own.
-  int whole = -1;
-  for (int c = 0; c < blocks.chunks && whole < 0; ++c)
-    if (blocks.first[c] == 0 && blocks.last[c] == NQV) whole = c;
-  if (whole < 0)
-    for (int64_t e = 0; e < n.Dv; ++e)
-      for (int v = 0; v < NQV; ++v) {
-        float* o = t.Ot + e * Mq + v * N;
-        hn::Store(hn::Mul(hn::Load(df, o), hn::Load(df, alpha + v * N)), df, o);
-      }
-  for (int i = -1; i < blocks.chunks; ++i) {
-    const int c = i < 0 ? whole : i;  // the whole chunk first, then the others in order
-    if (c < 0 || (i >= 0 && c == whole) || blocks.first[c] == blocks.last[c]) continue;
-    const int64_t jc = j0 + c * kKeyChunk, v0c = blocks.first[c];
-    simd::with_count<NQV>(blocks.last[c] - v0c, [&](auto count) {
-      simd::accumulate_tile<decltype(count)::value>(
-          S + (jc - j0) * Mq + v0c * N, blocks.keys_in(c, nk), Mq, Vt + (jc - j0), kKeyTile,
-          n.Dv, c == whole ? alpha : nullptr, t.Ot + v0c * N, &prefetch);
-    });
+  // P V over the visible blocks (a hidden one would add 0 · V): the query vectors that see
+  // the same chunks together, over all of those chunks' keys at once. (Chunk by chunk, each
+  // call ran 16 keys deep and loading and storing its accumulators cost about as much as its
+  // products: with a window of 512 the forward is 1.6–1.8% faster this way.) A query vector
+  // that sees no key of the tile keeps its running max: its alpha is exactly 1, its Ot stays.
+  for (int v = 0; v < NQV;) {
+    int first, last;
+    blocks.chunks_seen_by(v, first, last);
+    int w = v + 1;
+    for (int w_first, w_last; w < NQV; ++w) {
+      blocks.chunks_seen_by(w, w_first, w_last);
+      if (w_first != first || w_last != last) break;
+    }
+    if (first < last) {
+      const int64_t jf = first * kKeyChunk, jl = std::min<int64_t>(last * kKeyChunk, nk);
+      simd::with_count<NQV>(w - v, [&](auto count) {
+        simd::accumulate_tile<decltype(count)::value>(S + jf * Mq + v * N, jl - jf, Mq, Vt + jf,
+                                                      kKeyTile, n.Dv, alpha + v * N,
+                                                      t.Ot + v * N, &prefetch);
+      });
+    }
+    v = w;
   }
 }
 

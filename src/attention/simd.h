@@ -67,9 +67,9 @@ HWY_INLINE void with_count(int k, F&& f) {
 // `Mq` is the query-tile width in floats (a multiple of the lane count); NQV vectors of it
 // are live. Rows of A, B, V, K are read through a row stride, their elements contiguous.
 
-// What a product does with C: overwrite it, add to it, or add to it after scaling query
-// column q by alpha[q] (the online softmax's rescale of the output).
-enum class Into { kStore, kAdd, kRescaleAdd };
+// What a product does with C: overwrite it, or add to it after scaling query column q by
+// alpha[q] (the online softmax's rescale of the output).
+enum class Into { kStore, kRescaleAdd };
 
 // C[j][q] ← Σ_d A[j][d] · Bt[d][q] for NK rows j, as `kInto` says. With A = K, V: the scores
 // S = K Qᵀ and the backward's dP = V dOᵀ. With A = Vᵀ (packed): the output Oᵀ += Vᵀ P. Each
@@ -85,13 +85,10 @@ HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
   Vf acc[NK][NQV];
   for (int j = 0; j < NK; ++j)
     for (int v = 0; v < NQV; ++v) {
-      if constexpr (kInto == Into::kStore) {
+      if constexpr (kInto == Into::kStore)
         acc[j][v] = hn::Zero(df);
-      } else {
-        acc[j][v] = hn::Load(df, c + j * Mq + v * N);
-        if constexpr (kInto == Into::kRescaleAdd)
-          acc[j][v] = hn::Mul(acc[j][v], hn::Load(df, alpha + v * N));
-      }
+      else
+        acc[j][v] = hn::Mul(hn::Load(df, c + j * Mq + v * N), hn::Load(df, alpha + v * N));
     }
   for (int64_t d = 0; d < depth; ++d) {
     Vf b[NQV];
@@ -224,18 +221,14 @@ void scores_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt
                                             prefetch);
 }
 
-// Ct[e][q] = Ct[e][q] · alpha[q] (when alpha is given) + Σ_j Bt[e][j] · P[j][q] for the
-// `columns` rows of Bt, over `keys` keys: Oᵀ ← alpha Oᵀ + Vᵀ P.
+// Ct[e][q] = Ct[e][q] · alpha[q] + Σ_j Bt[e][j] · P[j][q] for the `columns` rows of Bt,
+// over `keys` keys: Oᵀ ← alpha Oᵀ + Vᵀ P.
 template <int NQV>
 void accumulate_tile(const float* p, int64_t keys, int64_t Mq, const float* bt,
                      int64_t bt_stride, int64_t columns, const float* alpha, float* ct,
                      PrefetchQueue* prefetch = nullptr) {
-  if (alpha)
-    rows_times_packed_tile<NQV, Into::kRescaleAdd>(bt, bt_stride, columns, p, keys, Mq, ct,
-                                                   alpha, prefetch);
-  else
-    rows_times_packed_tile<NQV, Into::kAdd>(bt, bt_stride, columns, p, keys, Mq, ct, nullptr,
-                                            prefetch);
+  rows_times_packed_tile<NQV, Into::kRescaleAdd>(bt, bt_stride, columns, p, keys, Mq, ct, alpha,
+                                                 prefetch);
 }
 
 // Ct[e][q] += Σ_j B[j][e] · P[j][q] over `keys` rows of B read in place, for `columns`

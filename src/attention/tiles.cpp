@@ -49,6 +49,15 @@ void VisibleBlocks::find(const TileMask& tm, int nqv, int64_t rows, int64_t j0, 
   }
 }
 
+void VisibleBlocks::chunks_seen_by(int v, int& first_chunk, int& last_chunk) const {
+  first_chunk = last_chunk = 0;
+  for (int c = 0; c < chunks; ++c)
+    if (state[c][v] != kHidden) {
+      if (first_chunk == last_chunk) first_chunk = c;
+      last_chunk = c + 1;
+    }
+}
+
 void VisibleBlocks::apply(const TileMask& tm, int nqv, int64_t j0, int64_t nk, int64_t Mq,
                           float* S) const {
   const size_t N = simd::lanes();

@@ -59,6 +59,9 @@ struct VisibleBlocks {
   // The mask on a score tile whose only transform is the mask: -inf over hidden blocks (the
   // score product left them unwritten), the per-row test on partial ones, nothing on the rest.
   void apply(const TileMask& tm, int nqv, int64_t j0, int64_t nk, int64_t Mq, float* S) const;
+  // The chunks [first_chunk, last_chunk) query vector v sees some key of (empty if none):
+  // one run of chunks, as each row's visible keys are one range.
+  void chunks_seen_by(int v, int& first_chunk, int& last_chunk) const;
   // Keys in chunk c of a tile of nk keys.
   int64_t keys_in(int c, int64_t nk) const { return std::min(kKeyChunk, nk - c * kKeyChunk); }
 };
