@@ -120,6 +120,8 @@ std::vector<Case> decode_grid() {
       [](Case& c) { c.bias = BiasKind::full; c.Tq = 2; c.Hkv = 4; },
       [](Case& c) { c.seq_major = true; c.Tq = 2; c.Hkv = 4; c.causal = true; },
       [](Case& c) { c.D = 256; c.Dv = 256; c.Tk = 600; },
+      // Caches of 8k and more take longer chunks (512 keys here, the last one partial).
+      [](Case& c) { c.Tk = 9000; c.D = 32; c.Dv = 32; c.Hq = 4; c.Hkv = 2; c.padding = true; },
   });
 }
 
@@ -141,6 +143,7 @@ std::vector<Case> small_head_decode_grid() {
       [](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2; },
       [](Case& c) { c.seq_major = true; c.Tq = 3; c.causal = true; },
       [](Case& c) { c.Tq = 3; c.Hkv = 1; c.causal = true; },  // 24 rows: the tiled kernel
+      [](Case& c) { c.Tk = 17000; c.Tq = 2; c.window_left = 5000; c.causal = true; },  // 1024-key chunks
   });
 }
 
@@ -232,13 +235,13 @@ TEST(FlashEdges, LogitsOfTenThousand) {
 }
 
 TEST(FlashThreads, SameBitsWithOneAndTwoThreads) {
-  // The tiled path, then the decoding path, then one head of 16 query tiles, which the tiled
-  // forward runs in groups of 4 tiles on 1 thread and of 2 on 2 threads (a row's arithmetic
-  // must not depend on the group it is in).
+  // The tiled path, then the decoding path (256-key chunks, then 512), then one head of 16
+  // query tiles, which the tiled forward runs in groups of 4 tiles on 1 thread and of 2 on 2
+  // threads (a row's arithmetic must not depend on the group it is in).
   Case one_head{.B = 1, .Hq = 1, .Hkv = 1, .Tq = 1000, .Tk = 1000, .D = 64, .Dv = 64};
   one_head.window_left = 300;
-  for (const int64_t Tq : {300, 2, 0}) {
-    Case c{.B = 1, .Hq = 4, .Hkv = 2, .Tq = Tq, .Tk = 2000, .D = 64, .Dv = 64};
+  for (const int64_t Tq : {300, 2, 1, 0}) {
+    Case c{.B = 1, .Hq = 4, .Hkv = 2, .Tq = Tq, .Tk = Tq == 1 ? 9000 : 2000, .D = 64, .Dv = 64};
     if (Tq == 0) c = one_head;
     c.causal = true;
     c.padding = true;
