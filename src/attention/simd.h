@@ -3,9 +3,9 @@
 //
 // The tiled kernels put one *query* per vector lane: a vector holds the same key's score for
 // N consecutive queries (N = 16 on AVX-512). Row max and row sum of the softmax are then
-// lane-wise max and add, with no horizontal reductions, and K and V are read in place as
-// scalar broadcasts. Only Q (and dO in the backward) is packed, once per query tile,
-// transposed to [D][queries].
+// lane-wise max and add, with no horizontal reductions, and K and V are read as scalar
+// broadcasts: K in place, V (in the forward) from a copy transposed once per key tile. Q (and
+// dO in the backward) is packed once per query tile, transposed to [D][queries].
 #pragma once
 
 #include <hwy/contrib/math/math-inl.h>
