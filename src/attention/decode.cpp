@@ -3,9 +3,8 @@
 // With one query per head there is too little work per (batch, head) to split by queries,
 // and the cost is reading K and V once: the kernel is memory-bound. So the keys are cut into
 // chunks (of a size set by the cache length alone), every (batch, kv head, chunk) is a unit
-// of work, and the
-// partial results (running max m, sum l, unnormalised output o) are merged with their
-// log-sum-exp afterwards (as FlashDecoding and ggml's split-KV path do):
+// of work, and the partial results (running max m, sum l, unnormalised output o) are merged
+// with their log-sum-exp afterwards (as FlashDecoding and ggml's split-KV path do):
 //   m = max_c m_c,  l = Σ_c l_c e^(m_c − m),  out = Σ_c o_c e^(m_c − m) / l.
 // The chunk size does not depend on the thread count and the merge runs in chunk order, so
 // the result is the same bits for any number of threads.
