@@ -24,24 +24,41 @@ void TileMask::init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const
   }
 }
 
+// Row tests over lanes, N rows at a time: as scalar loops over the rows, covers() and find()
+// took ~0.5% of every key step and ~2.5% of a masked one.
 bool TileMask::covers(int64_t j0, int64_t j1, int64_t rows) const {
-  for (int64_t r = 0; r < rows; ++r)
-    if (begin[r] > j0 || end[r] < j1) return false;
+  const hn::RebindToSigned<simd::Df> di;
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  const auto lo = hn::Set(di, static_cast<int32_t>(j0));
+  const auto hi = hn::Set(di, static_cast<int32_t>(j1));
+  for (int64_t r = 0; r < rows; r += N) {
+    const auto real = hn::FirstN(di, static_cast<size_t>(std::min(N, rows - r)));
+    const auto sees_all = hn::And(hn::Not(hn::Gt(hn::LoadU(di, begin.data() + r), lo)),
+                                  hn::Not(hn::Lt(hn::LoadU(di, end.data() + r), hi)));
+    if (!hn::AllTrue(di, hn::Or(sees_all, hn::Not(real)))) return false;
+  }
   return true;
 }
 
 void VisibleBlocks::find(const TileMask& tm, int nqv, int64_t rows, int64_t j0, int64_t j1) {
+  const hn::RebindToSigned<simd::Df> di;
   const int64_t N = static_cast<int64_t>(simd::lanes());
   chunks = static_cast<int>((j1 - j0 + kKeyChunk - 1) / kKeyChunk);
   for (int c = 0; c < chunks; ++c) {
     const int64_t c0 = j0 + c * kKeyChunk, c1 = std::min(c0 + kKeyChunk, j1);
+    const auto lo = hn::Set(di, static_cast<int32_t>(c0));
+    const auto hi = hn::Set(di, static_cast<int32_t>(c1));
     first[c] = nqv, last[c] = 0;
     for (int v = 0; v < nqv; ++v) {
-      bool some = false, all = true;
-      for (int64_t r = v * N; r < std::min((v + 1) * N, rows); ++r) {
-        some |= tm.begin[r] < c1 && tm.end[r] > c0;
-        all &= tm.begin[r] <= c0 && tm.end[r] >= c1;
-      }
+      // Over the real rows of vector v: does some row see a key of the chunk, does every row
+      // see all of them?
+      const auto real = hn::FirstN(di, static_cast<size_t>(std::min(N, rows - v * N)));
+      const auto begin = hn::LoadU(di, tm.begin.data() + v * N);
+      const auto end = hn::LoadU(di, tm.end.data() + v * N);
+      const auto sees_some = hn::And(real, hn::And(hn::Lt(begin, hi), hn::Gt(end, lo)));
+      const auto sees_all = hn::And(hn::Not(hn::Gt(begin, lo)), hn::Not(hn::Lt(end, hi)));
+      const bool some = !hn::AllFalse(di, sees_some);
+      const bool all = hn::AllTrue(di, hn::Or(sees_all, hn::Not(real)));
       state[c][v] = !some ? kHidden : all ? kVisible : kPartial;
       if (some) first[c] = std::min(first[c], v), last[c] = v + 1;
     }

@@ -24,7 +24,7 @@ struct Shape {
 
 // Per-lane visible key ranges of one query tile, and which key tiles need a mask.
 struct TileMask {
-  std::vector<int32_t> begin, end;  // [Mq]; padded lanes get an empty range
+  std::vector<int32_t> begin, end;  // [Mq], read N lanes at a time; padded lanes: empty
   int64_t lo = 0, hi = 0;           // keys any real query of the tile can see: [lo, hi)
 
   void init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const Shape& n);
