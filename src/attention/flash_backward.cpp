@@ -144,7 +144,7 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
     });
   };
 
-  // S ← K Qt, transformed; P ← e^(S − lse) in place (hidden blocks: -inf, then 0).
+  // S ← K Qt, transformed; P ← e^(S − lse) in place, on the blocks computed.
   if (masked)
     tiles::visible_scores<NQV>(blocks, k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, w.S);
   else
@@ -153,12 +153,14 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
     tiles::transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
   else if (masked)
     blocks.apply(tm, NQV, j0, nk, Mq, w.S);
-  for (int64_t jj = 0; jj < nk; ++jj)
-    for (int v = 0; v < NQV; ++v) {
-      float* s = w.S + jj * Mq + v * N;
-      hn::Store(simd::exp_nonpositive(hn::Sub(hn::Load(df, s), hn::Load(df, p.lse + v * N))),
-                df, s);
-    }
+  chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
+    for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
+      for (int64_t v = v0c; v < v0c + count; ++v) {
+        float* s = w.S + jj * Mq + v * N;
+        hn::Store(simd::exp_nonpositive(hn::Sub(hn::Load(df, s), hn::Load(df, p.lse + v * N))),
+                  df, s);
+      }
+  });
   // dV[j0:j1] += P dOr
   reduce_over_queries(w.S, p.dOr, Dvp, dV);
   // dP ← V dOt;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP, on the blocks computed.

@@ -80,12 +80,10 @@ void VisibleBlocks::apply(const TileMask& tm, int nqv, int64_t j0, int64_t nk, i
   const size_t N = simd::lanes();
   for (int c = 0; c < chunks; ++c)
     for (int v = 0; v < nqv; ++v) {
-      if (state[c][v] == kVisible) continue;
+      if (state[c][v] != kPartial) continue;
       for (int64_t jj = c * kKeyChunk; jj < c * kKeyChunk + keys_in(c, nk); ++jj) {
         float* s = S + jj * Mq + v * N;
-        hn::Store(state[c][v] == kHidden ? hn::Set(df, simd::kMinusInf)
-                                         : tm.hide(v, j0 + jj, hn::Load(df, s)),
-                  df, s);
+        hn::Store(tm.hide(v, j0 + jj, hn::Load(df, s)), df, s);
       }
     }
 }

@@ -56,8 +56,9 @@ struct VisibleBlocks {
 
   // The blocks of key tile [j0, j1) for a query tile of `rows` rows in `nqv` vectors.
   void find(const TileMask& tm, int nqv, int64_t rows, int64_t j0, int64_t j1);
-  // The mask on a score tile whose only transform is the mask: -inf over hidden blocks (the
-  // score product left them unwritten), the per-row test on partial ones, nothing on the rest.
+  // The mask on a score tile whose only transform is the mask: the per-row test on partial
+  // blocks, nothing on the rest (the score product left hidden blocks unwritten, and the
+  // kernels never read them).
   void apply(const TileMask& tm, int nqv, int64_t j0, int64_t nk, int64_t Mq, float* S) const;
   // The chunks [first_chunk, last_chunk) query vector v sees some key of (empty if none):
   // one run of chunks, as each row's visible keys are one range.
