@@ -122,6 +122,13 @@ std::vector<Case> decode_grid() {
       [](Case& c) { c.D = 256; c.Dv = 256; c.Tk = 600; },
       // Caches of 8k and more take longer chunks (512 keys here, the last one partial).
       [](Case& c) { c.Tk = 9000; c.D = 32; c.Dv = 32; c.Hq = 4; c.Hkv = 2; c.padding = true; },
+      // 8 rows and more per kv head go in vector lanes, up to 64 per block (decode.cpp).
+      [](Case& c) { c.Hq = 32; c.Hkv = 1; c.Tq = 3; c.causal = true; },  // 96 rows: 2 blocks
+      [](Case& c) { c.Hq = 71; c.Hkv = 1; c.padding = true; c.B = 3; c.Tk = 700; },  // 64 + 7
+      [](Case& c) { c.Hq = 16; c.Hkv = 2; c.Tq = 2; c.bias = BiasKind::full; c.alibi = true;
+                    c.softcap = 2; },
+      [](Case& c) { c.Hkv = 1; c.Tq = 4; c.window_left = 100; c.causal = true; c.seq_major = true; },
+      [](Case& c) { c.Hkv = 1; c.D = 16; c.Dv = 40; c.Tk = 3000; },
   });
 }
 
@@ -142,7 +149,7 @@ std::vector<Case> small_head_decode_grid() {
       [](Case& c) { c.Tq = 2; c.window_left = 100; c.causal = true; },
       [](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2; },
       [](Case& c) { c.seq_major = true; c.Tq = 3; c.causal = true; },
-      [](Case& c) { c.Tq = 3; c.Hkv = 1; c.causal = true; },  // 24 rows: the tiled kernel
+      [](Case& c) { c.Tq = 3; c.Hkv = 1; c.causal = true; },  // 24 rows: rows in lanes
       [](Case& c) { c.Tk = 17000; c.Tq = 2; c.window_left = 5000; c.causal = true; },  // 1024-key chunks
   });
 }
@@ -169,7 +176,8 @@ TEST(DecodeBf16, MatchesReferenceOnRoundedRows) {
   std::uniform_real_distribution<float> u(-1, 1);
   struct Shape { int64_t Hq, Hkv, Tq, Tk, D, Dv; int window; bool alibi; };
   for (const Shape& c : {Shape{4, 2, 1, 39, 8, 8, 3, false}, Shape{8, 8, 1, 700, 64, 64, -1, false},
-                         Shape{8, 2, 2, 300, 128, 128, 100, true}, Shape{4, 1, 4, 17, 16, 40, -1, false}}) {
+                         Shape{8, 2, 2, 300, 128, 128, 100, true}, Shape{4, 1, 4, 17, 16, 40, -1, false},
+                         Shape{72, 1, 1, 700, 64, 64, 200, false}}) {
     const int64_t slots = c.Tk + 5;  // rows of a cache longer than what is used
     Tensor q({1, c.Hq, c.Tq, c.D}), k({1, c.Hkv, c.Tk, c.D}), v({1, c.Hkv, c.Tk, c.Dv});
     Tensor expected({1, c.Hq, c.Tq, c.Dv}), got({1, c.Hq, c.Tq, c.Dv});
@@ -216,6 +224,20 @@ TEST(FlashEdges, FullyMaskedRowsGiveZeroAndMinusInf) {
   }
 }
 
+TEST(FlashEdges, FullyMaskedRowsInLanesGiveZeroAndMinusInf) {
+  // Decoding 16 heads of one kv head: the rows of a kv head share vector lanes.
+  Case c{.B = 2, .Hq = 16, .Hkv = 1, .Tq = 1, .Tk = 600, .D = 16, .Dv = 16};
+  c.padding = true;
+  Problem p(c);
+  p.kv_len = {600, 0};
+  attention(p.args);
+  for (int64_t h = 0; h < 16; ++h) {
+    EXPECT_EQ(p.lse.data()[16 + h], -INFINITY);
+    EXPECT_TRUE(std::isfinite(p.lse.data()[h]));
+    for (int64_t e = 0; e < 16; ++e) ASSERT_EQ(p.args.out(1, h, 0, e), 0.0f);
+  }
+}
+
 TEST(FlashEdges, LogitsOfTenThousand) {
   for (float sign : {1.0f, -1.0f}) {
     Case c{.B = 1, .Hq = 2, .Hkv = 2, .Tq = 80, .Tk = 80, .D = 16, .Dv = 16};
@@ -240,7 +262,7 @@ TEST(FlashThreads, SameBitsWithOneAndTwoThreads) {
   // threads (a row's arithmetic must not depend on the group it is in).
   Case one_head{.B = 1, .Hq = 1, .Hkv = 1, .Tq = 1000, .Tk = 1000, .D = 64, .Dv = 64};
   one_head.window_left = 300;
-  for (const int64_t Tq : {300, 2, 1, 0}) {
+  for (const int64_t Tq : {300, 4, 2, 1, 0}) {  // 4: 8 rows per kv head, in vector lanes
     Case c{.B = 1, .Hq = 4, .Hkv = 2, .Tq = Tq, .Tk = Tq == 1 ? 9000 : 2000, .D = 64, .Dv = 64};
     if (Tq == 0) c = one_head;
     c.causal = true;

@@ -94,10 +94,9 @@ namespace {
 
 // Forward for one (unpacked) problem: the kernel that suits its shape.
 void forward(const AttentionArgs& args) {
-  // A few queries per key/value head (decoding against a cache): split the keys instead of
-  // the queries, so every core streams its share of K and V.
-  const int64_t Tq = args.q.shape[2], group = args.q.shape[1] / args.k.shape[1];
-  if (Tq <= detail::kDecodeMaxQueries && group * Tq <= detail::kDecodeMaxRows)
+  // A few queries (decoding against a cache): split the keys instead of the queries, so
+  // every core streams its share of K and V.
+  if (args.q.shape[2] <= detail::kDecodeMaxQueries)
     detail::decode_forward(args);
   else
     detail::flash_forward(args);

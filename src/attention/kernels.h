@@ -11,10 +11,9 @@ namespace qkv::detail {
 void flash_forward(const AttentionArgs& a);
 
 // Split-KV decoding (decode.cpp): a few queries against a long cache. qkv::attention picks
-// it when Tq <= kDecodeMaxQueries and (Hq / Hkv) · Tq <= kDecodeMaxRows: beyond that the
-// rows sharing a key fill the vector lanes of the tiled kernel better.
+// it when Tq <= kDecodeMaxQueries, whatever the GQA group: the rows sharing a key/value head
+// (Hq / Hkv · Tq) are computed together, so K and V are read once per key/value head.
 inline constexpr int64_t kDecodeMaxQueries = 4;
-inline constexpr int64_t kDecodeMaxRows = 16;
 void decode_forward(const AttentionArgs& a);
 
 // The same over bf16 keys and values [B, Hkv, Tk, D] and [B, Hkv, Tk, Dv] (a KVCache's bf16

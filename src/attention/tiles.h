@@ -85,6 +85,51 @@ void visible_scores(const VisibleBlocks& blocks, const float* a, int64_t a_strid
   }
 }
 
+// One step of the online softmax on a score tile S [Kt][Mq], lane by lane (each lane is one
+// query row), over the score vectors for_scores(f) visits as f(jj, v): m ← max(m, max_j S),
+// alpha ← e^(m_old − m), S ← P = e^(S − m), l ← alpha · l + Σ_j P. The NQV vectors of a key
+// row are independent chains: walking them together keeps max and sum off the add latency.
+template <int NQV, typename ForScores>
+void online_softmax(float* S, int64_t Mq, float* m, float* l, float* alpha,
+                    ForScores&& for_scores) {
+  namespace hn = simd::hn;
+  using simd::df;
+  using simd::Vf;
+  const size_t N = simd::lanes();
+  Vf mx[NQV], shift[NQV], sum[NQV];
+  for (int v = 0; v < NQV; ++v) mx[v] = hn::Load(df, m + v * N);
+  for_scores([&](int64_t jj, int v) {
+    mx[v] = hn::Max(mx[v], hn::Load(df, S + jj * Mq + v * N));
+  });
+  for (int v = 0; v < NQV; ++v) {
+    // A row that has seen no key yet keeps max -inf; subtract 0 instead so that
+    // e^(-inf - (-inf)) does not become NaN.
+    shift[v] = hn::IfThenZeroElse(hn::Eq(mx[v], hn::Set(df, simd::kMinusInf)), mx[v]);
+    sum[v] = hn::Zero(df);
+  }
+  for_scores([&](int64_t jj, int v) {
+    float* s = S + jj * Mq + v * N;
+    const Vf p = simd::exp_nonpositive(hn::Sub(hn::Load(df, s), shift[v]));
+    hn::Store(p, df, s);
+    sum[v] = hn::Add(sum[v], p);
+  });
+  for (int v = 0; v < NQV; ++v) {
+    const Vf a_v = simd::exp_nonpositive(hn::Sub(hn::Load(df, m + v * N), shift[v]));
+    hn::Store(hn::MulAdd(hn::Load(df, l + v * N), a_v, sum[v]), df, l + v * N);
+    hn::Store(a_v, df, alpha + v * N);
+    hn::Store(mx[v], df, m + v * N);
+  }
+}
+
+// f(jj, v) for every score vector of a whole tile of nk key rows.
+template <int NQV>
+auto every_score(int64_t nk) {
+  return [nk](auto&& f) {
+    for (int64_t jj = 0; jj < nk; ++jj)
+      for (int v = 0; v < NQV; ++v) f(jj, v);
+  };
+}
+
 // The per-element score steps after q·k on a tile S (scaled scores in, final scores out):
 // softcap, bias, ALiBi, then -inf where `masked` and the key is hidden. When `tanh_out` is
 // given and softcap is on, it receives tanh(s / softcap), which the backward needs.

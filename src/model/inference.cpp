@@ -148,8 +148,7 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
         a.v = cache.value_slots(l, seq[i], n);
         a.mask.causal = !cache.ring();
         if (!cache.ring() && m.window > 0) a.mask.window_left = static_cast<int>(m.window);
-      } else if (cache.type() == CacheType::bf16 && T == 1 && (!cache.ring() || !m.alibi) &&
-                 Hq / Hkv <= detail::kDecodeMaxRows) {
+      } else if (cache.type() == CacheType::bf16 && T == 1 && (!cache.ring() || !m.alibi)) {
         // One token over a bf16 cache: the decoding kernel reads the bf16 rows in place.
         cache.write(l, seq[i], pos0[i], T, k_new, v_new, W);
         const int64_t n = cache.ring() ? std::min(end, cache.slots()) : end;
