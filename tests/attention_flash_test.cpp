@@ -127,7 +127,8 @@ std::vector<Case> decode_grid() {
       [](Case& c) { c.Hq = 71; c.Hkv = 1; c.padding = true; c.B = 3; c.Tk = 700; },  // 64 + 7
       [](Case& c) { c.Hq = 16; c.Hkv = 2; c.Tq = 2; c.bias = BiasKind::full; c.alibi = true;
                     c.softcap = 2; },
-      [](Case& c) { c.Hkv = 1; c.Tq = 4; c.window_left = 100; c.causal = true; c.seq_major = true; },
+      [](Case& c) { c.Hkv = 1; c.Tq = 4; c.window_left = 100; c.causal = true;
+                    c.seq_major = true; },
       [](Case& c) { c.Hkv = 1; c.D = 16; c.Dv = 40; c.Tk = 3000; },
   });
 }
@@ -176,7 +177,8 @@ TEST(DecodeBf16, MatchesReferenceOnRoundedRows) {
   std::uniform_real_distribution<float> u(-1, 1);
   struct Shape { int64_t Hq, Hkv, Tq, Tk, D, Dv; int window; bool alibi; };
   for (const Shape& c : {Shape{4, 2, 1, 39, 8, 8, 3, false}, Shape{8, 8, 1, 700, 64, 64, -1, false},
-                         Shape{8, 2, 2, 300, 128, 128, 100, true}, Shape{4, 1, 4, 17, 16, 40, -1, false},
+                         Shape{8, 2, 2, 300, 128, 128, 100, true},
+                         Shape{4, 1, 4, 17, 16, 40, -1, false},
                          Shape{72, 1, 1, 700, 64, 64, 200, false}}) {
     const int64_t slots = c.Tk + 5;  // rows of a cache longer than what is used
     Tensor q({1, c.Hq, c.Tq, c.D}), k({1, c.Hkv, c.Tk, c.D}), v({1, c.Hkv, c.Tk, c.Dv});
@@ -235,6 +237,27 @@ TEST(FlashEdges, FullyMaskedRowsInLanesGiveZeroAndMinusInf) {
     EXPECT_EQ(p.lse.data()[16 + h], -INFINITY);
     EXPECT_TRUE(std::isfinite(p.lse.data()[h]));
     for (int64_t e = 0; e < 16; ++e) ASSERT_EQ(p.args.out(1, h, 0, e), 0.0f);
+  }
+}
+
+TEST(FlashEdges, KeysPastKvLenAreNeverRead) {
+  // Rows past a sequence's kv_len may hold anything (a cache's unused slots): NaN there must
+  // not reach the output. Tiled forward, then decoding by dot products (1 and 4 rows per kv
+  // head) and in vector lanes (16 rows).
+  struct Heads { int64_t Hq, Hkv, Tq; };
+  for (const Heads& s : {Heads{2, 2, 40}, Heads{2, 2, 1}, Heads{8, 2, 1}, Heads{16, 1, 1}}) {
+    Case c{.B = 2, .Hq = s.Hq, .Hkv = s.Hkv, .Tq = s.Tq, .Tk = 600, .D = 32, .Dv = 32};
+    c.padding = true;
+    Problem clean(c), poisoned(c);
+    clean.kv_len = poisoned.kv_len = {600, 300};
+    for (int64_t h = 0; h < c.Hkv; ++h)
+      for (int64_t j = 300; j < c.Tk; ++j)
+        for (int64_t d = 0; d < c.D; ++d)
+          poisoned.args.k(1, h, j, d) = poisoned.args.v(1, h, j, d) = NAN;
+    attention(clean.args);
+    attention(poisoned.args);
+    for (int64_t i = 0; i < clean.out.numel(); ++i)
+      ASSERT_EQ(clean.out.data()[i], poisoned.out.data()[i]) << "Hq " << s.Hq << " Tq " << s.Tq;
   }
 }
 

@@ -276,6 +276,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
   auto head_and_query = [&](int64_t r, int64_t& h, int64_t& i) {
     h = hkv * n.G + r / n.Tq, i = r % n.Tq;
   };
+  int64_t lo = c1, hi = c0;  // the keys some row sees: rows past them are never read
   for (int64_t blk = 0; blk < blocks; ++blk) {
     tiles::TileMask& tm = masks[blk];
     tm.begin.assign(Mq, 0);
@@ -287,8 +288,10 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
       if (r < n.R) {
         head_and_query(r, h, i);
         const KeyRange k = visible_keys(a.mask, b, i, n.Tq, n.Tk);
-        tm.begin[lane] = static_cast<int32_t>(std::max(k.begin, c0));
-        tm.end[lane] = static_cast<int32_t>(std::max(std::min(k.end, c1), int64_t{tm.begin[lane]}));
+        const int64_t first = std::max(k.begin, c0), end = std::max(std::min(k.end, c1), first);
+        tm.begin[lane] = static_cast<int32_t>(first);
+        tm.end[lane] = static_cast<int32_t>(end);
+        if (first < end) lo = std::min(lo, first), hi = std::max(hi, end);
       }
       for (int64_t d = 0; d < n.D; ++d)
         qt[d * Mq + lane] = r < n.R ? scale * a.q(b, h, i, d) : 0;
@@ -298,8 +301,8 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
     std::fill(m, m + Mq, simd::kMinusInf);
     std::fill(m + Mq, m + 2 * Mq, 0.0f);
   }
-  for (int64_t j0 = c0; j0 < c1; j0 += kKeyTile) {
-    const int64_t nk = std::min(kKeyTile, c1 - j0);
+  for (int64_t j0 = lo; j0 < hi; j0 += kKeyTile) {
+    const int64_t nk = std::min(kKeyTile, hi - j0);
     // The tile's K and V rows as fp32 rows: in place, or converted from bf16.
     const float *k_rows, *v_rows;
     int64_t ks, vs;
