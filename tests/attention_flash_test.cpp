@@ -243,10 +243,11 @@ TEST(FlashEdges, FullyMaskedRowsInLanesGiveZeroAndMinusInf) {
 TEST(FlashEdges, KeysPastKvLenAreNeverRead) {
   // Rows past a sequence's kv_len may hold anything (a cache's unused slots): NaN there must
   // not reach the output. Tiled forward, then decoding by dot products (1 and 4 rows per kv
-  // head) and in vector lanes (16 rows).
-  struct Heads { int64_t Hq, Hkv, Tq; };
-  for (const Heads& s : {Heads{2, 2, 40}, Heads{2, 2, 1}, Heads{8, 2, 1}, Heads{16, 1, 1}}) {
-    Case c{.B = 2, .Hq = s.Hq, .Hkv = s.Hkv, .Tq = s.Tq, .Tk = 600, .D = 32, .Dv = 32};
+  // head), with rows in vector lanes (16 rows), and with keys in the lanes (head dim 8).
+  struct Heads { int64_t Hq, Hkv, Tq, D; };
+  for (const Heads& s : {Heads{2, 2, 40, 32}, Heads{2, 2, 1, 32}, Heads{8, 2, 1, 32},
+                         Heads{16, 1, 1, 32}, Heads{4, 2, 1, 8}}) {
+    Case c{.B = 2, .Hq = s.Hq, .Hkv = s.Hkv, .Tq = s.Tq, .Tk = 600, .D = s.D, .Dv = s.D};
     c.padding = true;
     Problem clean(c), poisoned(c);
     clean.kv_len = poisoned.kv_len = {600, 300};

@@ -192,8 +192,12 @@ void decode_unit(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, con
   // (bf16 rows cannot be gathered: they take the per-key loop)
   constexpr bool fp32 = std::is_same_v<T, float>;
   const bool lanes_on_keys = fp32 && keys_in_lanes(n);
+  // Keys past every row's range (past a kv_len) are never read: they may hold anything.
+  int64_t seen_end = c0;
+  for (int64_t r = 0; r < n.R; ++r)
+    if (ranges[r].begin < ranges[r].end) seen_end = std::max(seen_end, ranges[r].end);
   if constexpr (fp32)
-    if (lanes_on_keys) scores_keys_in_lanes(K, n, b, hkv, c0, c1, q, ranges.data(), s);
+    if (lanes_on_keys) scores_keys_in_lanes(K, n, b, hkv, c0, seen_end, q, ranges.data(), s);
   for (int64_t j = c0; j < c1 && !lanes_on_keys; ++j) {
     const T* k = K.row(b, hkv, j);
     prefetch_row(K.row(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1)), n.D);
@@ -233,7 +237,7 @@ void decode_unit(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, con
   }
   // o ← Σ p v, each value row read once.
   if constexpr (fp32)
-    if (lanes_on_keys) return values_keys_in_lanes(V, n, b, hkv, c0, c1, s, parts, unit);
+    if (lanes_on_keys) return values_keys_in_lanes(V, n, b, hkv, c0, seen_end, s, parts, unit);
   for (int64_t j = c0; j < c1; ++j) {
     const T* v = V.row(b, hkv, j);
     prefetch_row(V.row(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1)), n.Dv);
