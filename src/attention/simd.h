@@ -159,7 +159,8 @@ class PrefetchQueue {
  public:
   // Rows [0, rows) of two row sets (a key tile of K and of V): `floats` wide, `stride` apart.
   void reset(const float* a, int64_t a_stride, int64_t a_floats, const float* b,
-             int64_t b_stride, int64_t b_floats, int64_t rows) {
+             int64_t b_stride, int64_t b_floats, int64_t rows, int per_call = 8) {
+    per_call_ = per_call;
     base_[0] = a, base_[1] = b;
     stride_[0] = a_stride, stride_[1] = b_stride;
     lines_[0] = (a_floats + 15) / 16, lines_[1] = (b_floats + 15) / 16;
@@ -177,22 +178,24 @@ class PrefetchQueue {
     }
   }
   void issue_all() { issue(std::numeric_limits<int>::max()); }
+  // What a micro-kernel call asks for: `per_call` lines (from reset).
+  void issue_per_call() { issue(per_call_); }
 
  private:
   const float* base_[2] = {};
   int64_t stride_[2] = {}, lines_[2] = {}, rows_ = 0;
-  int set_ = 2;
+  int set_ = 2, per_call_ = 8;
   int64_t row_ = 0, line_ = 0;
 };
-inline constexpr int kPrefetchLinesPerCall = 8;
 
 // Full-width drivers over any number of rows / columns, with the remainders dispatched to
 // smaller instantiations; each asks `prefetch` (when given) for a few lines per call.
 
 // Rows per block of rows_times_packed: 24 accumulators whatever the query-tile width (plus
 // NQV loads and a broadcast: 29 of 32 registers).
+constexpr int product_rows(int nqv) { return nqv >= 4 ? 6 : nqv == 3 ? 8 : nqv == 2 ? 12 : 16; }
 template <int NQV>
-inline constexpr int kProductRows = NQV >= 4 ? 6 : NQV == 3 ? 8 : NQV == 2 ? 12 : 16;
+inline constexpr int kProductRows = product_rows(NQV);
 
 // C ← A Bt over `rows` rows of A, as `kInto` says, in blocks of kProductRows.
 template <int NQV, Into kInto>
@@ -204,7 +207,7 @@ void rows_times_packed_tile(const float* a, int64_t a_stride, int64_t rows, cons
   for (; j + NK <= rows; j += NK) {
     rows_times_packed<NQV, NK, kInto>(a + j * a_stride, a_stride, bt, depth, Mq, c + j * Mq,
                                       alpha);
-    if (prefetch) prefetch->issue(kPrefetchLinesPerCall);
+    if (prefetch) prefetch->issue_per_call();
   }
   if (j < rows)
     with_count<NK - 1>(static_cast<int>(rows - j), [&](auto nk) {
