@@ -185,19 +185,14 @@ TEST(FlashBackwardThreads, SameBitsWithOneAndTwoThreads) {
 // Rows past a sequence's kv_len may hold anything: NaN there must reach neither dq nor the
 // other rows' dk and dv (and the rows past kv_len get zero gradients).
 TEST(FlashBackwardEdges, KeysPastKvLenAreNeverRead) {
-  Case c{.B = 2, .Hq = 4, .Hkv = 2, .Tq = 150, .Tk = 300, .D = 32, .Dv = 32, .causal = true};
-  c.padding = true;
-  Problem clean(c), poisoned(c);
-  clean.kv_len = poisoned.kv_len = {300, 170};
-  for (int64_t h = 0; h < c.Hkv; ++h)
-    for (int64_t j = 170; j < c.Tk; ++j)
-      for (int64_t d = 0; d < c.D; ++d)
-        poisoned.args.k(1, h, j, d) = poisoned.args.v(1, h, j, d) = NAN;
-  attention(clean.args);
-  attention(poisoned.args);
+  const Case c{.B = 2, .Hq = 4, .Hkv = 2, .Tq = 150, .Tk = 300, .D = 32, .Dv = 32,
+               .causal = true};
+  testing::PaddedPair p(c, 170);
+  attention(p.clean.args);
+  attention(p.poisoned.args);
   Grads a(c), b(c);
-  attention_backward(clean.args, a.dout, a.dq, a.dk, a.dv);
-  attention_backward(poisoned.args, b.dout, b.dq, b.dk, b.dv);
+  attention_backward(p.clean.args, a.dout, a.dq, a.dk, a.dv);
+  attention_backward(p.poisoned.args, b.dout, b.dq, b.dk, b.dv);
   for (auto [x, y] : {std::pair{&a.dq, &b.dq}, {&a.dk, &b.dk}, {&a.dv, &b.dv}})
     for (int64_t i = 0; i < x->numel(); ++i) ASSERT_EQ(x->data()[i], y->data()[i]) << i;
   for (int64_t h = 0; h < c.Hkv; ++h)

@@ -247,18 +247,12 @@ TEST(FlashEdges, KeysPastKvLenAreNeverRead) {
   struct Heads { int64_t Hq, Hkv, Tq, D; };
   for (const Heads& s : {Heads{2, 2, 40, 32}, Heads{2, 2, 1, 32}, Heads{8, 2, 1, 32},
                          Heads{16, 1, 1, 32}, Heads{4, 2, 1, 8}}) {
-    Case c{.B = 2, .Hq = s.Hq, .Hkv = s.Hkv, .Tq = s.Tq, .Tk = 600, .D = s.D, .Dv = s.D};
-    c.padding = true;
-    Problem clean(c), poisoned(c);
-    clean.kv_len = poisoned.kv_len = {600, 300};
-    for (int64_t h = 0; h < c.Hkv; ++h)
-      for (int64_t j = 300; j < c.Tk; ++j)
-        for (int64_t d = 0; d < c.D; ++d)
-          poisoned.args.k(1, h, j, d) = poisoned.args.v(1, h, j, d) = NAN;
-    attention(clean.args);
-    attention(poisoned.args);
-    for (int64_t i = 0; i < clean.out.numel(); ++i)
-      ASSERT_EQ(clean.out.data()[i], poisoned.out.data()[i]) << "Hq " << s.Hq << " Tq " << s.Tq;
+    testing::PaddedPair p({.B = 2, .Hq = s.Hq, .Hkv = s.Hkv, .Tq = s.Tq, .Tk = 600, .D = s.D,
+                           .Dv = s.D}, 300);
+    attention(p.clean.args);
+    attention(p.poisoned.args);
+    for (int64_t i = 0; i < p.clean.out.numel(); ++i)
+      ASSERT_EQ(p.clean.out.data()[i], p.poisoned.out.data()[i]) << "Hq " << s.Hq << " Tq " << s.Tq;
   }
 }
 

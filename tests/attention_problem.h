@@ -162,6 +162,27 @@ struct Problem {
 
 // The inputs in double precision, canonical order: q [B, Hq, Tq, D], k [B, Hkv, Tk, D],
 // v [B, Hkv, Tk, Dv], bias expanded to [B, Hq, Tq, Tk] (empty when none).
+// A padded pair of problems, the same but for NaN in the key and value rows of batch 1 past
+// its kv_len (which both get): the kernels must never read those rows.
+struct PaddedPair {
+  static Case padded(Case c) {
+    c.padding = true;
+    return c;
+  }
+  Problem clean, poisoned;
+  PaddedPair(const Case& c, int32_t kv_len_1) : clean(padded(c)), poisoned(padded(c)) {
+    clean.kv_len = poisoned.kv_len = std::vector<int32_t>(c.B, static_cast<int32_t>(c.Tk));
+    clean.kv_len[1] = poisoned.kv_len[1] = kv_len_1;
+    clean.args.mask.kv_len = clean.kv_len.data();
+    poisoned.args.mask.kv_len = poisoned.kv_len.data();
+    for (int64_t h = 0; h < c.Hkv; ++h)
+      for (int64_t j = kv_len_1; j < c.Tk; ++j) {
+        for (int64_t d = 0; d < c.D; ++d) poisoned.args.k(1, h, j, d) = NAN;
+        for (int64_t e = 0; e < c.Dv; ++e) poisoned.args.v(1, h, j, e) = NAN;
+      }
+  }
+};
+
 struct Inputs {
   std::vector<double> q, k, v, bias;
   std::vector<int32_t> kv_len;
