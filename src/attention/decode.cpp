@@ -48,7 +48,20 @@ constexpr int64_t kMaxRowsInLanes = 16;  // rows (GQA group × queries) of the k
 
 struct Shape {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv, G, R, chunk, chunks;  // G = Hq / Hkv, R = G · Tq rows
+  // Row r of key/value head hkv's group is query query(r) of query head head(hkv, r).
+  int64_t head(int64_t hkv, int64_t r) const { return hkv * G + r / Tq; }
+  int64_t query(int64_t r) const { return r % Tq; }
 };
+
+// The score transforms after q·k (softcap, bias, ALiBi) on one score: query i of head h,
+// key j (scalar: a unit has few scores next to the bytes it reads).
+float transformed(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b,
+                  int64_t h, int64_t i, int64_t j, float x) {
+  if (a.softcap > 0) x = a.softcap * std::tanh(x / a.softcap);
+  if (!bias.empty()) x += bias(b, h, i, j);
+  if (a.mask.alibi) x += alibi_bias(a.mask, h, i, j, n.Tq, n.Tk);
+  return x;
+}
 
 // Partial results of one unit: per row m, l, then o[Dv].
 float* partial(float* base, const Shape& n, int64_t unit, int64_t r) {
@@ -181,7 +194,7 @@ void decode_unit(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, con
   thread_local std::vector<KeyRange> ranges;
   ranges.resize(n.R);
   for (int64_t r = 0; r < n.R; ++r) {
-    const int64_t h = hkv * n.G + r / n.Tq, i = r % n.Tq;
+    const int64_t h = n.head(hkv, r), i = n.query(r);
     ranges[r] = visible_keys(a.mask, b, i, n.Tq, n.Tk);
     ranges[r].begin = std::max(ranges[r].begin, c0);
     ranges[r].end = std::min(ranges[r].end, c1);
@@ -205,17 +218,12 @@ void decode_unit(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, con
       if (j >= ranges[r].begin && j < ranges[r].end)
         s[r * n.chunk + j - c0] = dot(q + r * n.D, k, n.D);
   }
-  // Score transforms (scalar: a chunk has few scores next to the bytes it reads).
   if (has_score_transforms(a))
-    for (int64_t r = 0; r < n.R; ++r) {
-      const int64_t h = hkv * n.G + r / n.Tq, i = r % n.Tq;
+    for (int64_t r = 0; r < n.R; ++r)
       for (int64_t j = ranges[r].begin; j < ranges[r].end; ++j) {
         float& x = s[r * n.chunk + j - c0];
-        if (a.softcap > 0) x = a.softcap * std::tanh(x / a.softcap);
-        if (!bias.empty()) x += bias(b, h, i, j);
-        if (a.mask.alibi) x += alibi_bias(a.mask, h, i, j, n.Tq, n.Tk);
+        x = transformed(a, bias, n, b, n.head(hkv, r), n.query(r), j, x);
       }
-    }
   // Softmax pieces per row: m, p = e^(s − m), l = Σ p.
   for (int64_t r = 0; r < n.R; ++r) {
     float* row = s + r * n.chunk;
@@ -274,13 +282,8 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
   float* Ot = thread_scratch(2, blocks * n.Dv * Mq);
   float* state = thread_scratch(3, blocks * 3 * Mq);  // m, l, alpha of each block
   float* Vt = thread_scratch(4, n.Dv * kKeyTile);
-  float* rows_f32 = thread_scratch(5, kKeyTile * (n.D + n.Dv));  // bf16 rows, converted
-  thread_local std::vector<tiles::TileMask> masks;
+  thread_local std::vector<tiles::TileMask> masks;  // each row's keys in this chunk
   masks.resize(blocks);
-  // Row r of the group is query i of head h; its keys in this chunk are one range.
-  auto head_and_query = [&](int64_t r, int64_t& h, int64_t& i) {
-    h = hkv * n.G + r / n.Tq, i = r % n.Tq;
-  };
   int64_t lo = c1, hi = c0;  // the keys some row sees: rows past them are never read
   for (int64_t blk = 0; blk < blocks; ++blk) {
     tiles::TileMask& tm = masks[blk];
@@ -289,9 +292,8 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
     float* qt = Qt + blk * n.D * Mq;
     for (int64_t lane = 0; lane < Mq; ++lane) {
       const int64_t r = blk * Mq + lane;
-      int64_t h = 0, i = 0;
+      const int64_t h = n.head(hkv, r), i = n.query(r);
       if (r < n.R) {
-        head_and_query(r, h, i);
         const KeyRange k = visible_keys(a.mask, b, i, n.Tq, n.Tk);
         const int64_t first = std::max(k.begin, c0), end = std::max(std::min(k.end, c1), first);
         tm.begin[lane] = static_cast<int32_t>(first);
@@ -331,6 +333,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
       k_rows = K.row(b, hkv, j0), ks = K.row_stride;
       v_rows = V.row(b, hkv, j0), vs = V.row_stride;
     } else {
+      float* rows_f32 = thread_scratch(5, kKeyTile * (n.D + n.Dv));
       for (int64_t jj = 0; jj < nk; ++jj) {
         const T *k = K.row(b, hkv, j0 + jj), *v = V.row(b, hkv, j0 + jj);
         for (int64_t d = 0; d < n.D; ++d) rows_f32[jj * n.D + d] = scalar(k[d]);
@@ -350,13 +353,10 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
         simd::scores_tile<NQV>(k_rows, ks, nk, Qt + blk * n.D * Mq, n.D, Mq, S, &prefetch);
         if (has_score_transforms(a))
           for (int64_t lane = 0; lane < rows; ++lane) {
-            int64_t h, i;
-            head_and_query(blk * Mq + lane, h, i);
+            const int64_t r = blk * Mq + lane;
             for (int64_t jj = 0; jj < nk; ++jj) {
               float& x = S[jj * Mq + lane];
-              if (a.softcap > 0) x = a.softcap * std::tanh(x / a.softcap);
-              if (!bias.empty()) x += bias(b, h, i, j0 + jj);
-              if (a.mask.alibi) x += alibi_bias(a.mask, h, i, j0 + jj, n.Tq, n.Tk);
+              x = transformed(a, bias, n, b, n.head(hkv, r), n.query(r), j0 + jj, x);
             }
           }
         if (!tm.covers(j0, j0 + nk, rows))
@@ -408,7 +408,7 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
 #pragma omp parallel for schedule(static) num_threads(detail::threads_for(rows * n.chunks * n.Dv))
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t r = row % n.R, hkv = (row / n.R) % n.Hkv, b = row / (n.R * n.Hkv);
-    const int64_t h = hkv * n.G + r / n.Tq, i = r % n.Tq;
+    const int64_t h = n.head(hkv, r), i = n.query(r);
     const int64_t first = (b * n.Hkv + hkv) * n.chunks;
     float m = simd::kMinusInf;
     for (int64_t c = 0; c < n.chunks; ++c) m = std::max(m, partial(parts, n, first + c, r)[0]);

@@ -157,7 +157,8 @@ HWY_INLINE void packed_transposed_times_rows(const float* HWY_RESTRICT p, int64_
 // ~4% of the forward's time at seq 2048, dim 128.)
 class PrefetchQueue {
  public:
-  // Rows [0, rows) of two row sets (a key tile of K and of V): `floats` wide, `stride` apart.
+  // Rows [0, rows) of two row sets (a key tile of K and of V): `floats` wide, `stride` apart,
+  // `per_call` lines asked for after each micro-kernel call.
   void reset(const float* a, int64_t a_stride, int64_t a_floats, const float* b,
              int64_t b_stride, int64_t b_floats, int64_t rows, int per_call = 8) {
     per_call_ = per_call;
