@@ -111,8 +111,14 @@ std::vector<Case> decode_grid() {
   return testing::variations(Case{.B = 2, .Hq = 8, .Hkv = 8, .Tq = 1, .Tk = 1000, .D = 64, .Dv = 64}, {
       [](Case&) {},
       [](Case& c) { c.Tq = 4; c.causal = true; },
+      // Up to 15 rows per kv head: in registers, in groups of 4 rows (decode.cpp).
       [](Case& c) { c.Tq = 3; c.causal = true; c.Hkv = 2; },  // 12 rows per kv head
       [](Case& c) { c.Hkv = 1; c.D = 128; c.Dv = 128; },  // MQA: 8 rows per kv head
+      [](Case& c) { c.Hq = 7; c.Hkv = 1; c.D = 80; c.Dv = 80; },  // 4 + 3 rows, 5 vectors
+      [](Case& c) { c.Hq = 5; c.Hkv = 1; c.Tq = 3; c.causal = true; },  // 15 rows
+      [](Case& c) { c.Hkv = 2; c.D = 40; c.Dv = 24; },  // head dims not whole vectors
+      // The last chunk holds one key, seen by 2 of the 8 rows of each kv head.
+      [](Case& c) { c.Tq = 4; c.causal = true; c.Hkv = 4; c.Tk = 769; },
       [](Case& c) { c.Tk = 3000; c.D = 16; c.Dv = 40; },
       [](Case& c) { c.Tk = 257; c.padding = true; c.B = 3; },
       [](Case& c) { c.Tq = 2; c.window_left = 300; c.causal = true; },
@@ -122,14 +128,14 @@ std::vector<Case> decode_grid() {
       [](Case& c) { c.D = 256; c.Dv = 256; c.Tk = 600; },
       // Caches of 8k and more take longer chunks (512 keys here, the last one partial).
       [](Case& c) { c.Tk = 9000; c.D = 32; c.Dv = 32; c.Hq = 4; c.Hkv = 2; c.padding = true; },
-      // 8 rows and more per kv head go in vector lanes, up to 64 per block (decode.cpp).
+      // 16 rows and more per kv head go in vector lanes, up to 64 per block (decode.cpp).
       [](Case& c) { c.Hq = 32; c.Hkv = 1; c.Tq = 3; c.causal = true; },  // 96 rows: 2 blocks
       [](Case& c) { c.Hq = 71; c.Hkv = 1; c.padding = true; c.B = 3; c.Tk = 700; },  // 64 + 7
       [](Case& c) { c.Hq = 16; c.Hkv = 2; c.Tq = 2; c.bias = BiasKind::full; c.alibi = true;
                     c.softcap = 2; },
       [](Case& c) { c.Hkv = 1; c.Tq = 4; c.window_left = 100; c.causal = true;
                     c.seq_major = true; },
-      [](Case& c) { c.Hkv = 1; c.D = 16; c.Dv = 40; c.Tk = 3000; },
+      [](Case& c) { c.Hq = 16; c.Hkv = 1; c.D = 16; c.Dv = 40; c.Tk = 3000; },
   });
 }
 
@@ -179,6 +185,7 @@ TEST(DecodeBf16, MatchesReferenceOnRoundedRows) {
   for (const Shape& c : {Shape{4, 2, 1, 39, 8, 8, 3, false}, Shape{8, 8, 1, 700, 64, 64, -1, false},
                          Shape{8, 2, 2, 300, 128, 128, 100, true},
                          Shape{4, 1, 4, 17, 16, 40, -1, false},
+                         Shape{6, 2, 1, 500, 40, 24, -1, false},
                          Shape{72, 1, 1, 700, 64, 64, 200, false}}) {
     const int64_t slots = c.Tk + 5;  // rows of a cache longer than what is used
     Tensor q({1, c.Hq, c.Tq, c.D}), k({1, c.Hkv, c.Tk, c.D}), v({1, c.Hkv, c.Tk, c.Dv});
@@ -242,8 +249,9 @@ TEST(FlashEdges, FullyMaskedRowsInLanesGiveZeroAndMinusInf) {
 
 TEST(FlashEdges, KeysPastKvLenAreNeverRead) {
   // Rows past a sequence's kv_len may hold anything (a cache's unused slots): NaN there must
-  // not reach the output. Tiled forward, then decoding by dot products (1 and 4 rows per kv
-  // head), with rows in vector lanes (16 rows), and with keys in the lanes (head dim 8).
+  // not reach the output. Tiled forward, then decoding with the rows' sums in registers (1
+  // and 4 rows per kv head), with rows in vector lanes (16 rows), and with keys in the lanes
+  // (head dim 8).
   struct Heads { int64_t Hq, Hkv, Tq, D; };
   for (const Heads& s : {Heads{2, 2, 40, 32}, Heads{2, 2, 1, 32}, Heads{8, 2, 1, 32},
                          Heads{16, 1, 1, 32}, Heads{4, 2, 1, 8}}) {
@@ -280,9 +288,12 @@ TEST(FlashThreads, SameBitsWithOneAndTwoThreads) {
   // threads (a row's arithmetic must not depend on the group it is in).
   Case one_head{.B = 1, .Hq = 1, .Hkv = 1, .Tq = 1000, .Tk = 1000, .D = 64, .Dv = 64};
   one_head.window_left = 300;
-  for (const int64_t Tq : {300, 4, 2, 1, 0}) {  // 4: 8 rows per kv head, in vector lanes
+  // Decoding with 8, 4 and 2 rows per kv head has them in registers; with 16 query heads and
+  // 4 queries, 32 rows go in vector lanes.
+  for (const int64_t Tq : {300, 4, 2, 1, 0, -1}) {
     Case c{.B = 1, .Hq = 4, .Hkv = 2, .Tq = Tq, .Tk = Tq == 1 ? 9000 : 2000, .D = 64, .Dv = 64};
     if (Tq == 0) c = one_head;
+    if (Tq == -1) c.Hq = 16, c.Tq = 4;
     c.causal = true;
     c.padding = true;
     Problem one(c), two(c);

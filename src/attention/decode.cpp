@@ -10,8 +10,10 @@
 // the result is the same bits for any number of threads.
 //
 // All query rows that share a key/value head (the heads of a GQA group × Tq) are processed
-// together, so each key and value row is read from memory once per unit: up to 7 rows by dot
-// products along the head dim, 8 and more in vector lanes with the tiled kernels' pieces.
+// together, so each key and value row is read from memory once per unit: up to 15 rows with
+// their partial sums in registers (decode_unit_rows), 16 and more in vector lanes with the
+// tiled kernels' pieces (decode_unit_tiled), and head dims below a vector with the keys in
+// the lanes (decode_unit_keys_in_lanes).
 #include <algorithm>
 #include <type_traits>
 #include <cmath>
@@ -68,11 +70,6 @@ float* partial(float* base, const Shape& n, int64_t unit, int64_t r) {
   return base + (unit * n.R + r) * (n.Dv + 2);
 }
 
-// Rows this far ahead are asked for early: with the hardware prefetcher alone the kernel read
-// K and V at ~72% of a plain read loop; 1–4 rows ahead gave ~87%, 8 or more ~72% again
-// (measured: 8 heads, D = 128, cache 32k, 2 threads).
-constexpr int64_t kPrefetchRows = 3;
-
 // Key or value rows being decoded: fp32 (a View) or bf16 (a KV cache's storage). Elements of
 // a row are contiguous.
 template <typename T>
@@ -93,34 +90,33 @@ HWY_INLINE Vf load(const Bf16* p) {
 HWY_INLINE float scalar(float x) { return x; }
 HWY_INLINE float scalar(Bf16 x) { return hwy::F32FromBF16(x); }
 
-template <typename T>
-float dot(const float* a, const T* b, int64_t n) {
-  const size_t N = simd::lanes();
-  Vf acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  int64_t d = 0;
-  for (; d + 2 * static_cast<int64_t>(N) <= n; d += 2 * N) {
-    acc0 = hn::MulAdd(hn::LoadU(df, a + d), load(b + d), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(df, a + d + N), load(b + d + N), acc1);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
-  for (; d < n; ++d) sum += a[d] * scalar(b[d]);
-  return sum;
-}
-
-// out[0:n] += p · x[0:n]
-template <typename T>
-void axpy(float p, const T* x, float* out, int64_t n) {
-  const size_t N = simd::lanes();
-  const Vf pv = hn::Set(df, p);
-  int64_t e = 0;
-  for (; e + static_cast<int64_t>(N) <= n; e += N)
-    hn::StoreU(hn::MulAdd(pv, load(x + e), hn::LoadU(df, out + e)), df, out + e);
-  for (; e < n; ++e) out[e] += p * scalar(x[e]);
-}
+// Rows this far ahead are asked for early, one row per row processed: with the hardware
+// prefetcher alone the kernels read K and V at ~72% of a plain read loop; 1–4 rows ahead gave
+// ~87–98%, 8 or more less again, and 16 or 64 rows ahead into L2 only no better (8 heads and
+// 8 or 32 query heads, D = 128, cache 32k, 2 threads).
+constexpr int64_t kPrefetchRows = 4;
 
 template <typename T>
 void prefetch_row(const T* row, int64_t n) {
   for (int64_t i = 0; i < n; i += 64 / static_cast<int64_t>(sizeof(T))) __builtin_prefetch(row + i);
+}
+
+// m ← the max of row[0, count), row ← p = e^(row − m), l ← Σ p, in whole vectors: the row
+// holds -inf from count to the next whole vector (p = 0 there). A row that sees no key keeps
+// m = -inf and gets p = 0 (not e^(-inf + inf) = NaN), l = 0.
+void softmax_row(float* row, int64_t count, float& m, float& l) {
+  const size_t N = simd::lanes();
+  Vf mx = hn::Set(df, simd::kMinusInf);
+  for (int64_t j = 0; j < count; j += N) mx = hn::Max(mx, hn::LoadU(df, row + j));
+  m = hn::GetLane(hn::MaxOfLanes(df, mx));
+  const Vf shift = hn::Set(df, m == simd::kMinusInf ? 0.0f : m);
+  Vf sum = hn::Zero(df);
+  for (int64_t j = 0; j < count; j += N) {
+    const Vf p = simd::exp_nonpositive(hn::Sub(hn::LoadU(df, row + j), shift));
+    hn::StoreU(p, df, row + j);
+    sum = hn::Add(sum, p);
+  }
+  l = hn::GetLane(hn::SumOfLanes(df, sum));
 }
 
 // Head dims below a vector (stories260K's are 8) waste most lanes when a vector runs along d:
@@ -184,89 +180,241 @@ void values_keys_in_lanes(const Rows<float>& V, const Shape& n, int64_t b, int64
   }
 }
 
-template <typename T>
-void decode_unit(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, const View& bias,
-                 float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
+// The unit's rows, their visible keys within the chunk [c0, c1) (empty: begin = end), and
+// the union [lo, hi) of those: key and value rows outside it are never read (past a kv_len
+// they may hold anything). Also writes each row's scaled query to q[r · D], and starts its
+// partial result as "no key seen".
+struct UnitRows {
+  std::vector<KeyRange> ranges;
+  int64_t lo, hi;
+};
+void start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t b, int64_t hkv,
+                int64_t c0, int64_t c1, float* q, float* parts, int64_t unit, UnitRows& u) {
+  u.ranges.resize(n.R);
+  u.lo = c1, u.hi = c0;
+  for (int64_t r = 0; r < n.R; ++r) {
+    const int64_t h = n.head(hkv, r), i = n.query(r);
+    const KeyRange k = visible_keys(a.mask, b, i, n.Tq, n.Tk);
+    KeyRange& range = u.ranges[r];
+    range.begin = std::max(k.begin, c0);
+    range.end = std::max(std::min(k.end, c1), range.begin);
+    if (range.begin < range.end) u.lo = std::min(u.lo, range.begin), u.hi = std::max(u.hi, range.end);
+    for (int64_t d = 0; d < n.D; ++d) q[r * n.D + d] = scale * a.q(b, h, i, d);
+    float* out = partial(parts, n, unit, r);
+    out[0] = simd::kMinusInf, out[1] = 0;
+    std::fill(out + 2, out + 2 + n.Dv, 0.0f);
+  }
+}
+
+// A row's scores s[j − lo] for keys j in [lo, hi), of which it sees `range`: the score
+// transforms on the keys it sees, -inf on the rest up to the next whole vector past hi, then
+// softmax_row into the row's partial result.
+void finish_scores(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b,
+                   int64_t hkv, int64_t r, KeyRange range, int64_t lo, int64_t hi, float* s,
+                   float* out) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  if (has_score_transforms(a))
+    for (int64_t j = range.begin; j < range.end; ++j)
+      s[j - lo] = transformed(a, bias, n, b, n.head(hkv, r), n.query(r), j, s[j - lo]);
+  const int64_t begin = std::clamp(range.begin, lo, hi), end = std::clamp(range.end, begin, hi);
+  std::fill(s, s + (begin - lo), simd::kMinusInf);
+  std::fill(s + (end - lo), s + (hi - lo + N - 1) / N * N, simd::kMinusInf);
+  softmax_row(s, hi - lo, out[0], out[1]);
+}
+
+// Head dims below a vector (stories260K's are 8) waste most lanes when a vector runs along d:
+// the lanes run along 16 keys instead, and K and V columns are gathered (fp32 only).
+void decode_unit_keys_in_lanes(const AttentionArgs& a, const Rows<float>& K,
+                               const Rows<float>& V, const View& bias, float scale,
+                               const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
   const int64_t c0 = c * n.chunk, c1 = std::min(c0 + n.chunk, n.Tk);
   const int64_t unit = (b * n.Hkv + hkv) * n.chunks + c;
   float* s = thread_scratch(4, n.R * n.chunk);
   float* q = thread_scratch(5, n.R * n.D);
-  thread_local std::vector<KeyRange> ranges;
-  ranges.resize(n.R);
-  for (int64_t r = 0; r < n.R; ++r) {
-    const int64_t h = n.head(hkv, r), i = n.query(r);
-    ranges[r] = visible_keys(a.mask, b, i, n.Tq, n.Tk);
-    ranges[r].begin = std::max(ranges[r].begin, c0);
-    ranges[r].end = std::min(ranges[r].end, c1);
-    for (int64_t d = 0; d < n.D; ++d) q[r * n.D + d] = scale * a.q(b, h, i, d);
-  }
-  // s ← scale · q kᵀ, each key row read once for all rows of the group.
-  std::fill(s, s + n.R * n.chunk, simd::kMinusInf);
-  // (bf16 rows cannot be gathered: they take the per-key loop)
-  constexpr bool fp32 = std::is_same_v<T, float>;
-  const bool lanes_on_keys = fp32 && keys_in_lanes(n);
-  // Keys past every row's range (past a kv_len) are never read: they may hold anything.
-  int64_t seen_end = c0;
+  thread_local UnitRows u;
+  start_unit(a, scale, n, b, hkv, c0, c1, q, parts, unit, u);
+  if (u.lo >= u.hi) return;
+  // Scores of the keys [c0, hi), -inf where a row may not look.
+  scores_keys_in_lanes(K, n, b, hkv, c0, u.hi, q, u.ranges.data(), s);
   for (int64_t r = 0; r < n.R; ++r)
-    if (ranges[r].begin < ranges[r].end) seen_end = std::max(seen_end, ranges[r].end);
-  if constexpr (fp32)
-    if (lanes_on_keys) scores_keys_in_lanes(K, n, b, hkv, c0, seen_end, q, ranges.data(), s);
-  for (int64_t j = c0; j < c1 && !lanes_on_keys; ++j) {
-    const T* k = K.row(b, hkv, j);
-    prefetch_row(K.row(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1)), n.D);
-    for (int64_t r = 0; r < n.R; ++r)
-      if (j >= ranges[r].begin && j < ranges[r].end)
-        s[r * n.chunk + j - c0] = dot(q + r * n.D, k, n.D);
+    finish_scores(a, bias, n, b, hkv, r, u.ranges[r], c0, u.hi, s + r * n.chunk,
+                  partial(parts, n, unit, r));
+  values_keys_in_lanes(V, n, b, hkv, c0, u.hi, s, parts, unit);
+}
+
+// ---- A few rows per key/value head, their sums in registers --------------------------------
+
+// Below this many rows (GQA group × queries) per key/value head, decode_unit_rows; from it on,
+// decode_unit_tiled. Cache 32k, dim 128, 2 threads, against the tiled path: 8 rows 1.3–1.7×
+// faster, 12 rows 1.3×, 16 rows the same.
+constexpr int64_t kTiledDecodeMinRows = 16;
+constexpr int kGroupRows = 4;  // rows per register block
+
+// Lane j of the result is the sum of x[j]'s lanes, for the N = lanes vectors x (clobbered):
+// log2 N rounds, each adding the even lanes of a pair of vectors to their odd lanes and
+// halving the vectors (ConcatEven / ConcatOdd, one shuffle each on AVX-512): 2N − 2 shuffles
+// for N sums, where N separate horizontal sums take N log2 N.
+HWY_INLINE Vf lane_sums(Vf* x) {
+  for (size_t count = hn::MaxLanes(df); count > 1; count /= 2)
+    for (size_t i = 0; i < count / 2; ++i)
+      x[i] = hn::Add(hn::ConcatEven(df, x[2 * i + 1], x[2 * i]),
+                     hn::ConcatOdd(df, x[2 * i + 1], x[2 * i]));
+  return x[0];
+}
+
+using PartialDots = Vf[hn::MaxLanes(df)];  // one row's vectors of partial products, N keys
+
+// part[r][jj] ← q_r ⊙ k summed over the head dim's whole vectors, for RG rows of q (D apart)
+// and one key row k: two chains per row.
+template <int RG, typename T>
+HWY_INLINE void key_dots(const float* q, int64_t D, const T* k, int64_t whole,
+                         PartialDots* part, int64_t jj) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  Vf even[RG], odd[RG];
+  for (int r = 0; r < RG; ++r) even[r] = odd[r] = hn::Zero(df);
+  int64_t d = 0;
+  for (; d + 2 * N <= whole; d += 2 * N) {
+    const Vf k0 = load(k + d), k1 = load(k + d + N);
+    for (int r = 0; r < RG; ++r) {
+      even[r] = hn::MulAdd(hn::LoadU(df, q + r * D + d), k0, even[r]);
+      odd[r] = hn::MulAdd(hn::LoadU(df, q + r * D + d + N), k1, odd[r]);
+    }
   }
-  if (has_score_transforms(a))
-    for (int64_t r = 0; r < n.R; ++r)
-      for (int64_t j = ranges[r].begin; j < ranges[r].end; ++j) {
-        float& x = s[r * n.chunk + j - c0];
-        x = transformed(a, bias, n, b, n.head(hkv, r), n.query(r), j, x);
-      }
-  // Softmax pieces per row: m, p = e^(s − m), l = Σ p.
+  if (d < whole) {
+    const Vf k0 = load(k + d);
+    for (int r = 0; r < RG; ++r) even[r] = hn::MulAdd(hn::LoadU(df, q + r * D + d), k0, even[r]);
+  }
+  for (int r = 0; r < RG; ++r) part[r][jj] = hn::Add(even[r], odd[r]);
+}
+
+// s[r · s_stride + jj] ← q_r · k_jj for the R rows and nk ≤ N keys from k (lanes past nk get
+// 0): key rows are read in order, each once for all rows, and lane_sums turns each row's N
+// vectors of partial products into its N scores. (With a horizontal sum per score and the
+// output updated in memory per key, 4 to 8 rows read K and V at 33–54% of a read loop from
+// L3; this way 65–88%.)
+template <typename T>
+void block_scores(const float* q, int64_t R, int64_t D, const T* k, int64_t ks, int64_t nk,
+                  const T* ahead, int64_t ahead_rows, float* s, int64_t s_stride) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  const int64_t whole = D / N * N;
+  PartialDots part[kTiledDecodeMinRows];
+  for (int64_t jj = 0; jj < nk; ++jj) {
+    if (jj < ahead_rows) prefetch_row(ahead + jj * ks, D);
+    for (int64_t r = 0; r < R; r += kGroupRows)
+      simd::with_count<kGroupRows>(static_cast<int>(std::min<int64_t>(kGroupRows, R - r)),
+                                   [&](auto rows) {
+        key_dots<decltype(rows)::value>(q + r * D, D, k + jj * ks, whole, part + r, jj);
+      });
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t jj = nk; jj < N; ++jj) part[r][jj] = hn::Zero(df);
+    hn::StoreU(lane_sums(part[r]), df, s + r * s_stride);
+  }
+  for (int64_t d = whole; d < D; ++d)  // a head dim that is not whole vectors
+    for (int64_t jj = 0; jj < nk; ++jj)
+      for (int64_t r = 0; r < R; ++r) s[r * s_stride + jj] += q[r * D + d] * scalar(k[jj * ks + d]);
+}
+
+// Value vectors per pass of block_values: RG × W accumulators and W value vectors.
+template <int RG>
+inline constexpr int kValueVectors = RG <= 2 ? 8 : 4;
+
+// o_r[e0, e0 + W N) += Σ_jj p_r[jj] v_jj[e0, e0 + W N) over nk value rows v, for RG rows
+// (p_r = p + r · p_stride), the sums in registers across the rows; asks for ahead_rows rows of
+// `ahead` (Dv wide), one per value row.
+template <int RG, int W, typename T>
+void block_values(const float* p, int64_t p_stride, const T* v, int64_t vs, int64_t nk,
+                  int64_t e0, float* const* o, const T* ahead, int64_t ahead_rows, int64_t Dv) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  Vf acc[RG][W];
+  for (int r = 0; r < RG; ++r)
+    for (int w = 0; w < W; ++w) acc[r][w] = hn::LoadU(df, o[r] + e0 + w * N);
+  for (int64_t jj = 0; jj < nk; ++jj) {
+    if (jj < ahead_rows) prefetch_row(ahead + jj * vs, Dv);
+    Vf x[W];
+    for (int w = 0; w < W; ++w) x[w] = load(v + jj * vs + e0 + w * N);
+    for (int r = 0; r < RG; ++r) {
+      const Vf pr = hn::Set(df, p[r * p_stride + jj]);
+      for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(pr, x[w], acc[r][w]);
+    }
+  }
+  for (int r = 0; r < RG; ++r)
+    for (int w = 0; w < W; ++w) hn::StoreU(acc[r][w], df, o[r] + e0 + w * N);
+}
+
+// Value rows per block: the passes over a block's columns find its rows in L1.
+constexpr int64_t kValueBlock = 64;
+
+// One unit of R < kTiledDecodeMinRows rows: the scores of the keys N at a time, each row's
+// softmax, then P·V over blocks of value rows, in groups of up to 4 rows and passes of
+// kValueVectors columns. Each key and value row is read from memory once.
+template <typename T>
+void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V,
+                      const View& bias, float scale, const Shape& n, int64_t b, int64_t hkv,
+                      int64_t c, float* parts) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  const int64_t c0 = c * n.chunk, c1 = std::min(c0 + n.chunk, n.Tk);
+  const int64_t unit = (b * n.Hkv + hkv) * n.chunks + c;
+  const int64_t stride = n.chunk + N;  // a row of scores, and room for a whole vector past it
+  float* s = thread_scratch(4, n.R * stride);
+  float* q = thread_scratch(5, n.R * n.D);
+  thread_local UnitRows u;
+  start_unit(a, scale, n, b, hkv, c0, c1, q, parts, unit, u);
+  const int64_t lo = u.lo, hi = u.hi;
+  if (lo >= hi) return;
+  // Rows kPrefetchRows ahead of the first row of [j, j + count), clipped to hi.
+  const auto ahead = [&](const Rows<T>& rows, int64_t j, int64_t count, int64_t& ahead_rows) {
+    ahead_rows = std::clamp<int64_t>(hi - (j + kPrefetchRows), 0, count);
+    return ahead_rows > 0 ? rows.row(b, hkv, j + kPrefetchRows) : nullptr;
+  };
+  for (int64_t j = lo; j < hi; j += N) {
+    const int64_t nk = std::min(N, hi - j);
+    int64_t ahead_rows;
+    const T* next = ahead(K, j, nk, ahead_rows);
+    block_scores(q, n.R, n.D, K.row(b, hkv, j), K.row_stride, nk, next, ahead_rows, s + (j - lo),
+                 stride);
+  }
+  float* o[kTiledDecodeMinRows];
   for (int64_t r = 0; r < n.R; ++r) {
-    float* row = s + r * n.chunk;
     float* out = partial(parts, n, unit, r);
-    float m = simd::kMinusInf;
-    for (int64_t j = 0; j < c1 - c0; ++j) m = std::max(m, row[j]);
-    const Vf shift = hn::Set(df, m == simd::kMinusInf ? 0 : m);
-    const size_t N = simd::lanes();
-    Vf sum = hn::Zero(df);
-    // Whole vectors up to c1 (a short cache needs few): -inf beyond c1 gives p = 0 there.
-    for (int64_t j = 0; j < c1 - c0; j += N) {
-      const Vf p = simd::exp_nonpositive(hn::Sub(hn::LoadU(df, row + j), shift));
-      hn::StoreU(p, df, row + j);
-      sum = hn::Add(sum, p);
-    }
-    out[0] = m;
-    out[1] = hn::GetLane(hn::SumOfLanes(df, sum));
-    std::fill(out + 2, out + 2 + n.Dv, 0.0f);
+    finish_scores(a, bias, n, b, hkv, r, u.ranges[r], lo, hi, s + r * stride, out);
+    o[r] = out + 2;
   }
-  // o ← Σ p v, each value row read once.
-  if constexpr (fp32)
-    if (lanes_on_keys) return values_keys_in_lanes(V, n, b, hkv, c0, seen_end, s, parts, unit);
-  for (int64_t j = c0; j < c1; ++j) {
+  const int64_t whole = n.Dv / N * N;
+  for (int64_t j = lo; j < hi; j += kValueBlock) {
+    const int64_t nk = std::min(kValueBlock, hi - j), vs = V.row_stride;
     const T* v = V.row(b, hkv, j);
-    prefetch_row(V.row(b, hkv, std::min(j + kPrefetchRows, n.Tk - 1)), n.Dv);
-    for (int64_t r = 0; r < n.R; ++r) {
-      const float p = s[r * n.chunk + j - c0];
-      if (p != 0) axpy(p, v, partial(parts, n, unit, r) + 2, n.Dv);
+    int64_t ahead_rows;
+    const T* next = ahead(V, j, nk, ahead_rows);  // asked for by the first pass only
+    for (int64_t r = 0; r < n.R; r += kGroupRows) {
+      const float* p = s + r * stride + (j - lo);
+      simd::with_count<kGroupRows>(static_cast<int>(std::min<int64_t>(kGroupRows, n.R - r)),
+                                   [&](auto rows) {
+        constexpr int RG = decltype(rows)::value, W = kValueVectors<RG>;
+        int64_t e = 0;
+        for (; e + W * N <= whole; e += W * N, next = nullptr, ahead_rows = 0)
+          block_values<RG, W>(p, stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
+        if (e < whole)
+          simd::with_count<W>(static_cast<int>((whole - e) / N), [&](auto w) {
+            block_values<RG, decltype(w)::value>(p, stride, v, vs, nk, e, o + r, next,
+                                                 ahead_rows, n.Dv);
+          });
+        next = nullptr, ahead_rows = 0;
+      });
     }
+    for (int64_t e = whole; e < n.Dv; ++e)  // a value dim that is not whole vectors
+      for (int64_t jj = 0; jj < nk; ++jj)
+        for (int64_t r = 0; r < n.R; ++r)
+          o[r][e] += s[r * stride + (j - lo) + jj] * scalar(v[jj * vs + e]);
   }
 }
 
-
-// Many rows per key/value head (a large GQA group, several queries each): the per-row dot
-// products above cost R dots and R horizontal sums per key. Here the rows go in vector lanes
-// instead, up to 64 per block, and the chunk is walked in tiles of 64 keys with the tiled
-// forward's micro-kernels and online softmax: S = K Qt, P = e^(S − m), Ot = alpha Ot + Vᵀ P,
-// each key and value row still read from memory once per unit. From 8 rows on this is the
-// faster way (cache 32k, dim 128, 2 threads; 8 kv heads, 256 MiB from memory: 8 rows 17.6 ms
-// either way, 10 rows 21.3 → 17.6, 16 rows 31.4 → 18; 1 kv head, 32 MiB from L3: 8 rows
-// 2.2 → 1.6, 16 rows 3.8 → 1.6); below, a vector of 16 lanes holds too few rows to pay.
-constexpr int64_t kTiledDecodeMinRows = 8;
-
+// Many rows per key/value head (a large GQA group, several queries each): up to 64 rows per
+// block in vector lanes, the chunk walked in tiles of 64 keys with the tiled forward's
+// micro-kernels and online softmax: S = K Qt, P = e^(S − m), Ot = alpha Ot + Vᵀ P, each key
+// and value row still read from memory once per unit. (MQA with 32 heads, cache 32k, dim 128,
+// 2 threads: 51.7 ms through the tiled forward, which reads K and V once per query head,
+// 2.45 ms this way.)
 template <typename T>
 void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V,
                        const View& bias, float scale, const Shape& n, int64_t b, int64_t hkv,
@@ -398,10 +546,15 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t u = 0; u < units; ++u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
-    if (n.R >= kTiledDecodeMinRows && !keys_in_lanes(n))
+    if constexpr (std::is_same_v<T, float>)
+      if (keys_in_lanes(n)) {
+        decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
+        continue;
+      }
+    if (n.R >= kTiledDecodeMinRows)
       decode_unit_tiled(a, K, V, bias, scale, n, b, hkv, c, parts);
     else
-      decode_unit(a, K, V, bias, scale, n, b, hkv, c, parts);
+      decode_unit_rows(a, K, V, bias, scale, n, b, hkv, c, parts);
   }
   // Merge the chunks of each row in chunk order.
   const int64_t rows = n.B * n.Hkv * n.R;
