@@ -264,27 +264,27 @@ HWY_INLINE Vf lane_sums(Vf* x) {
 
 using PartialDots = Vf[hn::MaxLanes(df)];  // one row's vectors of partial products, N keys
 
-// part[r][jj] ← q_r ⊙ k summed over the head dim's whole vectors, for RG rows of q (D apart)
-// and one key row k: two chains per row.
-template <int RG, typename T>
-HWY_INLINE void key_dots(const float* q, int64_t D, const T* k, int64_t whole,
+// part[r][jj + j] ← q_r ⊙ k_j summed over the head dim's whole vectors, for RG rows of q (D
+// apart) and KG key rows k_j (ks apart): each q vector loaded once for KG keys. (Pairs of keys
+// read K at 8 rows per kv head 5–7% faster than one key with two chains per row; four keys
+// at a time were slower from memory.)
+template <int RG, int KG, typename T>
+HWY_INLINE void key_dots(const float* q, int64_t D, const T* k, int64_t ks, int64_t whole,
                          PartialDots* part, int64_t jj) {
   constexpr int64_t N = hn::MaxLanes(df);
-  Vf even[RG], odd[RG];
-  for (int r = 0; r < RG; ++r) even[r] = odd[r] = hn::Zero(df);
-  int64_t d = 0;
-  for (; d + 2 * N <= whole; d += 2 * N) {
-    const Vf k0 = load(k + d), k1 = load(k + d + N);
+  Vf acc[RG][KG];
+  for (int r = 0; r < RG; ++r)
+    for (int j = 0; j < KG; ++j) acc[r][j] = hn::Zero(df);
+  for (int64_t d = 0; d < whole; d += N) {
+    Vf kv[KG];
+    for (int j = 0; j < KG; ++j) kv[j] = load(k + j * ks + d);
     for (int r = 0; r < RG; ++r) {
-      even[r] = hn::MulAdd(hn::LoadU(df, q + r * D + d), k0, even[r]);
-      odd[r] = hn::MulAdd(hn::LoadU(df, q + r * D + d + N), k1, odd[r]);
+      const Vf qv = hn::LoadU(df, q + r * D + d);
+      for (int j = 0; j < KG; ++j) acc[r][j] = hn::MulAdd(qv, kv[j], acc[r][j]);
     }
   }
-  if (d < whole) {
-    const Vf k0 = load(k + d);
-    for (int r = 0; r < RG; ++r) even[r] = hn::MulAdd(hn::LoadU(df, q + r * D + d), k0, even[r]);
-  }
-  for (int r = 0; r < RG; ++r) part[r][jj] = hn::Add(even[r], odd[r]);
+  for (int r = 0; r < RG; ++r)
+    for (int j = 0; j < KG; ++j) part[r][jj + j] = acc[r][j];
 }
 
 // s[r · s_stride + jj] ← q_r · k_jj for the R rows and nk ≤ N keys from k (lanes past nk get
@@ -298,21 +298,27 @@ void block_scores(const float* q, int64_t R, int64_t D, const T* k, int64_t ks, 
   constexpr int64_t N = hn::MaxLanes(df);
   const int64_t whole = D / N * N;
   PartialDots part[kTiledDecodeMinRows];
-  for (int64_t jj = 0; jj < nk; ++jj) {
-    if (jj < ahead_rows) prefetch_row(ahead + jj * ks, D);
+  // All rows for KG keys from jj on.
+  const auto keys_from = [&](int64_t jj, auto keys) {
+    constexpr int KG = decltype(keys)::value;
+    for (int j = 0; j < KG; ++j)
+      if (jj + j < ahead_rows) prefetch_row(ahead + (jj + j) * ks, D);
     for (int64_t r = 0; r < R; r += kGroupRows)
       simd::with_count<kGroupRows>(static_cast<int>(std::min<int64_t>(kGroupRows, R - r)),
                                    [&](auto rows) {
-        key_dots<decltype(rows)::value>(q + r * D, D, k + jj * ks, whole, part + r, jj);
+        key_dots<decltype(rows)::value, KG>(q + r * D, D, k + jj * ks, ks, whole, part + r, jj);
       });
-  }
+  };
+  int64_t jj = 0;
+  for (; jj + 2 <= nk; jj += 2) keys_from(jj, std::integral_constant<int, 2>{});
+  if (jj < nk) keys_from(jj, std::integral_constant<int, 1>{});
   for (int64_t r = 0; r < R; ++r) {
-    for (int64_t jj = nk; jj < N; ++jj) part[r][jj] = hn::Zero(df);
+    for (int64_t lane = nk; lane < N; ++lane) part[r][lane] = hn::Zero(df);
     hn::StoreU(lane_sums(part[r]), df, s + r * s_stride);
   }
   for (int64_t d = whole; d < D; ++d)  // a head dim that is not whole vectors
-    for (int64_t jj = 0; jj < nk; ++jj)
-      for (int64_t r = 0; r < R; ++r) s[r * s_stride + jj] += q[r * D + d] * scalar(k[jj * ks + d]);
+    for (int64_t key = 0; key < nk; ++key)
+      for (int64_t r = 0; r < R; ++r) s[r * s_stride + key] += q[r * D + d] * scalar(k[key * ks + d]);
 }
 
 // Value vectors per pass of block_values: RG × W accumulators and W value vectors.
