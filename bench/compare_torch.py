@@ -164,6 +164,10 @@ def table_shapes(quick):
                                        backward=backward))
     for seq in ([1024, 32768] if quick else [1024, 4096, 32768]):
         shapes.append(dict(heads=8, seq=seq, dim=128, causal=False, backward=False, queries=1))
+    # Decoding with the GQA groups of Llama-style models: 4 and 8 query rows per kv head.
+    for heads, kv_heads in ((32, 8), (64, 8)):
+        shapes.append(dict(heads=heads, kv_heads=kv_heads, seq=32768, dim=128, causal=False,
+                           backward=False, queries=1, threads=[2]))
     # The masks and GQA, against the plain forward of the same size (2 threads).
     for dim in (64, 128):
         for extra in (dict(causal=True, window=512), dict(causal=False, kv_len=1536),
