@@ -106,7 +106,8 @@ std::vector<Case> shape_grid() {
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashOptions, ::testing::ValuesIn(shape_grid()),
                          [](const auto& info) { return info.param.name(); });
 
-// Decoding: 1 to 4 queries against a long cache take the split-KV path (several chunks).
+// Decoding: up to 15 queries against a long cache (32 when a kv head serves several query
+// heads) take the split-KV path (several chunks).
 std::vector<Case> decode_grid() {
   return testing::variations(Case{.B = 2, .Hq = 8, .Hkv = 8, .Tq = 1, .Tk = 1000, .D = 64, .Dv = 64}, {
       [](Case&) {},
@@ -119,6 +120,11 @@ std::vector<Case> decode_grid() {
       [](Case& c) { c.Hkv = 2; c.D = 40; c.Dv = 24; },  // head dims not whole vectors
       // The last chunk holds one key, seen by 2 of the 8 rows of each kv head.
       [](Case& c) { c.Tq = 4; c.causal = true; c.Hkv = 4; c.Tk = 769; },
+      // More queries: draft tokens verified at once, a short chunk of a prompt.
+      [](Case& c) { c.Tq = 8; c.causal = true; c.window_left = 200; },  // 8 rows
+      [](Case& c) { c.Tq = 15; c.Hq = 2; c.Hkv = 2; c.causal = true; c.padding = true; },
+      [](Case& c) { c.Tq = 16; c.Hkv = 4; c.causal = true; c.seq_major = true; },  // 32 rows
+      [](Case& c) { c.Tq = 32; c.Hkv = 2; c.causal = true; c.Tk = 2100; },  // 128 rows
       [](Case& c) { c.Tk = 3000; c.D = 16; c.Dv = 40; },
       [](Case& c) { c.Tk = 257; c.padding = true; c.B = 3; },
       [](Case& c) { c.Tq = 2; c.window_left = 300; c.causal = true; },
