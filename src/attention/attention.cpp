@@ -96,7 +96,7 @@ namespace {
 void forward(const AttentionArgs& args) {
   // A few queries (decoding against a cache): split the keys instead of the queries, so
   // every core streams its share of K and V.
-  if (detail::decodes(args.q.shape[2], args.q.shape[1] / args.k.shape[1]))
+  if (detail::decodes(args.q.shape[2], args.k.shape[2], args.q.shape[1] / args.k.shape[1]))
     detail::decode_forward(args);
   else
     detail::flash_forward(args);

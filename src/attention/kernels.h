@@ -15,13 +15,19 @@ void flash_forward(const AttentionArgs& a);
 // key/value head (the tiled forward reads them once per query head, in tiles of 64 queries).
 void decode_forward(const AttentionArgs& a);
 
-// Whether qkv::attention decodes rather than tiling the queries: up to 15 queries, or up to
-// 32 when a key/value head serves several query heads. Against the tiled forward (dim 64 and
-// 128, caches of 512 to 32k, 2 threads, causal or not): 5 to 12 queries 1.3–2.2× faster;
-// 16 queries with 2 or 4 query heads per key/value head 1.2–1.8×, 24 and 32 with 4 1.0–1.7×;
-// 16 queries of plain multi-head attention 0.85–0.9× at caches up to 4k, hence the limit.
-inline bool decodes(int64_t queries, int64_t query_heads_per_kv_head) {
-  return queries < 16 || (queries <= 32 && query_heads_per_kv_head > 1);
+// Whether qkv::attention decodes rather than tiling the queries: up to 4 queries always;
+// from 5 on, up to 15 queries (32 when a key/value head serves several query heads) against
+// a cache long enough that reading K and V once per key/value head pays for the per-call
+// costs (copying the queries, merging the chunks) and, under a causal mask, the scores of
+// the diagonal that the tiled forward skips. Measured against the tiled forward (dim 64 and
+// 128, 2 threads): 5–8 queries 1.15–2.2× faster from 16 keys per query, 9–15 queries of plain
+// multi-head attention 1.1–1.4× from 64 keys per query (slower below), 16–32 queries with 4
+// query heads per key/value head 1.0–3.5× from 16 keys per query.
+inline bool decodes(int64_t queries, int64_t keys, int64_t query_heads_per_kv_head) {
+  if (queries <= 4) return true;
+  if (queries > 32 || (queries >= 16 && query_heads_per_kv_head == 1)) return false;
+  const int64_t keys_per_query = queries <= 8 || query_heads_per_kv_head > 1 ? 16 : 64;
+  return keys >= keys_per_query * queries;
 }
 
 // The same over bf16 keys and values [B, Hkv, Tk, D] and [B, Hkv, Tk, Dv] (a KVCache's bf16
