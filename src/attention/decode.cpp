@@ -436,27 +436,23 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
   float* Ot = thread_scratch(2, blocks * n.Dv * Mq);
   float* state = thread_scratch(3, blocks * 3 * Mq);  // m, l, alpha of each block
   float* Vt = thread_scratch(4, n.Dv * kKeyTile);
+  float* q = thread_scratch(7, n.R * n.D);
+  thread_local UnitRows u;
+  start_unit(a, scale, n, b, hkv, c0, c1, q, parts, unit, u);
+  const int64_t lo = u.lo, hi = u.hi;
+  if (lo >= hi) return;
   thread_local std::vector<tiles::TileMask> masks;  // each row's keys in this chunk
   masks.resize(blocks);
-  int64_t lo = c1, hi = c0;  // the keys some row sees: rows past them are never read
   for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t rows = std::min(Mq, n.R - blk * Mq);
     tiles::TileMask& tm = masks[blk];
     tm.begin.assign(Mq, 0);
     tm.end.assign(Mq, 0);
-    float* qt = Qt + blk * n.D * Mq;
-    for (int64_t lane = 0; lane < Mq; ++lane) {
-      const int64_t r = blk * Mq + lane;
-      const int64_t h = n.head(hkv, r), i = n.query(r);
-      if (r < n.R) {
-        const KeyRange k = visible_keys(a.mask, b, i, n.Tq, n.Tk);
-        const int64_t first = std::max(k.begin, c0), end = std::max(std::min(k.end, c1), first);
-        tm.begin[lane] = static_cast<int32_t>(first);
-        tm.end[lane] = static_cast<int32_t>(end);
-        if (first < end) lo = std::min(lo, first), hi = std::max(hi, end);
-      }
-      for (int64_t d = 0; d < n.D; ++d)
-        qt[d * Mq + lane] = r < n.R ? scale * a.q(b, h, i, d) : 0;
+    for (int64_t lane = 0; lane < rows; ++lane) {
+      tm.begin[lane] = static_cast<int32_t>(u.ranges[blk * Mq + lane].begin);
+      tm.end[lane] = static_cast<int32_t>(u.ranges[blk * Mq + lane].end);
     }
+    simd::pack_transposed(q + blk * Mq * n.D, n.D, rows, n.D, 1.0f, Qt + blk * n.D * Mq, Mq);
     std::fill(Ot + blk * n.Dv * Mq, Ot + (blk + 1) * n.Dv * Mq, 0.0f);
     float* m = state + blk * 3 * Mq;
     std::fill(m, m + Mq, simd::kMinusInf);
