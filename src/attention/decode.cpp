@@ -180,30 +180,37 @@ void values_keys_in_lanes(const Rows<float>& V, const Shape& n, int64_t b, int64
   }
 }
 
-// The unit's rows, their visible keys within the chunk [c0, c1) (empty: begin = end), and
-// the union [lo, hi) of those: key and value rows outside it are never read (past a kv_len
-// they may hold anything). Also writes each row's scaled query to q[r · D], and starts its
-// partial result as "no key seen".
+// Unit (b, hkv, c): its chunk of keys [c0, c1), its rows' visible keys within it (empty:
+// begin = end), and their union [lo, hi): key and value rows outside it are never read (past
+// a kv_len they may hold anything). q holds each row's scaled query at q[r · D].
 struct UnitRows {
+  int64_t c0, c1, unit, lo, hi;
   std::vector<KeyRange> ranges;
-  int64_t lo, hi;
+  float* q;
 };
-void start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t b, int64_t hkv,
-                int64_t c0, int64_t c1, float* q, float* parts, int64_t unit, UnitRows& u) {
+// The calling thread's UnitRows for unit (b, hkv, c), with each row's partial result started
+// as "no key seen".
+const UnitRows& start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t b,
+                           int64_t hkv, int64_t c, float* parts) {
+  thread_local UnitRows u;
+  u.c0 = c * n.chunk, u.c1 = std::min(u.c0 + n.chunk, n.Tk);
+  u.unit = (b * n.Hkv + hkv) * n.chunks + c;
+  u.lo = u.c1, u.hi = u.c0;
   u.ranges.resize(n.R);
-  u.lo = c1, u.hi = c0;
+  u.q = thread_scratch(7, n.R * n.D);
   for (int64_t r = 0; r < n.R; ++r) {
     const int64_t h = n.head(hkv, r), i = n.query(r);
     const KeyRange k = visible_keys(a.mask, b, i, n.Tq, n.Tk);
     KeyRange& range = u.ranges[r];
-    range.begin = std::max(k.begin, c0);
-    range.end = std::max(std::min(k.end, c1), range.begin);
+    range.begin = std::max(k.begin, u.c0);
+    range.end = std::max(std::min(k.end, u.c1), range.begin);
     if (range.begin < range.end) u.lo = std::min(u.lo, range.begin), u.hi = std::max(u.hi, range.end);
-    for (int64_t d = 0; d < n.D; ++d) q[r * n.D + d] = scale * a.q(b, h, i, d);
-    float* out = partial(parts, n, unit, r);
+    for (int64_t d = 0; d < n.D; ++d) u.q[r * n.D + d] = scale * a.q(b, h, i, d);
+    float* out = partial(parts, n, u.unit, r);
     out[0] = simd::kMinusInf, out[1] = 0;
     std::fill(out + 2, out + 2 + n.Dv, 0.0f);
   }
+  return u;
 }
 
 // A row's scores s[j − lo] for keys j in [lo, hi), of which it sees `range`: the score
@@ -227,19 +234,15 @@ void finish_scores(const AttentionArgs& a, const View& bias, const Shape& n, int
 void decode_unit_keys_in_lanes(const AttentionArgs& a, const Rows<float>& K,
                                const Rows<float>& V, const View& bias, float scale,
                                const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
-  const int64_t c0 = c * n.chunk, c1 = std::min(c0 + n.chunk, n.Tk);
-  const int64_t unit = (b * n.Hkv + hkv) * n.chunks + c;
-  float* s = thread_scratch(4, n.R * n.chunk);
-  float* q = thread_scratch(5, n.R * n.D);
-  thread_local UnitRows u;
-  start_unit(a, scale, n, b, hkv, c0, c1, q, parts, unit, u);
+  const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
   if (u.lo >= u.hi) return;
+  float* s = thread_scratch(4, n.R * n.chunk);
   // Scores of the keys [c0, hi), -inf where a row may not look.
-  scores_keys_in_lanes(K, n, b, hkv, c0, u.hi, q, u.ranges.data(), s);
+  scores_keys_in_lanes(K, n, b, hkv, u.c0, u.hi, u.q, u.ranges.data(), s);
   for (int64_t r = 0; r < n.R; ++r)
-    finish_scores(a, bias, n, b, hkv, r, u.ranges[r], c0, u.hi, s + r * n.chunk,
-                  partial(parts, n, unit, r));
-  values_keys_in_lanes(V, n, b, hkv, c0, u.hi, s, parts, unit);
+    finish_scores(a, bias, n, b, hkv, r, u.ranges[r], u.c0, u.hi, s + r * n.chunk,
+                  partial(parts, n, u.unit, r));
+  values_keys_in_lanes(V, n, b, hkv, u.c0, u.hi, s, parts, u.unit);
 }
 
 // ---- A few rows per key/value head, their sums in registers --------------------------------
@@ -359,15 +362,11 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
                       const View& bias, float scale, const Shape& n, int64_t b, int64_t hkv,
                       int64_t c, float* parts) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  const int64_t c0 = c * n.chunk, c1 = std::min(c0 + n.chunk, n.Tk);
-  const int64_t unit = (b * n.Hkv + hkv) * n.chunks + c;
-  const int64_t stride = n.chunk + N;  // a row of scores, and room for a whole vector past it
-  float* s = thread_scratch(4, n.R * stride);
-  float* q = thread_scratch(5, n.R * n.D);
-  thread_local UnitRows u;
-  start_unit(a, scale, n, b, hkv, c0, c1, q, parts, unit, u);
+  const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
+  const int64_t stride = n.chunk + N;  // a row of scores, and room for a whole vector past it
+  float* s = thread_scratch(4, n.R * stride);
   // Rows kPrefetchRows ahead of the first row of [j, j + count), clipped to hi.
   const auto ahead = [&](const Rows<T>& rows, int64_t j, int64_t count, int64_t& ahead_rows) {
     ahead_rows = std::clamp<int64_t>(hi - (j + kPrefetchRows), 0, count);
@@ -377,12 +376,12 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
     const int64_t nk = std::min(N, hi - j);
     int64_t ahead_rows;
     const T* next = ahead(K, j, nk, ahead_rows);
-    block_scores(q, n.R, n.D, K.row(b, hkv, j), K.row_stride, nk, next, ahead_rows, s + (j - lo),
+    block_scores(u.q, n.R, n.D, K.row(b, hkv, j), K.row_stride, nk, next, ahead_rows, s + (j - lo),
                  stride);
   }
   float* o[kTiledDecodeMinRows];
   for (int64_t r = 0; r < n.R; ++r) {
-    float* out = partial(parts, n, unit, r);
+    float* out = partial(parts, n, u.unit, r);
     finish_scores(a, bias, n, b, hkv, r, u.ranges[r], lo, hi, s + r * stride, out);
     o[r] = out + 2;
   }
@@ -427,8 +426,9 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
                        int64_t c, float* parts) {
   using tiles::kKeyTile;
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  const int64_t c0 = c * n.chunk, c1 = std::min(c0 + n.chunk, n.Tk);
-  const int64_t unit = (b * n.Hkv + hkv) * n.chunks + c;
+  const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
+  const int64_t lo = u.lo, hi = u.hi;
+  if (lo >= hi) return;
   const int64_t Mq = std::min<int64_t>(tiles::kQueryVectors * N, (n.R + N - 1) / N * N);
   const int64_t blocks = (n.R + Mq - 1) / Mq;
   float* Qt = thread_scratch(0, blocks * n.D * Mq);
@@ -436,11 +436,6 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
   float* Ot = thread_scratch(2, blocks * n.Dv * Mq);
   float* state = thread_scratch(3, blocks * 3 * Mq);  // m, l, alpha of each block
   float* Vt = thread_scratch(4, n.Dv * kKeyTile);
-  float* q = thread_scratch(7, n.R * n.D);
-  thread_local UnitRows u;
-  start_unit(a, scale, n, b, hkv, c0, c1, q, parts, unit, u);
-  const int64_t lo = u.lo, hi = u.hi;
-  if (lo >= hi) return;
   thread_local std::vector<tiles::TileMask> masks;  // each row's keys in this chunk
   masks.resize(blocks);
   for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -452,7 +447,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
       tm.begin[lane] = static_cast<int32_t>(u.ranges[blk * Mq + lane].begin);
       tm.end[lane] = static_cast<int32_t>(u.ranges[blk * Mq + lane].end);
     }
-    simd::pack_transposed(q + blk * Mq * n.D, n.D, rows, n.D, 1.0f, Qt + blk * n.D * Mq, Mq);
+    simd::pack_transposed(u.q + blk * Mq * n.D, n.D, rows, n.D, 1.0f, Qt + blk * n.D * Mq, Mq);
     std::fill(Ot + blk * n.Dv * Mq, Ot + (blk + 1) * n.Dv * Mq, 0.0f);
     float* m = state + blk * 3 * Mq;
     std::fill(m, m + Mq, simd::kMinusInf);
@@ -524,7 +519,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
   for (int64_t r = 0; r < n.R; ++r) {
     const int64_t blk = r / Mq, lane = r % Mq;
     const float* m = state + blk * 3 * Mq;
-    float* out = partial(parts, n, unit, r);
+    float* out = partial(parts, n, u.unit, r);
     out[0] = m[lane];
     out[1] = m[Mq + lane];
     for (int64_t e = 0; e < n.Dv; ++e) out[2 + e] = Ot[(blk * n.Dv + e) * Mq + lane];
