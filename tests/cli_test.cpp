@@ -327,4 +327,29 @@ TEST(CliGenerate, RandomModelAndItsBenchmark) {
   std::remove(model.c_str());
 }
 
+// `qkv bench attention --json`: the fields the docs list, the error against the reference,
+// and the yardsticks (values checked for sense only: tests hold no timing thresholds).
+TEST(CliBench, AttentionJsonHasEveryField) {
+  for (const std::string shape : {"--queries 40 --causal", "--queries 1", "--queries 40 --backward"}) {
+    SCOPED_TRACE(shape);
+    const Result r = run("bench attention --heads 4 --kv-heads 2 --seq 100 --dim 32 " + shape +
+                         " --min-time 0.01 --threads 2 --json");
+    ASSERT_EQ(r.status, 0);
+    const json j = json::parse(r.output.substr(r.output.rfind('{')));
+    for (const char* key : {"gflops", "ms", "gbps", "peak_gflops", "fraction_of_peak",
+                            "read_gbps", "fraction_of_read", "reference_ms", "peak_rss_mb"}) {
+      ASSERT_TRUE(j[key].is_number()) << key;
+      EXPECT_GT(j[key].get<double>(), 0) << key;
+    }
+    EXPECT_LT(j["max_abs_err"].get<double>(), 1e-5);
+    EXPECT_EQ(j["kv_heads"], 2);
+    EXPECT_EQ(j["queries"], shape.find("--queries 1") == std::string::npos ? 40 : 1);
+  }
+  // A K and V smaller than one vector block still get a read loop over their bytes.
+  const json tiny = json::parse(run("bench attention --heads 1 --seq 1 --dim 16 --min-time 0.01 "
+                                    "--json").output);
+  EXPECT_GT(tiny["read_gbps"].get<double>(), 0);
+  EXPECT_EQ(run("bench attention --heads 3 --kv-heads 2 --seq 8 --dim 16").status, 2);
+}
+
 }  // namespace

@@ -61,6 +61,44 @@ double measure_fma_peak_gflops(int threads, double seconds) {
   return flops / elapsed / 1e9;
 }
 
+double measure_read_gbps(std::initializer_list<std::span<const float>> buffers, int threads,
+                         double seconds) {
+  const size_t block = 4 * simd::lanes();  // floats per step of the loop below
+  size_t bytes = 0;
+  for (std::span<const float> b : buffers) bytes += b.size_bytes();
+  double best = 0;
+  volatile float sink = 0;
+  const double start = now_seconds();
+  do {
+    const double t0 = now_seconds();
+    float total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      // Each thread sums its own contiguous share of each buffer with four independent
+      // accumulators.
+      const size_t N = simd::lanes(), t = omp_get_thread_num(), T = omp_get_num_threads();
+      Vf s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+      for (std::span<const float> b : buffers) {
+        const float* data = b.data();
+        const size_t blocks = b.size() / block;
+        const size_t begin = blocks * t / T * block, end = blocks * (t + 1) / T * block;
+        for (size_t i = begin; i < end; i += block) {
+          s0 = hn::Add(s0, hn::LoadU(df, data + i));
+          s1 = hn::Add(s1, hn::LoadU(df, data + i + N));
+          s2 = hn::Add(s2, hn::LoadU(df, data + i + 2 * N));
+          s3 = hn::Add(s3, hn::LoadU(df, data + i + 3 * N));
+        }
+        if (t == T - 1)  // the last floats, short of a block
+          for (size_t i = blocks * block; i < b.size(); ++i) total += data[i];
+      }
+      total += hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+    }
+    sink = sink + total;
+    best = std::max(best, bytes / (now_seconds() - t0) / 1e9);
+  } while (now_seconds() - start < seconds);
+  return best;
+}
+
 double measure_read_gbps(size_t bytes, int threads, double seconds) {
   const size_t n = std::max<size_t>(bytes / sizeof(float), 1024) / 64 * 64;
   // Allocated like a large qkv::Tensor (2 MiB aligned, huge pages), so the yardstick reads
@@ -71,31 +109,9 @@ double measure_read_gbps(size_t bytes, int threads, double seconds) {
   // Touch every page first (first touch of a fresh page costs far more than a read).
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (size_t i = 0; i < n; ++i) data[i] = 1.0f;
-  double best = 0;
-  volatile float sink = 0;
-  const double start = now_seconds();
-  do {
-    const double t0 = now_seconds();
-    float total = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-    {
-      // Each thread sums its own contiguous share with four independent accumulators.
-      const size_t N = simd::lanes(), t = omp_get_thread_num(), T = omp_get_num_threads();
-      const size_t begin = n * t / T / (4 * N) * (4 * N), end = n * (t + 1) / T / (4 * N) * (4 * N);
-      Vf s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
-      for (size_t i = begin; i < end; i += 4 * N) {
-        s0 = hn::Add(s0, hn::Load(df, data + i));
-        s1 = hn::Add(s1, hn::Load(df, data + i + N));
-        s2 = hn::Add(s2, hn::Load(df, data + i + 2 * N));
-        s3 = hn::Add(s3, hn::Load(df, data + i + 3 * N));
-      }
-      total += hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
-    }
-    sink = sink + total;
-    best = std::max(best, n * sizeof(float) / (now_seconds() - t0) / 1e9);
-  } while (now_seconds() - start < seconds);
+  const double gbps = measure_read_gbps({std::span<const float>(data, n)}, threads, seconds);
   std::free(data);
-  return best;
+  return gbps;
 }
 
 double peak_rss_mb() {

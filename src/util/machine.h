@@ -4,14 +4,21 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
+#include <span>
 
 namespace qkv::detail {
 
 // GFLOP/s of a register-only FMA loop on `threads` threads (2 flops per FMA lane).
 double measure_fma_peak_gflops(int threads, double seconds = 0.2);
 
-// GB/s of a plain vectorised read (sum) over `bytes` bytes on `threads` threads; the
-// buffer is allocated and touched first, and the best of a few passes is kept.
+// GB/s of a plain vectorised read (sum) over the given buffers, one after the other, on
+// `threads` threads; the best of a few passes is kept.
+double measure_read_gbps(std::initializer_list<std::span<const float>> buffers, int threads,
+                         double seconds = 0.3);
+
+// The same over a buffer of `bytes` bytes of its own, allocated like a large tensor and
+// touched first.
 double measure_read_gbps(size_t bytes, int threads, double seconds = 0.3);
 
 // Peak resident set size of this process so far, in MiB.
