@@ -67,9 +67,10 @@ HWY_INLINE void with_count(int k, F&& f) {
 // `Mq` is the query-tile width in floats (a multiple of the lane count); NQV vectors of it
 // are live. Rows of A, B, V, K are read through a row stride, their elements contiguous.
 
-// What a product does with C: overwrite it, or add to it after scaling query column q by
-// alpha[q] (the online softmax's rescale of the output).
-enum class Into { kStore, kRescaleAdd };
+// What a product does with C: overwrite it; add to it after scaling query column q by
+// alpha[q] (the online softmax's rescale of the output); or add its sum, formed from zero,
+// to C at the end (C + Σ: the same bits as storing Σ and adding it to C afterwards).
+enum class Into { kStore, kRescaleAdd, kAdd };
 
 // C[j][q] ← Σ_d A[j][d] · Bt[d][q] for NK rows j, as `kInto` says. With A = K, V: the scores
 // S = K Qᵀ and the backward's dP = V dOᵀ. With A = Vᵀ (packed): the output Oᵀ += Vᵀ P. Each
@@ -102,18 +103,19 @@ HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
     for (int v = 0; v < NQV; ++v) hn::Store(acc[j][v], df, c + j * Mq + v * N);
 }
 
-// Ct[e][q] += Σ_j B[j][e] · P[j][q] for NE columns e starting at e0: the backward's
-// dQᵀ += Kᵀ dS with K read in place. (Transposing K for rows_times_packed, as the forward does
-// with V, made the backward slower: there nothing shares the transposed copy, which is one
-// more 32 KiB stream per key step.)
-template <int NQV, int NE>
+// Ct[e][q] ← Σ_j B[j][e] · P[j][q] for NE columns e starting at e0, stored or added to Ct as
+// `kInto` says (kStore or kAdd): the backward's dQᵀ part Kᵀ dS with K read in place.
+// (Transposing K for rows_times_packed, as the forward does with V, made the backward slower:
+// there nothing shares the transposed copy, which is one more 32 KiB stream per key step.)
+template <int NQV, int NE, Into kInto>
 HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int64_t Mq,
                                   const float* HWY_RESTRICT b, int64_t b_stride, int64_t e0,
                                   float* HWY_RESTRICT ct) {
+  static_assert(kInto == Into::kStore || kInto == Into::kAdd);
   const size_t N = lanes();
   Vf acc[NE][NQV];
   for (int e = 0; e < NE; ++e)
-    for (int v = 0; v < NQV; ++v) acc[e][v] = hn::Load(df, ct + (e0 + e) * Mq + v * N);
+    for (int v = 0; v < NQV; ++v) acc[e][v] = hn::Zero(df);
   for (int64_t j = 0; j < rows; ++j) {
     Vf x[NQV];
     for (int v = 0; v < NQV; ++v) x[v] = hn::Load(df, p + j * Mq + v * N);
@@ -124,7 +126,10 @@ HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int
     }
   }
   for (int e = 0; e < NE; ++e)
-    for (int v = 0; v < NQV; ++v) hn::Store(acc[e][v], df, ct + (e0 + e) * Mq + v * N);
+    for (int v = 0; v < NQV; ++v) {
+      float* c = ct + (e0 + e) * Mq + v * N;
+      hn::Store(kInto == Into::kAdd ? hn::Add(hn::Load(df, c), acc[e][v]) : acc[e][v], df, c);
+    }
 }
 
 // C[j][e] += Σ_q P[j][q] · R[q][e] for NJ rows j and NEV vectors of columns from e0:
@@ -235,17 +240,18 @@ void accumulate_tile(const float* p, int64_t keys, int64_t Mq, const float* bt,
                                                  prefetch);
 }
 
-// Ct[e][q] += Σ_j B[j][e] · P[j][q] over `keys` rows of B read in place, for `columns`
-// columns e: dQᵀ += Kᵀ dS.
-template <int NQV>
+// Ct[e][q] ← (or +=, as `kInto` says) Σ_j B[j][e] · P[j][q] over `keys` rows of B read in
+// place, for `columns` columns e: dQᵀ's part Kᵀ dS.
+template <int NQV, Into kInto>
 void accumulate_tile_rows(const float* p, int64_t keys, int64_t Mq, const float* b,
                           int64_t b_stride, int64_t columns, float* ct) {
   constexpr int NE = kProductRows<NQV>;
   int64_t e = 0;
-  for (; e + NE <= columns; e += NE) packed_times_rows<NQV, NE>(p, keys, Mq, b, b_stride, e, ct);
+  for (; e + NE <= columns; e += NE)
+    packed_times_rows<NQV, NE, kInto>(p, keys, Mq, b, b_stride, e, ct);
   if (e < columns)
     with_count<NE - 1>(static_cast<int>(columns - e), [&](auto ne) {
-      packed_times_rows<NQV, decltype(ne)::value>(p, keys, Mq, b, b_stride, e, ct);
+      packed_times_rows<NQV, decltype(ne)::value, kInto>(p, keys, Mq, b, b_stride, e, ct);
     });
 }
 
