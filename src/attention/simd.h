@@ -82,6 +82,7 @@ template <int NQV, int NK, Into kInto = Into::kStore>
 HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
                                   const float* HWY_RESTRICT bt, int64_t depth, int64_t Mq,
                                   float* HWY_RESTRICT c, const float* HWY_RESTRICT alpha) {
+  static_assert(kInto == Into::kStore || kInto == Into::kRescaleAdd);
   const size_t N = lanes();
   Vf acc[NK][NQV];
   for (int j = 0; j < NK; ++j)
