@@ -229,8 +229,7 @@ void finish_scores(const AttentionArgs& a, const View& bias, const Shape& n, int
   softmax_row(s, hi - lo, out[0], out[1]);
 }
 
-// Head dims below a vector (stories260K's are 8) waste most lanes when a vector runs along d:
-// the lanes run along 16 keys instead, and K and V columns are gathered (fp32 only).
+// One unit with the keys in the lanes (see keys_in_lanes; fp32 only).
 void decode_unit_keys_in_lanes(const AttentionArgs& a, const Rows<float>& K,
                                const Rows<float>& V, const View& bias, float scale,
                                const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {

@@ -100,7 +100,7 @@ double measure_read_gbps(std::initializer_list<std::span<const float>> buffers, 
 }
 
 double measure_read_gbps(size_t bytes, int threads, double seconds) {
-  const size_t n = std::max<size_t>(bytes / sizeof(float), 1024) / 64 * 64;
+  const size_t n = std::max<size_t>(bytes / sizeof(float), 1024);
   // Allocated like a large qkv::Tensor (2 MiB aligned, huge pages), so the yardstick reads
   // memory the way the kernels do.
   const size_t bytes_rounded = (n * sizeof(float) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
