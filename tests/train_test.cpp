@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "qkv/error.h"
 #include "qkv/io.h"
@@ -45,6 +46,32 @@ TEST(Schedule, WarmupThenCosine) {
   EXPECT_FLOAT_EQ(learning_rate(9, 100, 10, 1.0f, 0.1f), 1.0f);
   EXPECT_NEAR(learning_rate(55, 100, 10, 1.0f, 0.1f), 0.55f, 1e-6);  // halfway: the midpoint
   EXPECT_FLOAT_EQ(learning_rate(100, 100, 10, 1.0f, 0.1f), 0.1f);
+}
+
+TEST(TrainConfig, EachFieldOutOfRangeIsNamed) {
+  check_config(TrainConfig{});  // the defaults are valid
+  check_config(TrainConfig{.steps = 0, .warmup = 0, .clip = 0});
+  const struct {
+    TrainConfig config;
+    const char* message;
+  } cases[] = {
+      {{.steps = -1}, "steps must be >= 0, got -1"},
+      {{.batch = 0}, "batch must be >= 1, got 0"},
+      {{.grad_accum = 0}, "grad_accum must be >= 1, got 0"},
+      {{.warmup = -5}, "warmup must be >= 0, got -5"},
+      {{.lr = 0}, "lr must be > 0, got 0"},
+      {{.lr = std::numeric_limits<float>::infinity()}, "lr must be > 0, got inf"},
+      {{.min_lr = -1e-4f}, "min_lr must be >= 0"},
+      {{.clip = std::nanf("")}, "clip must be >= 0 (0 = off), got nan"},
+  };
+  for (const auto& c : cases) {
+    try {
+      check_config(c.config);
+      ADD_FAILURE() << "no error, expected " << c.message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Checkpoint, RoundTripsWeightsOptimizerAndConfig) {

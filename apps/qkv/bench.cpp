@@ -209,9 +209,11 @@ void bench_attention(const BenchOptions& o) {
               << "loop over as many bytes: " << read_gbps << " GB/s\n"
               << std::scientific << "  max |error| against the reference: " << max_abs_err
               << std::fixed << "\n";
-    if (!reference_ms.is_null())
+    if (!reference_ms.is_null()) {
+      const double ratio = reference_ms.get<double>() / (seconds * 1e3);
       std::cout << "  reference kernel: " << reference_ms.get<double>() << " ms ("
-                << reference_ms.get<double>() / (seconds * 1e3) << "x slower)\n";
+                << (ratio >= 1 ? ratio : 1 / ratio) << (ratio >= 1 ? "x slower)\n" : "x faster)\n");
+    }
   }
   std::cout << result.dump() << "\n";
 }
@@ -237,7 +239,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--kv-len", o->kv_len, "Padding: only the first N keys of each batch row count");
   cmd->add_flag("--bthd", o->seq_major, "Store tensors as [B, T, H, D] (strided views)");
   cmd->add_flag("--backward", o->backward, "Time forward + backward (counted as 3.5 forwards)");
-  cmd->add_option("--threads", o->threads, "Threads; default all cores");
+  add_threads_option(*cmd, o->threads);
   cmd->add_option("--min-time", o->min_time, "Seconds to repeat the timed call")->capture_default_str();
   cmd->add_flag("--no-reference", o->no_reference, "Skip timing the reference kernel");
   cmd->add_flag("--json", o->json, "Print only the JSON result line");

@@ -136,7 +136,7 @@ void add_bench_generate(CLI::App& bench) {
   cmd->add_option("--decode", o->decode, "Tokens timed at each cache length")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Prefill runs (the best is kept)")->capture_default_str();
   cmd->add_option("--cache", o->cache, "f32 or bf16")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Threads; default all cores");
+  add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "Only the JSON line");
   cmd->callback([o] { bench_generate(*o); });
 }

@@ -8,6 +8,11 @@
 
 namespace qkv::cli {
 
+void add_threads_option(CLI::App& cmd, int& threads) {
+  cmd.add_option("--threads", threads, "Threads; default (0) all cores")
+      ->check(CLI::Range(0, 1024));
+}
+
 std::string with_commas(int64_t n) {
   std::string digits = std::to_string(n < 0 ? -n : n);
   std::string out;

@@ -28,6 +28,9 @@ void print_worked_example(std::ostream& out, bool causal);
 std::string worked_example_json(bool causal);
 void add_viz(CLI::App& app);
 
+// --threads N, 0 to 1024: 0 (the default) means every core.
+void add_threads_option(CLI::App& cmd, int& threads);
+
 // 1234567 -> "1,234,567"
 std::string with_commas(int64_t n);
 // 174591057920 -> "174.6B"; 1572864 -> "1.6M"

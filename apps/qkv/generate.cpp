@@ -73,7 +73,7 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed (default: from the clock; printed to stderr)");
   cmd->add_option("--cache", o->cache, "KV cache storage: f32 or bf16")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Threads; default all cores");
+  add_threads_option(*cmd, o->threads);
   cmd->callback([o] { run_generate(*o); });
 }
 

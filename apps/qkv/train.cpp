@@ -108,6 +108,7 @@ TaskData make_data(const TrainOptions& o) {
 }
 
 void run_train(const TrainOptions& o) {
+  check_config(o.train);  // before the summary line: a bad option is the only output
   if (o.threads > 0) set_num_threads(o.threads);
   const TaskData data = make_data(o);
   std::unique_ptr<Model> model;
@@ -224,7 +225,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--checkpoint", o->checkpoint, "Where to save")->capture_default_str();
   cmd->add_option("--save-every", o->save_every, "Also save every N steps (0 = only at the end)");
   cmd->add_option("--resume", o->resume, "Continue from this checkpoint (same data flags)");
-  cmd->add_option("--threads", o->threads, "Threads; default all cores");
+  add_threads_option(*cmd, o->threads);
   cmd->add_flag("--quiet", o->quiet, "No progress lines");
   cmd->add_flag("--json", o->json, "Summary as one JSON line on stdout (progress to stderr)");
   cmd->callback([o, cmd] {

@@ -138,9 +138,13 @@ void add_viz(CLI::App& app) {
   cmd->add_flag("--example", o->example, "The articles' worked example instead of a model");
   cmd->add_flag("--causal", o->causal_example, "With --example: apply the causal mask");
   cmd->add_option("-o,--output", o->out, "The HTML file to write")->capture_default_str();
-  cmd->add_flag("--terminal", o->terminal, "Print one head as a Unicode heatmap instead");
-  cmd->add_option("--layer", o->layer, "With --terminal: the layer (default: the last)");
-  cmd->add_option("--head", o->head, "With --terminal: the head")->capture_default_str();
+  CLI::Option* terminal =
+      cmd->add_flag("--terminal", o->terminal, "Print one head as a Unicode heatmap instead");
+  cmd->add_option("--layer", o->layer, "With --terminal: the layer (default: the last)")
+      ->needs(terminal);
+  cmd->add_option("--head", o->head, "With --terminal: the head")
+      ->capture_default_str()
+      ->needs(terminal);
   cmd->callback([o] { run_viz(*o); });
 }
 

@@ -93,6 +93,10 @@ struct TrainResult {
   int64_t steps = 0;
 };
 
+// Throws qkv::Error naming the first field out of range (steps, batch, grad_accum, warmup,
+// the learning rates, clip); train() calls it first.
+void check_config(const TrainConfig& config);
+
 // Trains `model` on `data`; calls on_step after each step (return false to stop early).
 TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const TrainConfig& config,
                   int64_t first_step, const std::function<bool(const TrainProgress&)>& on_step);

@@ -1,5 +1,6 @@
 // The training loop: sample, forward, backward (with gradient accumulation), clip, step.
 #include <chrono>
+#include <cmath>
 
 #include "qkv/error.h"
 #include "qkv/ops.h"
@@ -22,11 +23,21 @@ std::mt19937_64 step_rng(uint64_t seed, int64_t step, uint64_t stream) {
 
 }  // namespace
 
+void check_config(const TrainConfig& c) {
+  check(c.steps >= 0, "train: steps must be >= 0, got ", c.steps);
+  check(c.batch >= 1, "train: batch must be >= 1, got ", c.batch);
+  check(c.grad_accum >= 1, "train: grad_accum must be >= 1, got ", c.grad_accum);
+  check(c.warmup >= 0, "train: warmup must be >= 0, got ", c.warmup);
+  check(std::isfinite(c.lr) && c.lr > 0, "train: lr must be > 0, got ", c.lr);
+  check(std::isfinite(c.min_lr) && c.min_lr >= 0, "train: min_lr must be >= 0, got ", c.min_lr);
+  check(std::isfinite(c.clip) && c.clip >= 0, "train: clip must be >= 0 (0 = off), got ", c.clip);
+}
+
 TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const TrainConfig& cfg,
                   int64_t first_step, const std::function<bool(const TrainProgress&)>& on_step) {
   check(data.vocab_size() <= model.config().vocab_size, "train: the data has ",
         data.vocab_size(), " symbols but the model's vocabulary is ", model.config().vocab_size);
-  check(cfg.batch >= 1 && cfg.grad_accum >= 1 && cfg.steps >= 0, "train: batch, grad_accum >= 1");
+  check_config(cfg);
   TrainResult result;
   const double start = now();
   int64_t tokens = 0;
