@@ -83,5 +83,27 @@ TEST(Params, ClearErrors) {
   }
 }
 
+// Sizes whose counts would overflow int64 are refused, not printed negative.
+TEST(Params, CountsThatWouldOverflowAreErrors) {
+  auto expect_error = [](auto&& f, const char* fragment) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected " << fragment;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  ModelConfig wide = find_preset("gpt3-175b").config;
+  wide.d_model = 4'000'000'000;  // 4e9² per matrix overflows: refused by validate()
+  expect_error([&] { count_params(wide); }, "parameters, more than qkv counts");
+  ModelConfig deep = find_preset("gpt3-175b").config;
+  deep.n_layers = 100'000'000'000;
+  expect_error([&] { count_params(deep); }, "parameters, more than qkv counts");
+  // GPT-3 at 10M tokens still counts (its grids: 1e14 · 96 · 96 ≈ 9.2e17); at 1e9 it cannot.
+  const ModelConfig gpt3 = find_preset("gpt3-175b").config;
+  EXPECT_EQ(count_costs(gpt3, 10'000'000).score_grid_entries, 100'000'000'000'000);
+  expect_error([&] { count_costs(gpt3, 1'000'000'000); }, "is too long to count");
+}
+
 }  // namespace
 }  // namespace qkv

@@ -78,7 +78,7 @@ ModelConfig model_config(const TrainOptions& o, const TaskData& data) {
   c.n_layers = o.layers;
   c.n_heads = o.heads;
   c.n_kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
-  check(o.d_model % o.heads == 0, "train: --d-model ", o.d_model, " is not divisible by --heads ",
+  check(o.heads >= 1 && o.d_model % o.heads == 0, "train: --d-model ", o.d_model, " is not divisible by --heads ",
         o.heads);
   c.d_head = o.d_model / o.heads;
   c.d_ff = o.d_ff > 0 ? o.d_ff : 4 * o.d_model;

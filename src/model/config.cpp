@@ -58,6 +58,13 @@ void validate(const ModelConfig& c) {
   check(c.window == 0 || c.causal, "model config: a sliding window needs a causal model");
   check(c.positions != PositionKind::rotary || c.d_head % 2 == 0,
         "model config: rotary positions need an even d_head, got ", c.d_head);
+  // Sizes whose parameter count would overflow the int64 counts and offsets: an upper bound
+  // on it (every projection, three FFN matrices, untied embeddings), in double.
+  const double C = double(c.d_model), F = double(c.d_ff);
+  const double per_layer = (2.0 * c.n_heads + 2.0 * c.n_kv_heads) * c.d_head * C + 3 * C * F + 8 * C;
+  const double params = c.n_layers * per_layer + (2.0 * c.vocab_size + c.context) * C;
+  check(params < 0x1p50, "model config: about ", params,
+        " parameters, more than qkv counts (2^50 ≈ 1.1e15)");
 }
 
 }  // namespace qkv

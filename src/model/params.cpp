@@ -2,6 +2,7 @@
 // the layout is the one qkv's own model uses (include/qkv/model.h).
 #include "qkv/params.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "qkv/error.h"
@@ -42,6 +43,12 @@ double training_flops_per_token(const ModelConfig& c, int64_t num_params, int64_
 CostCounts count_costs(const ModelConfig& c, int64_t context) {
   check(context >= 1, "count_costs: context must be >= 1, got ", context);
   const ParamCounts p = count_params(c);
+  // The largest counts below, in double first: int64 holds them up to 2^63.
+  const double grid = double(context) * context * c.n_heads * c.n_layers;
+  const double kv = 8.0 * c.n_layers * c.n_kv_heads * c.d_head * context;
+  const double attention = 4.0 * c.n_layers * c.n_heads * c.d_head * context;
+  check(std::max({grid, kv, attention}) < 0x1p62, "count_costs: a context of ", context,
+        " is too long to count for this model (its score grids or KV cache overflow 64 bits)");
   CostCounts k;
   k.context = context;
   k.score_grid_entries = context * context;
