@@ -94,7 +94,8 @@ TEST(Params, CountsThatWouldOverflowAreErrors) {
     }
   };
   ModelConfig wide = find_preset("gpt3-175b").config;
-  wide.d_model = 4'000'000'000;  // 4e9² per matrix overflows: refused by validate()
+  wide.d_model = 4'000'000'000;  // its FFN: 96 · 3 · 4e9 · 1.6e10 ≈ 1.8e22 > 2^63
+  wide.d_ff = 4 * wide.d_model;
   expect_error([&] { count_params(wide); }, "parameters, more than qkv counts");
   ModelConfig deep = find_preset("gpt3-175b").config;
   deep.n_layers = 100'000'000'000;

@@ -29,8 +29,6 @@ void bench_train(const BenchTrainOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   check(o.steps >= 1, "bench train: --steps must be >= 1, got ", o.steps);
   check(o.batch >= 1, "bench train: --batch must be >= 1, got ", o.batch);
-  check(o.style == "gpt2" || o.style == "llama", "bench train: --style must be gpt2 or llama, got \"",
-        o.style, "\"");
   check(o.heads >= 1 && o.d_model % o.heads == 0, "bench train: --d-model ", o.d_model,
         " must be a multiple of --heads ", o.heads);
   ModelConfig c;
@@ -95,7 +93,9 @@ void add_bench_train(CLI::App& bench) {
   cmd->add_option("--context", o->context, "Sequence length")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
   cmd->add_option("--vocab", o->vocab, "Vocabulary")->capture_default_str();
-  cmd->add_option("--style", o->style, "gpt2 or llama")->capture_default_str();
+  cmd->add_option("--style", o->style, "gpt2 or llama")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpt2", "llama"}));
   cmd->add_option("--steps", o->steps, "Timed steps (median)")->capture_default_str();
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "Only the JSON line");

@@ -78,16 +78,14 @@ ModelConfig model_config(const TrainOptions& o, const TaskData& data) {
   c.n_layers = o.layers;
   c.n_heads = o.heads;
   c.n_kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
-  check(o.heads >= 1 && o.d_model % o.heads == 0, "train: --d-model ", o.d_model, " is not divisible by --heads ",
-        o.heads);
+  check(o.heads >= 1 && o.d_model % o.heads == 0, "train: --d-model ", o.d_model,
+        " is not divisible by --heads ", o.heads);
   c.d_head = o.d_model / o.heads;
   c.d_ff = o.d_ff > 0 ? o.d_ff : 4 * o.d_model;
   // Fan-in scaled initial weights. GPT-2's 0.02 (≈ 1/sqrt(2500)) leaves a small model on the
   // plateau before attention learns to look things up: measured, 8-pair recall at d_model 64
   // was still at chance after 12,000 steps with 0.02, and at 99% after 500 with 0.1.
   c.init_std = o.init_std > 0 ? o.init_std : 1.0f / std::sqrt(static_cast<float>(o.d_model));
-  check(o.style == "gpt2" || o.style == "llama", "train: --style must be gpt2 or llama, got \"",
-        o.style, "\"");
   if (o.style == "llama") use_llama_style(c);
   if (!o.positions.empty()) {
     bool found = false;
@@ -203,7 +201,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--items", o->items, "Key-value pairs (recall) or symbols to copy")->capture_default_str();
   cmd->add_option("--symbols", o->symbols, "Alphabet size of the synthetic tasks")->capture_default_str();
   cmd->add_option("--seq", o->seq, "Sequence length for --text")->capture_default_str();
-  cmd->add_option("--style", o->style, "gpt2 (LayerNorm, GELU, learned positions) or llama (RMSNorm, SwiGLU, rotary)")->capture_default_str();
+  cmd->add_option("--style", o->style, "gpt2 (LayerNorm, GELU, learned positions) or llama (RMSNorm, SwiGLU, rotary)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpt2", "llama"}));
   cmd->add_option("--positions", o->positions, "Override: learned, sinusoidal, rotary, alibi, none");
   cmd->add_option("--size", o->size, "tiny, small, medium or gpt2-small (sets width, layers, heads)");
   cmd->add_option("--d-model", o->d_model, "Embedding width")->capture_default_str();
