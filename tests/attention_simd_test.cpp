@@ -1,4 +1,10 @@
-// The SIMD building blocks of the attention kernels, against plain scalar code.
+// The SIMD building blocks of the attention kernels, against plain scalar code, on the target
+// in force (ctest runs this once per SIMD target, with QKV_TARGET set).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention_simd_test.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,23 +14,57 @@
 #include <limits>
 #include <vector>
 
-#include "attention/simd.h"
-#include "attention/transpose.h"
+#include "simd/dispatch.h"
+#include "simd/simd-inl.h"
+#include "simd/transpose-inl.h"
+
+// The pieces under test, compiled per target.
+HWY_BEFORE_NAMESPACE();
+namespace qkv::simd {
+namespace HWY_NAMESPACE {
+
+size_t lanes_here() { return lanes(); }
+
+// exp_nonpositive on each of `xs`, one lane at a time through whole vectors.
+std::vector<float> exp_each(const std::vector<float>& xs) {
+  const size_t N = lanes();
+  std::vector<float> in(xs), out(xs.size() + N);
+  in.resize((xs.size() + N - 1) / N * N, 0.0f);
+  for (size_t i = 0; i < in.size(); i += N)
+    hn::StoreU(exp_nonpositive(hn::LoadU(df, in.data() + i)), df, out.data() + i);
+  out.resize(xs.size());
+  return out;
+}
+
+void pack(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float scale,
+          float* dst, int64_t dst_stride) {
+  pack_transposed(src, src_stride, rows, cols, scale, dst, dst_stride);
+}
+
+void unpack(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
+            const float* row_scale, float* dst, int64_t dst_stride, bool stream) {
+  unpack_transposed(src, src_stride, rows, cols, row_scale, dst, dst_stride, stream);
+  if (stream) hwy::FlushStream();
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::simd {
+HWY_EXPORT(lanes_here);
+HWY_EXPORT(exp_each);
+HWY_EXPORT(pack);
+HWY_EXPORT(unpack);
+}  // namespace qkv::simd
 
 namespace qkv {
 namespace {
 
-namespace hn = simd::hn;
-
-// exp_nonpositive on each of `xs`, one lane at a time through whole vectors.
 std::vector<float> simd_exp(const std::vector<float>& xs) {
-  const size_t N = simd::lanes();
-  std::vector<float> in(xs), out(xs.size() + N);
-  in.resize((xs.size() + N - 1) / N * N, 0.0f);
-  for (size_t i = 0; i < in.size(); i += N)
-    hn::StoreU(simd::exp_nonpositive(hn::LoadU(simd::df, in.data() + i)), simd::df, out.data() + i);
-  out.resize(xs.size());
-  return out;
+  using namespace simd;
+  return QKV_DISPATCH(exp_each)(xs);
 }
 
 TEST(SimdExp, MatchesStdExpWithinFourTenthsOfAMillionthRelative) {
@@ -71,7 +111,8 @@ struct Aligned {
 };
 
 TEST(SimdTranspose, PacksRowsIntoQueryLanesAndBackForOddSizes) {
-  const int64_t N = static_cast<int64_t>(simd::lanes());
+  using namespace simd;
+  const int64_t N = static_cast<int64_t>(QKV_DISPATCH(lanes_here)());
   for (int64_t rows : {int64_t{1}, N - 1, N, N + 3, 4 * N})
     for (int64_t cols : {int64_t{1}, int64_t{7}, N, int64_t{80}, int64_t{129}}) {
       SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
@@ -79,7 +120,7 @@ TEST(SimdTranspose, PacksRowsIntoQueryLanesAndBackForOddSizes) {
       std::vector<float> src(rows * src_stride);
       for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i % 1009) - 500;
       Aligned packed(cols * lanes, 99.0f);
-      simd::pack_transposed(src.data(), src_stride, rows, cols, 0.5f, packed.data, lanes);
+      QKV_DISPATCH(pack)(src.data(), src_stride, rows, cols, 0.5f, packed.data, lanes);
       for (int64_t c = 0; c < cols; ++c)
         for (int64_t r = 0; r < lanes; ++r)
           ASSERT_EQ(packed.data[c * lanes + r], r < rows ? 0.5f * src[r * src_stride + c] : 0.0f)
@@ -94,9 +135,8 @@ TEST(SimdTranspose, PacksRowsIntoQueryLanesAndBackForOddSizes) {
         const int64_t dst_stride = stream ? (cols + 3 + N - 1) / N * N : cols + 3;
         Aligned dst(rows * dst_stride + 8, -7.0f);
         float* out = stream ? dst.data : dst.data + 1;
-        simd::unpack_transposed(packed.data, lanes, rows, cols, row_scale.data, out, dst_stride,
-                                stream);
-        if (stream) hwy::FlushStream();
+        QKV_DISPATCH(unpack)(packed.data, lanes, rows, cols, row_scale.data, out, dst_stride,
+                             stream);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < dst_stride; ++c)
             ASSERT_EQ(out[r * dst_stride + c],
@@ -110,3 +150,4 @@ TEST(SimdTranspose, PacksRowsIntoQueryLanesAndBackForOddSizes) {
 
 }  // namespace
 }  // namespace qkv
+#endif  // HWY_ONCE

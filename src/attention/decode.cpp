@@ -14,6 +14,12 @@
 // their partial sums in registers (decode_unit_rows), 16 and more in vector lanes with the
 // tiled kernels' pieces (decode_unit_tiled), and head dims below a vector with the keys in
 // the lanes (decode_unit_keys_in_lanes).
+// Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/decode.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
+
 #include <algorithm>
 #include <type_traits>
 #include <cmath>
@@ -21,14 +27,18 @@
 
 #include "attention/kernels.h"
 #include "attention/masks.h"
-#include "attention/simd.h"
-#include "attention/tiles.h"
-#include "attention/transpose.h"
+#include "simd/simd-inl.h"
+#include "attention/tiles-inl.h"
+#include "simd/transpose-inl.h"
 #include "qkv/threads.h"
 #include "qkv/error.h"
 #include "util/scratch.h"
+#include "simd/dispatch.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
+namespace HWY_NAMESPACE {
+namespace simd = ::qkv::simd::HWY_NAMESPACE;
 namespace {
 
 namespace hn = simd::hn;
@@ -323,9 +333,12 @@ void block_scores(const float* q, int64_t R, int64_t D, const T* k, int64_t ks, 
       for (int64_t r = 0; r < R; ++r) s[r * s_stride + key] += q[r * D + d] * scalar(k[key * ks + d]);
 }
 
-// Value vectors per pass of block_values: RG × W accumulators and W value vectors.
+// Value vectors per pass of block_values: RG × W accumulators, W value vectors and a
+// broadcast live (one row's value vectors are folded into its FMAs): at most 25 of 32
+// registers, 13 of 16.
 template <int RG>
-inline constexpr int kValueVectors = RG <= 2 ? 8 : 4;
+inline constexpr int kValueVectors = simd::kVectorRegisters >= 32 ? (RG <= 2 ? 8 : 4)
+                                     : RG == 1 ? 8 : RG == 2 ? 4 : RG == 3 ? 3 : 2;
 
 // o_r[e0, e0 + W N) += Σ_jj p_r[jj] v_jj[e0, e0 + W N) over nk value rows v, for RG rows
 // (p_r = p + r · p_stride), the sums in registers across the rows; asks for ahead_rows rows of
@@ -599,4 +612,22 @@ void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Ro
   decode(a, rows(k), rows(v), Hkv, Tk, Dv);
 }
 
+}  // namespace HWY_NAMESPACE
 }  // namespace qkv::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::detail {
+
+HWY_EXPORT(decode_forward);
+HWY_EXPORT(decode_forward_bf16);
+
+void decode_forward(const AttentionArgs& a) { QKV_DISPATCH(decode_forward)(a); }
+
+void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v,
+                         int64_t Hkv, int64_t Tk, int64_t Dv) {
+  QKV_DISPATCH(decode_forward_bf16)(a, k, v, Hkv, Tk, Dv);
+}
+
+}  // namespace qkv::detail
+#endif  // HWY_ONCE

@@ -27,18 +27,28 @@
 //   dk ← scale · dK,  dv ← dV
 // Five tile products per (query tile, key tile), against two in the forward: the backward
 // does 2.5× the forward's flops.
+// Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/flash_backward.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "attention/kernels.h"
-#include "attention/simd.h"
-#include "attention/tiles.h"
-#include "attention/transpose.h"
+#include "simd/simd-inl.h"
+#include "attention/tiles-inl.h"
+#include "simd/transpose-inl.h"
 #include "qkv/threads.h"
 #include "util/scratch.h"
+#include "simd/dispatch.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
+namespace HWY_NAMESPACE {
+namespace simd = ::qkv::simd::HWY_NAMESPACE;
 namespace {
 
 namespace hn = simd::hn;
@@ -346,4 +356,18 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   for (int64_t u = whole_rounds; u < units; ++u) unit(u, true);
 }
 
+}  // namespace HWY_NAMESPACE
 }  // namespace qkv::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::detail {
+
+HWY_EXPORT(flash_backward);
+void flash_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
+                    const View& dv) {
+  QKV_DISPATCH(flash_backward)(a, dout, dq, dk, dv);
+}
+
+}  // namespace qkv::detail
+#endif  // HWY_ONCE

@@ -26,19 +26,29 @@
 // along rows (see rows_times_packed): shared by the group, that lifted the forward by 2–4%,
 // and made groups of 8 pay (+1–3% at dim 128 over 4; 16 lost again: Qt and Ot of 16 tiles
 // crowd K and V out of L2).
+// Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/flash_forward.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "attention/kernels.h"
 #include "attention/masks.h"
-#include "attention/simd.h"
-#include "attention/tiles.h"
-#include "attention/transpose.h"
+#include "simd/simd-inl.h"
+#include "attention/tiles-inl.h"
+#include "simd/transpose-inl.h"
 #include "qkv/threads.h"
 #include "util/scratch.h"
+#include "simd/dispatch.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
+namespace HWY_NAMESPACE {
+namespace simd = ::qkv::simd::HWY_NAMESPACE;
 namespace {
 
 namespace hn = simd::hn;
@@ -266,4 +276,15 @@ void flash_forward(const AttentionArgs& args) {
   }
 }
 
+}  // namespace HWY_NAMESPACE
 }  // namespace qkv::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::detail {
+
+HWY_EXPORT(flash_forward);
+void flash_forward(const AttentionArgs& a) { QKV_DISPATCH(flash_forward)(a); }
+
+}  // namespace qkv::detail
+#endif  // HWY_ONCE

@@ -1,11 +1,18 @@
-#include "attention/tiles.h"
+// Compiled once per SIMD target (see src/simd/dispatch.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/tiles.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "attention/simd.h"
+#include "attention/tiles-inl.h"
 
-namespace qkv::detail::tiles {
+HWY_BEFORE_NAMESPACE();
+namespace qkv::detail {
+namespace HWY_NAMESPACE {
+namespace tiles {
 
 namespace hn = simd::hn;
 using simd::df;
@@ -138,5 +145,7 @@ View contiguous_rows(const View& t, std::vector<float>& storage) {
   return c;
 }
 
-
-}  // namespace qkv::detail::tiles
+}  // namespace tiles
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv::detail
+HWY_AFTER_NAMESPACE();

@@ -1,12 +1,22 @@
 // Elementwise layers: GELU (tanh form and exact), SwiGLU, and the residual add.
+// Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/activation.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
+
 #include <cmath>
 
-#include "attention/simd.h"
+#include "simd/simd-inl.h"
 #include "ops/rows.h"
 #include "qkv/ops.h"
 #include "qkv/threads.h"
+#include "simd/dispatch.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace qkv {
+namespace HWY_NAMESPACE {
+namespace simd = ::qkv::simd::HWY_NAMESPACE;
 
 using detail::check_rows;
 using detail::row;
@@ -151,4 +161,30 @@ void residual_backward(View da, View db, View dy) {
   });
 }
 
+}  // namespace HWY_NAMESPACE
 }  // namespace qkv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv {
+
+HWY_EXPORT(gelu_forward);
+HWY_EXPORT(gelu_backward);
+HWY_EXPORT(swiglu_forward);
+HWY_EXPORT(swiglu_backward);
+HWY_EXPORT(residual_forward);
+HWY_EXPORT(residual_backward);
+
+void gelu_forward(View y, View x, Gelu kind) { QKV_DISPATCH(gelu_forward)(y, x, kind); }
+void gelu_backward(View dx, View dy, View x, Gelu kind) {
+  QKV_DISPATCH(gelu_backward)(dx, dy, x, kind);
+}
+void swiglu_forward(View y, View gate, View up) { QKV_DISPATCH(swiglu_forward)(y, gate, up); }
+void swiglu_backward(View dgate, View dup, View dy, View gate, View up) {
+  QKV_DISPATCH(swiglu_backward)(dgate, dup, dy, gate, up);
+}
+void residual_forward(View y, View a, View b) { QKV_DISPATCH(residual_forward)(y, a, b); }
+void residual_backward(View da, View db, View dy) { QKV_DISPATCH(residual_backward)(da, db, dy); }
+
+}  // namespace qkv
+#endif  // HWY_ONCE

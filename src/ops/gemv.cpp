@@ -1,11 +1,21 @@
+// Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/gemv.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
+
 #include "ops/gemv.h"
 
 #include <algorithm>
 
-#include "attention/simd.h"
+#include "simd/simd-inl.h"
 #include "qkv/threads.h"
+#include "simd/dispatch.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
+namespace HWY_NAMESPACE {
+namespace simd = ::qkv::simd::HWY_NAMESPACE;
 namespace {
 
 namespace hn = simd::hn;
@@ -69,4 +79,18 @@ void gemv_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int
   }
 }
 
+}  // namespace HWY_NAMESPACE
 }  // namespace qkv::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::detail {
+
+HWY_EXPORT(gemv_rows);
+void gemv_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  QKV_DISPATCH(gemv_rows)(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace qkv::detail
+#endif  // HWY_ONCE

@@ -1,13 +1,23 @@
 // Softmax cross-entropy over the vocabulary, mean over the positions that count.
+// Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/loss.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
+
 #include <algorithm>
 #include <cmath>
 
-#include "attention/simd.h"
+#include "simd/simd-inl.h"
 #include "ops/rows.h"
 #include "qkv/ops.h"
 #include "qkv/threads.h"
+#include "simd/dispatch.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace qkv {
+namespace HWY_NAMESPACE {
+namespace simd = ::qkv::simd::HWY_NAMESPACE;
 
 using detail::check_rows;
 using detail::row;
@@ -69,6 +79,22 @@ float cross_entropy_forward(View probs, View logits, const int32_t* targets) {
   return count ? static_cast<float>(total / count) : 0.0f;
 }
 
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv {
+
+using detail::check_rows;
+using detail::row;
+
+HWY_EXPORT(cross_entropy_forward);
+float cross_entropy_forward(View probs, View logits, const int32_t* targets) {
+  return QKV_DISPATCH(cross_entropy_forward)(probs, logits, targets);
+}
+
+// The backward passes are plain loops: compiled once.
 void cross_entropy_backward(View dlogits, View probs, const int32_t* targets, float dloss) {
   const int64_t N = probs.shape[0], V = probs.shape[1];
   check_rows(dlogits, N, V, "cross_entropy_backward", "dlogits [N, V]");
@@ -104,3 +130,4 @@ void cross_entropy_backward_inplace(View probs, const int32_t* targets, float dl
 }
 
 }  // namespace qkv
+#endif  // HWY_ONCE

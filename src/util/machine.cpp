@@ -1,4 +1,9 @@
-#include "util/machine.h"
+// Yardsticks. The loops are compiled once per SIMD target and sized for its register file;
+// a benchmark divides by the peak of the target its kernels ran (see src/simd/dispatch.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "util/machine.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/highway.h>
 
 #include <omp.h>
 #include <sys/mman.h>
@@ -10,24 +15,28 @@
 #include <cstring>
 #include <vector>
 
-#include "attention/simd.h"
+#include "simd/dispatch.h"
+#include "simd/simd-inl.h"
+#include "util/machine.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
-
+namespace HWY_NAMESPACE {
+namespace simd = ::qkv::simd::HWY_NAMESPACE;
 namespace hn = simd::hn;
 using simd::df;
 using simd::Vf;
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+// Independent accumulator chains: enough to hide the FMA latency (4–5 cycles × 2 ports, so
+// 8–10 in flight), and few enough to stay in registers with the two constants: 16 of 32
+// registers on AVX-512 and AArch64, 12 of 16 on AVX2 and SSE4 (16 chains there spill to the
+// stack, and the loop measured 1.7× below the real peak on a Zen 3).
+inline constexpr int kChains = simd::kVectorRegisters >= 32 ? 16 : 12;
 
-namespace {
+// Flops of `iterations` rounds of fma_loop.
+double fma_flops(int64_t iterations) { return 2.0 * kChains * simd::lanes() * iterations; }
 
-// 16 independent accumulators hide the FMA latency (4 cycles × 2 ports = 8 in flight).
-constexpr int kChains = 16;
-
+// A register-only loop of FMAs; returns their sum so that nothing is optimised away.
 HWY_NOINLINE double fma_loop(int64_t iterations) {
   Vf acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = hn::Set(df, 1.0f + c * 1e-3f);
@@ -39,12 +48,44 @@ HWY_NOINLINE double fma_loop(int64_t iterations) {
   return hn::GetLane(hn::SumOfLanes(df, sum));
 }
 
-}  // namespace
+// Σ data[begin, end) in blocks of 4 vectors (four independent accumulators), end - begin a
+// multiple of read_block().
+size_t read_block() { return 4 * simd::lanes(); }
+float read_sum(const float* data, size_t begin, size_t end) {
+  const size_t N = simd::lanes();
+  Vf s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+  for (size_t i = begin; i < end; i += 4 * N) {
+    s0 = hn::Add(s0, hn::LoadU(df, data + i));
+    s1 = hn::Add(s1, hn::LoadU(df, data + i + N));
+    s2 = hn::Add(s2, hn::LoadU(df, data + i + 2 * N));
+    s3 = hn::Add(s3, hn::LoadU(df, data + i + 3 * N));
+  }
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::detail {
+
+HWY_EXPORT(fma_flops);
+HWY_EXPORT(fma_loop);
+HWY_EXPORT(read_block);
+HWY_EXPORT(read_sum);
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 double measure_fma_peak_gflops(int threads, double seconds) {
   const int64_t chunk = 1 << 20;
   double flops = 0, elapsed = 0;
   volatile double sink = 0;
+  const double flops_per_chunk = QKV_DISPATCH(fma_flops)(chunk);  // the kernels' target
+  const auto fma_loop = QKV_DISPATCH(fma_loop);
   fma_loop(chunk);  // warm up the clock
   const double start = now_seconds();
   int64_t rounds = 0;
@@ -53,7 +94,7 @@ double measure_fma_peak_gflops(int threads, double seconds) {
     {
       const double r = fma_loop(chunk);
       sink = sink + r;
-      flops += 2.0 * kChains * simd::lanes() * chunk;
+      flops += flops_per_chunk;
     }
     ++rounds;
   }
@@ -63,7 +104,8 @@ double measure_fma_peak_gflops(int threads, double seconds) {
 
 double measure_read_gbps(std::initializer_list<std::span<const float>> buffers, int threads,
                          double seconds) {
-  const size_t block = 4 * simd::lanes();  // floats per step of the loop below
+  const size_t block = QKV_DISPATCH(read_block)();  // floats per step of read_sum
+  const auto read_sum = QKV_DISPATCH(read_sum);
   size_t bytes = 0;
   for (std::span<const float> b : buffers) bytes += b.size_bytes();
   double best = 0;
@@ -76,22 +118,15 @@ double measure_read_gbps(std::initializer_list<std::span<const float>> buffers, 
     {
       // Each thread sums its own contiguous share of each buffer with four independent
       // accumulators.
-      const size_t N = simd::lanes(), t = omp_get_thread_num(), T = omp_get_num_threads();
-      Vf s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+      const size_t t = omp_get_thread_num(), T = omp_get_num_threads();
       for (std::span<const float> b : buffers) {
         const float* data = b.data();
         const size_t blocks = b.size() / block;
         const size_t begin = blocks * t / T * block, end = blocks * (t + 1) / T * block;
-        for (size_t i = begin; i < end; i += block) {
-          s0 = hn::Add(s0, hn::LoadU(df, data + i));
-          s1 = hn::Add(s1, hn::LoadU(df, data + i + N));
-          s2 = hn::Add(s2, hn::LoadU(df, data + i + 2 * N));
-          s3 = hn::Add(s3, hn::LoadU(df, data + i + 3 * N));
-        }
+        total += read_sum(data, begin, end);
         if (t == T - 1)  // the last floats, short of a block
           for (size_t i = blocks * block; i < b.size(); ++i) total += data[i];
       }
-      total += hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
     }
     sink = sink + total;
     best = std::max(best, bytes / (now_seconds() - t0) / 1e9);
@@ -121,3 +156,4 @@ double peak_rss_mb() {
 }
 
 }  // namespace qkv::detail
+#endif  // HWY_ONCE

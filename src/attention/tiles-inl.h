@@ -1,21 +1,34 @@
 // Pieces shared by the tiled forward and backward kernels: tile sizes, the per-tile mask,
-// and the score transforms applied to a tile of scores.
+// and the score transforms applied to a tile of scores. Per Highway target, like
+// src/simd/simd-inl.h; tiles.cpp holds the functions not defined here.
 //
 // Tiles hold one query per vector lane: a score tile S is [Kt][Mq], row jj holding key
-// j0 + jj's score for the Mq queries of the tile (see simd.h).
-#pragma once
+// j0 + jj's score for the Mq queries of the tile (see src/simd/simd-inl.h).
+#if defined(QKV_ATTENTION_TILES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_ATTENTION_TILES_INL_H_
+#undef QKV_ATTENTION_TILES_INL_H_
+#else
+#define QKV_ATTENTION_TILES_INL_H_
+#endif
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include <hwy/highway.h>
+
 #include "attention/masks.h"
-#include "attention/simd.h"
+#include "attention/products-inl.h"
 #include "qkv/attention.h"
+#include "simd/simd-inl.h"
 
-namespace qkv::detail::tiles {
+HWY_BEFORE_NAMESPACE();
+namespace qkv::detail {
+namespace HWY_NAMESPACE {
+namespace simd = ::qkv::simd::HWY_NAMESPACE;
+namespace tiles {
 
-inline constexpr int kQueryVectors = 4;   // Mq = 4 N = 64 rows: Qt of D = 128 is 32 KiB
+inline constexpr int kQueryVectors = 4;   // Mq = 4 N: 64 rows on AVX-512 (Qt of D = 128 is 32 KiB)
 inline constexpr int64_t kKeyTile = 64;   // S is Kt × Mq = 16 KiB: stays in L1 between uses
 
 struct Shape {
@@ -141,4 +154,9 @@ void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& 
 // first; the micro-kernels read rows with unit stride.
 View contiguous_rows(const View& t, std::vector<float>& storage);
 
-}  // namespace qkv::detail::tiles
+}  // namespace tiles
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

@@ -1,67 +1,32 @@
-// SIMD building blocks of the attention kernels, on Highway (static dispatch: the build
-// targets the host CPU with -march=native, so HWY_NAMESPACE is its best target).
+// The tile products of the attention kernels (forward, backward, decoding), per Highway target
+// like src/simd/simd-inl.h: register-blocked micro-kernels, their drivers over whole tiles, and
+// the prefetch queue that brings the next key tile in while one computes.
 //
-// The tiled kernels put one *query* per vector lane: a vector holds the same key's score for
-// N consecutive queries (N = 16 on AVX-512). Row max and row sum of the softmax are then
-// lane-wise max and add, with no horizontal reductions, and K and V are read as scalar
-// broadcasts: K in place, V (in the forward) from a copy transposed once per key tile. Q (and
-// dO in the backward) is packed once per query tile, transposed to [D][queries].
-#pragma once
-
-#include <hwy/contrib/math/math-inl.h>
-#include <hwy/highway.h>
+// Block sizes come from the target's register file (kVectorRegisters): a micro-kernel keeps
+// NK × NQV accumulators, NQV loaded vectors and a broadcast live, and NK × NQV must leave
+// room for those. With 32 registers (AVX-512) a block spans up to 4 query vectors and 6 rows
+// (24 accumulators + 4 + 1 = 29); with 16 (AVX2, SSE4) up to 2 query vectors and 6 rows
+// (12 + 2 + 1 = 15), the shape of the classic AVX2 SGEMM kernel. A tile wider than a block
+// runs block by block, each re-reading its rows of A from L1.
+#if defined(QKV_ATTENTION_PRODUCTS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_ATTENTION_PRODUCTS_INL_H_
+#undef QKV_ATTENTION_PRODUCTS_INL_H_
+#else
+#define QKV_ATTENTION_PRODUCTS_INL_H_
+#endif
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
-#include <utility>
 
+#include <hwy/highway.h>
+
+#include "simd/simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
 namespace qkv::simd {
-
-namespace hn = hwy::HWY_NAMESPACE;
-using Df = hn::ScalableTag<float>;
-using Vf = hn::Vec<Df>;
-inline constexpr Df df;
-inline size_t lanes() { return hn::Lanes(df); }
-
-inline constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-
-// e^x for x <= 0 (softmax arguments after the max is subtracted), within 1.7e-7 relative.
-// x = n ln2 + r with |r| <= ln2/2; e^r by a degree-5 polynomial; 2^n from the bits of
-// t = x log2(e) + (1.5 · 2^23 + 127): adding 1.5 · 2^23 rounds x log2(e) to the integer n in
-// t's low mantissa bits, already biased by 127, so shifting t left by 23 gives 2^n's bits
-// (no round or convert instruction: this exp is ~30% cheaper, and the softmax of the tiled
-// kernels is mostly exp). x is clamped at -88, where n = -127 and those bits are 0: -inf and
-// every x below ~-87.7 give exactly 0, so a masked score gets exactly zero weight.
-HWY_INLINE Vf exp_nonpositive(Vf x) {
-  const hn::RebindToSigned<Df> di;
-  x = hn::Max(x, hn::Set(df, -88.0f));
-  const Vf shifter = hn::Set(df, 12582912.0f + 127.0f);
-  const Vf t = hn::MulAdd(x, hn::Set(df, 1.44269504088896341f), shifter);
-  const Vf n = hn::Sub(t, shifter);  // round(x log2 e)
-  Vf r = hn::NegMulAdd(n, hn::Set(df, 0.693359375f), x);     // ln2 split in two parts
-  r = hn::NegMulAdd(n, hn::Set(df, -2.12194440e-4f), r);     // for an exact reduction
-  // e^r on [-ln2/2, ln2/2]: degree-5 minimax for the relative error (1.7e-7 in fp32).
-  Vf p = hn::Set(df, 8.290262892842293e-3f);
-  p = hn::MulAdd(p, r, hn::Set(df, 4.1897937655448914e-2f));
-  p = hn::MulAdd(p, r, hn::Set(df, 1.666763722896576e-1f));
-  p = hn::MulAdd(p, r, hn::Set(df, 4.999915063381195e-1f));
-  p = hn::MulAdd(p, r, hn::Set(df, 9.999997019767761e-1f));
-  p = hn::MulAdd(p, r, hn::Set(df, 1.0f));
-  return hn::Mul(p, hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, t))));
-}
-
-// Calls f(std::integral_constant<int, k>) for the runtime k in [1, Max]: turns a tile's
-// remainder size into a template argument so the micro-kernels keep their registers.
-template <int Max, typename F>
-HWY_INLINE void with_count(int k, F&& f) {
-  if constexpr (Max >= 1) {
-    if (k == Max) return f(std::integral_constant<int, Max>{});
-    with_count<Max - 1>(k, std::forward<F>(f));
-  }
-}
+namespace HWY_NAMESPACE {
 
 // ---- Micro-kernels ------------------------------------------------------------------------
 // `Mq` is the query-tile width in floats (a multiple of the lane count); NQV vectors of it
@@ -198,29 +163,44 @@ class PrefetchQueue {
 // Full-width drivers over any number of rows / columns, with the remainders dispatched to
 // smaller instantiations; each asks `prefetch` (when given) for a few lines per call.
 
-// Rows per block of rows_times_packed: 24 accumulators whatever the query-tile width (plus
-// NQV loads and a broadcast: 29 of 32 registers).
-constexpr int product_rows(int nqv) { return nqv >= 4 ? 6 : nqv == 3 ? 8 : nqv == 2 ? 12 : 16; }
+// Query vectors one micro-kernel block spans, and its rows: with 32 registers, 24
+// accumulators whatever the width (plus NQV loads and a broadcast: 29 of 32); with 16, 12
+// accumulators in blocks of at most 2 vectors (plus 2 loads and a broadcast: 15 of 16).
+inline constexpr int kBlockVectors = kVectorRegisters >= 32 ? 4 : 2;
+constexpr int product_rows(int nqv) {
+  if (kVectorRegisters >= 32) return nqv >= 4 ? 6 : nqv == 3 ? 8 : nqv == 2 ? 12 : 16;
+  return nqv >= 2 ? 6 : 12;
+}
 template <int NQV>
 inline constexpr int kProductRows = product_rows(NQV);
 
-// C ← A Bt over `rows` rows of A, as `kInto` says, in blocks of kProductRows.
+// C ← A Bt over `rows` rows of A, as `kInto` says, in blocks of kProductRows rows and up to
+// kBlockVectors query vectors (a wider tile runs its query vectors block by block).
 template <int NQV, Into kInto>
 void rows_times_packed_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt,
                             int64_t depth, int64_t Mq, float* c, const float* alpha,
                             PrefetchQueue* prefetch) {
-  constexpr int NK = kProductRows<NQV>;
-  int64_t j = 0;
-  for (; j + NK <= rows; j += NK) {
-    rows_times_packed<NQV, NK, kInto>(a + j * a_stride, a_stride, bt, depth, Mq, c + j * Mq,
-                                      alpha);
-    if (prefetch) prefetch->issue_per_call();
+  if constexpr (NQV > kBlockVectors) {
+    const int64_t rest = kBlockVectors * static_cast<int64_t>(lanes());
+    rows_times_packed_tile<kBlockVectors, kInto>(a, a_stride, rows, bt, depth, Mq, c, alpha,
+                                                 prefetch);
+    rows_times_packed_tile<NQV - kBlockVectors, kInto>(a, a_stride, rows, bt + rest, depth, Mq,
+                                                       c + rest, alpha ? alpha + rest : nullptr,
+                                                       prefetch);
+  } else {
+    constexpr int NK = kProductRows<NQV>;
+    int64_t j = 0;
+    for (; j + NK <= rows; j += NK) {
+      rows_times_packed<NQV, NK, kInto>(a + j * a_stride, a_stride, bt, depth, Mq, c + j * Mq,
+                                        alpha);
+      if (prefetch) prefetch->issue_per_call();
+    }
+    if (j < rows)
+      with_count<NK - 1>(static_cast<int>(rows - j), [&](auto nk) {
+        rows_times_packed<NQV, decltype(nk)::value, kInto>(a + j * a_stride, a_stride, bt,
+                                                           depth, Mq, c + j * Mq, alpha);
+      });
   }
-  if (j < rows)
-    with_count<NK - 1>(static_cast<int>(rows - j), [&](auto nk) {
-      rows_times_packed<NQV, decltype(nk)::value, kInto>(a + j * a_stride, a_stride, bt, depth,
-                                                         Mq, c + j * Mq, alpha);
-    });
 }
 
 // C[j][q] = Σ_d A[j][d] · Bt[d][q] over `rows` rows of A (the keys): S = K Qᵀ, dP = V dOᵀ.
@@ -246,27 +226,36 @@ void accumulate_tile(const float* p, int64_t keys, int64_t Mq, const float* bt,
 template <int NQV, Into kInto>
 void accumulate_tile_rows(const float* p, int64_t keys, int64_t Mq, const float* b,
                           int64_t b_stride, int64_t columns, float* ct) {
-  constexpr int NE = kProductRows<NQV>;
-  int64_t e = 0;
-  for (; e + NE <= columns; e += NE)
-    packed_times_rows<NQV, NE, kInto>(p, keys, Mq, b, b_stride, e, ct);
-  if (e < columns)
-    with_count<NE - 1>(static_cast<int>(columns - e), [&](auto ne) {
-      packed_times_rows<NQV, decltype(ne)::value, kInto>(p, keys, Mq, b, b_stride, e, ct);
-    });
+  if constexpr (NQV > kBlockVectors) {
+    const int64_t rest = kBlockVectors * static_cast<int64_t>(lanes());
+    accumulate_tile_rows<kBlockVectors, kInto>(p, keys, Mq, b, b_stride, columns, ct);
+    accumulate_tile_rows<NQV - kBlockVectors, kInto>(p + rest, keys, Mq, b, b_stride, columns,
+                                                     ct + rest);
+  } else {
+    constexpr int NE = kProductRows<NQV>;
+    int64_t e = 0;
+    for (; e + NE <= columns; e += NE)
+      packed_times_rows<NQV, NE, kInto>(p, keys, Mq, b, b_stride, e, ct);
+    if (e < columns)
+      with_count<NE - 1>(static_cast<int>(columns - e), [&](auto ne) {
+        packed_times_rows<NQV, decltype(ne)::value, kInto>(p, keys, Mq, b, b_stride, e, ct);
+      });
+  }
 }
 
-// Column blocks of up to 8 vectors (a row of 128 floats in one block), and as many rows per
-// block as keep 24 or fewer accumulators (at most 8). Against 4 × 6 blocks everywhere, this
-// took the backward 1.6–3% faster at dim 128 and 6% at dim 64 (no 2-vector remainder
-// blocks at dim 128, 24 accumulators instead of 16 at dim 64).
-inline constexpr int kTransposedMaxVectors = 8;
+// With 32 registers: column blocks of up to 8 vectors (a row of 128 floats in one block),
+// and as many rows per block as keep 24 or fewer accumulators (at most 8). Against 4 × 6
+// blocks everywhere, this took the backward 1.6–3% faster at dim 128 and 6% at dim 64 (no
+// 2-vector remainder blocks at dim 128, 24 accumulators instead of 16 at dim 64). With 16:
+// blocks of 2 vectors × 6 rows or 1 × 12 (12 accumulators, 2 loads, a broadcast).
+inline constexpr int kTransposedMaxVectors = kVectorRegisters >= 32 ? 8 : 2;
 template <int NEV>
-inline constexpr int kTransposedRows = NEV >= 7 ? 3 : NEV >= 5 ? 4 : NEV == 4 ? 6 : 8;
+inline constexpr int kTransposedRows =
+    kVectorRegisters >= 32 ? (NEV >= 7 ? 3 : NEV >= 5 ? 4 : NEV == 4 ? 6 : 8) : (NEV >= 2 ? 6 : 12);
 
 // C[Kt][E] += Pᵀ R over `queries` queries; E (a multiple of the lane count) is the padded
 // row width of R and C.
-inline void accumulate_transposed_tile(const float* p, int64_t rows, int64_t Mq,
+HWY_INLINE void accumulate_transposed_tile(const float* p, int64_t rows, int64_t Mq,
                                        int64_t queries, const float* r, int64_t r_stride,
                                        int64_t columns, float* c, int64_t c_stride) {
   const int64_t N = static_cast<int64_t>(lanes());
@@ -288,4 +277,8 @@ inline void accumulate_transposed_tile(const float* p, int64_t rows, int64_t Mq,
   }
 }
 
+}  // namespace HWY_NAMESPACE
 }  // namespace qkv::simd
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
