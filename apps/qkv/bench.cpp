@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/targets.h"
 #include "qkv/threads.h"
 #include "util/machine.h"
 
@@ -187,6 +188,7 @@ void bench_attention(const BenchOptions& o) {
                  {"layout", o.seq_major ? "bthd" : "bhtd"},
                  {"backward", o.backward},
                  {"threads", threads},
+                 {"target", current_target()},
                  {"ms", seconds * 1e3},
                  {"gflops", gflops},
                  {"gbps", bytes / seconds / 1e9},
@@ -201,7 +203,8 @@ void bench_attention(const BenchOptions& o) {
   if (!o.json) {
     std::cout << std::fixed << std::setprecision(2) << (o.backward ? "attention forward + backward B=" : "attention B=") << B << " Hq=" << Hq
               << " Hkv=" << Hkv << " Tq=" << Tq << " Tk=" << Tk << " D=" << D
-              << (o.causal ? " causal" : "") << ", " << threads << " thread(s)\n"
+              << (o.causal ? " causal" : "") << ", " << threads << " thread(s), SIMD target "
+              << current_target() << "\n"
               << "  " << seconds * 1e3 << " ms, " << gflops << " GFLOP/s = "
               << 100 * timing.fraction << "% of the measured fp32 FMA peak (" << peak
               << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n"

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "model_file.h"
+#include "qkv/targets.h"
 #include "qkv/error.h"
 #include "qkv/kv_cache.h"
 #include "qkv/threads.h"
@@ -85,7 +86,8 @@ void bench_generate(const BenchGenerateOptions& o) {
   nlohmann::json r = {{"benchmark", "generate"}, {"model", o.model}, {"format", f.format},
                       {"parameters", m.num_params()}, {"d_model", c.d_model},
                       {"layers", c.n_layers}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
-                      {"vocab", c.vocab_size}, {"threads", threads}, {"cache", o.cache},
+                      {"vocab", c.vocab_size}, {"threads", threads}, {"target", current_target()},
+                      {"cache", o.cache},
                       {"prompt_tokens", o.prompt}, {"prefill_ms", prefill * 1e3},
                       {"prefill_tokens_per_s", P / prefill},
                       {"prefill_gflops", prefill_flops / prefill * 1e-9}, {"peak_gflops", peak},

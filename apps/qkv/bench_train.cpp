@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cli.h"
+#include "qkv/targets.h"
 #include "qkv/error.h"
 #include "qkv/model.h"
 #include "qkv/params.h"
@@ -72,7 +73,7 @@ void bench_train(const BenchTrainOptions& o) {
   nlohmann::json r = {{"benchmark", "train"}, {"d_model", c.d_model}, {"layers", c.n_layers},
                       {"heads", c.n_heads}, {"context", T}, {"batch", B}, {"vocab", c.vocab_size},
                       {"style", o.style}, {"parameters", model.num_params()},
-                      {"threads", num_threads()}, {"ms_per_step", seconds * 1e3},
+                      {"threads", num_threads()}, {"target", current_target()}, {"ms_per_step", seconds * 1e3},
                       {"tokens_per_s", tokens_per_s}, {"flops_per_token", flops_per_token},
                       {"peak_gflops", peak}, {"mfu", mfu}, {"peak_rss_mb", rss}};
   if (!o.json)

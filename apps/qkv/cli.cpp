@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "qkv/error.h"
+#include "simd/dispatch.h"
 
 namespace qkv::cli {
 
@@ -45,6 +46,13 @@ int run(int argc, const char* const* argv) {
   CLI::App app{"qkv: transformer attention, explained and fast.", "qkv"};
   app.require_subcommand(1);
   app.failure_message([](const CLI::App*, const CLI::Error& e) { return std::string(e.what()); });
+  // --target applies to every command, before or after its name (fallthrough: subcommands
+  // hand options they do not know to the app).
+  app.fallthrough();
+  app.add_option_function<std::string>(
+      "--target", [](const std::string& t) { simd::force_target(t, "--target"); },
+      "SIMD target to run: sse4, avx2, avx512, avx512_dl (x86-64), neon (AArch64); default "
+      "the best this CPU supports, or $QKV_TARGET (see qkv info)");
   add_explain(app);
   add_params(app);
   add_demo(app);
@@ -53,7 +61,9 @@ int run(int argc, const char* const* argv) {
   add_generate(app);
   add_random_model(app);
   add_viz(app);
+  add_info(app);
   try {
+    simd::ensure_target();  // QKV_TARGET, before --target
     // CLI11 would report an unknown command as "a subcommand is required"; say what it is.
     if (argc > 1 && argv[1][0] != '-') {
       bool known = false;

@@ -27,6 +27,7 @@ void print_worked_example(std::ostream& out, bool causal);
 // The same as `qkv explain --json` prints it: tokens, q, k, v and every step per query.
 std::string worked_example_json(bool causal);
 void add_viz(CLI::App& app);
+void add_info(CLI::App& app);
 
 // --threads N, 0 to 1024: 0 (the default) means every core.
 void add_threads_option(CLI::App& cmd, int& threads);

@@ -16,7 +16,13 @@
 
 #include <hwy/highway.h>
 
+#include <string>
+
 namespace qkv::simd {
+
+// qkv::set_target, with errors that begin with `where` (a flag or variable's name). Call
+// ensure_target() first, or QKV_TARGET would later undo it.
+void force_target(const std::string& name, const char* where);
 
 // Applies QKV_TARGET the first time it is called; throws qkv::Error if it names a target
 // that is unknown or not supported here (and again on every later call).

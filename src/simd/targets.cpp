@@ -71,7 +71,9 @@ std::string joined(const std::vector<std::string>& names) {
   return s;
 }
 
-void force(const std::string& name, const char* where) {
+}  // namespace
+
+void force_target(const std::string& name, const char* where) {
   const int64_t cpu = cpu_targets();
   const std::string choices = joined(names_of(cpu & HWY_TARGETS));
   if (name.empty() || name == "best") {
@@ -92,6 +94,8 @@ void force(const std::string& name, const char* where) {
   hwy::GetChosenTarget().DeInit();                     // the next dispatch chooses again
 }
 
+namespace {
+
 int64_t current_bits() {
   ensure_target();
   const int64_t t = hwy::SupportedTargets() & HWY_TARGETS;
@@ -109,7 +113,7 @@ int current_vector_registers() { return QKV_DISPATCH(vector_registers)(); }
 void ensure_target() {
   static const bool applied = [] {
     const char* env = std::getenv("QKV_TARGET");
-    if (env && *env) force(env, "QKV_TARGET");
+    if (env && *env) force_target(env, "QKV_TARGET");
     return true;
   }();
   (void)applied;
@@ -130,7 +134,7 @@ std::string current_target() {
 
 void set_target(const std::string& name) {
   simd::ensure_target();  // QKV_TARGET first, so that it cannot undo this later
-  simd::force(name, "set_target");
+  simd::force_target(name, "set_target");
 }
 
 int target_vector_bits() { return simd::current_vector_bits(); }

@@ -1,0 +1,130 @@
+// `qkv info`: the machine as qkv sees it — CPU, cores, caches, the SIMD targets compiled in,
+// the one in use, and the two yardsticks measured now (the fp32 FMA peak and the read
+// bandwidth). The first thing to paste into a bug report.
+#include <omp.h>
+
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "qkv/targets.h"
+#include "qkv/threads.h"
+#include "util/machine.h"
+
+namespace qkv::cli {
+namespace {
+
+using nlohmann::json;
+
+// The first value of `key` in /proc/cpuinfo ("model name" on x86, "CPU part" on Arm).
+std::string cpuinfo(const std::string& key) {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key, 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  return "";
+}
+
+std::string read_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+// Data and unified caches of CPU 0 by level, as sysfs gives them: "L1d" → "48K" and how
+// many CPUs share one.
+json caches() {
+  json out = json::array();
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    const std::string level = read_line(dir + "level"), type = read_line(dir + "type");
+    if (level.empty()) break;
+    if (type == "Instruction") continue;
+    const std::string name = "L" + level + (type == "Data" ? "d" : "");
+    out.push_back({{"name", name}, {"size", read_line(dir + "size")},
+                   {"shared_by", read_line(dir + "shared_cpu_list")}});
+  }
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+struct InfoOptions {
+  bool json = false;
+  int threads = 0;
+};
+
+void info(const InfoOptions& o) {
+  const int threads = o.threads > 0 ? o.threads : num_threads();
+  std::string model = cpuinfo("model name");
+  if (model.empty()) model = "CPU part " + cpuinfo("CPU part");
+#if defined(__x86_64__)
+  const char* arch = "x86_64";
+#elif defined(__aarch64__)
+  const char* arch = "aarch64";
+#else
+  const char* arch = "unknown";
+#endif
+  const std::string target = current_target();
+  const double peak = detail::measure_fma_peak_gflops(threads, 0.3);
+  const double read = detail::measure_read_gbps(size_t{256} << 20, threads);
+  const json result = {
+      {"cpu", model},
+      {"arch", arch},
+      {"logical_cpus", omp_get_num_procs()},
+      {"threads", threads},
+      {"caches", caches()},
+      {"targets_compiled", compiled_targets()},
+      {"targets_supported", supported_targets()},
+      {"target", target},
+      {"vector_bits", target_vector_bits()},
+      {"vector_registers", target_vector_registers()},
+      {"fma_peak_gflops", peak},
+      {"read_gbps", read},
+  };
+  if (o.json) {
+    std::cout << result.dump() << "\n";
+    return;
+  }
+  std::cout << "cpu:      " << model << " (" << arch << "), " << omp_get_num_procs()
+            << " logical CPUs\ncaches:  ";
+  for (const json& c : result["caches"])
+    std::cout << " " << c["name"].get<std::string>() << " " << c["size"].get<std::string>()
+              << " (CPUs " << c["shared_by"].get<std::string>() << ")";
+  std::cout << "\nsimd:     compiled " << joined(compiled_targets()) << "; this CPU runs "
+            << joined(supported_targets()) << "\n          in use: " << target << " ("
+            << target_vector_bits() << "-bit vectors, " << target_vector_registers()
+            << " registers)\n"
+            << std::fixed << std::setprecision(1) << "fp32 FMA peak, " << threads
+            << " thread(s), " << target << ": " << peak << " GFLOP/s (measured now)\n"
+            << "read bandwidth, " << threads << " thread(s), 256 MiB: " << read
+            << " GB/s (measured now)\n"
+            << result.dump() << "\n";
+}
+
+}  // namespace
+
+void add_info(CLI::App& app) {
+  auto o = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "info", "The CPU, its caches, the SIMD targets compiled in and in use, FMA peak and read "
+              "bandwidth measured now");
+  add_threads_option(*cmd, o->threads);
+  cmd->add_flag("--json", o->json, "Print only the JSON line");
+  cmd->callback([o] { info(*o); });
+}
+
+}  // namespace qkv::cli
