@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Fails if a hot loop of the SIMD kernels touches the stack with a vector register: a spill,
+# which a micro-kernel sized for the wrong register file makes (24 accumulators on 16 ymm).
+#   tests/check_spills.sh OBJECT...
+# Reads, per SIMD target namespace (N_SSE4, N_AVX2, N_AVX3, N_AVX3_DL, N_NEON), the functions
+# spill_probe_* (the micro-kernels; tests/spill_probe.cpp) and fma_loop (the FMA-peak
+# yardstick, src/util/machine.cpp) in the objects given, and counts the vector accesses to
+# the stack inside their loops.
+set -euo pipefail
+objdump=${OBJDUMP:-objdump}
+status=0 seen=0
+for obj in "$@"; do
+  report=$("$objdump" -d --no-show-raw-insn -C "$obj" | awk '
+    # A vector register moved to or from the stack (x86: %rsp/%rbp; AArch64: [sp / [x29).
+    function stack_vector(line) {
+      return (line ~ /%[xyz]mm[0-9]+/ && line ~ /\(%(rsp|rbp)\)/) ||
+             (line ~ /\[(sp|x29)/ && line ~ /[[:space:],]([qvdsz][0-9]+)([.,[:space:]]|$)/)
+    }
+    # Counts the stack accesses inside the function'"'"'s loops: the instructions between a
+    # conditional backward branch and its target (set-up and tail code may use the stack).
+    function hex(s,   v, i) {
+      v = 0
+      for (i = 1; i <= length(s); ++i) v = v * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
+      return v
+    }
+    function finish() {
+      if (!keep) return
+      count = 0
+      for (i = 1; i <= m; ++i) {
+        if (insn[i] !~ /[[:space:]](j[a-z]+|b\.[a-z]+|cbn?z|tbn?z)[[:space:]]+[0-9a-f]+ </) continue
+        if (insn[i] ~ /[[:space:]]jmp[[:space:]]/) continue
+        target = insn[i]; sub(/^.*[[:space:]](j[a-z]+|b|b\.[a-z]+|cbn?z|tbn?z)[[:space:]]+/, "", target)
+        sub(/ .*/, "", target)
+        t = hex(target)
+        if (t >= addr[i]) continue
+        for (k = 1; k <= i; ++k) if (addr[k] >= t && stack_vector(insn[k]) && !(k in counted)) {
+          counted[k] = 1; ++count
+        }
+      }
+      print count, name
+      delete counted
+    }
+    /^[0-9a-f]+ <.*>:$/ {
+      finish()
+      name = $0; sub(/^[0-9a-f]+ </, "", name); sub(/>:$/, "", name)
+      keep = (name ~ /N_[A-Z0-9_]+::(spill_probe_[a-z_]+|fma_loop)\(/)
+      m = 0
+      next
+    }
+    keep && /^ +[0-9a-f]+:/ {
+      ++m; insn[m] = $0
+      a = $1; sub(/:$/, "", a); addr[m] = hex(a)
+    }
+    END { finish() }')
+  [[ -z "$report" ]] && continue
+  while read -r count name; do
+    seen=$((seen + 1))
+    if [[ $count -ne 0 ]]; then
+      echo "SPILL: $name: $count vector accesses to the stack in its loops"
+      status=1
+    else
+      echo "ok: $name"
+    fi
+  done <<< "$report"
+done
+if [[ $seen -eq 0 ]]; then
+  echo "check_spills: no probe functions found in $*" >&2
+  exit 1
+fi
+echo "$seen functions checked"
+exit $status
