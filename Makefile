@@ -4,7 +4,7 @@ QKV := build/release/qkv
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: build demo test deps asan fuzz clean
+.PHONY: build demo test test-arm deps asan fuzz clean
 
 deps:
 	@scripts/install-deps
@@ -24,6 +24,15 @@ asan: deps
 test: build asan
 	ctest --preset release
 	ctest --preset asan
+
+# The library and the attention tests cross-compiled for AArch64 (NEON) and run under QEMU,
+# on a NEON-only CPU (Cortex-A72) and on one with 256-bit SVE (the NEON code runs there too).
+test-arm:
+	@scripts/install-deps --arm
+	cmake --preset arm >/dev/null
+	cmake --build --preset arm -j $(JOBS)
+	QEMU_CPU=cortex-a72 ctest --preset arm -j $(JOBS)
+	QEMU_CPU=max,sve256=on ctest --preset arm -j $(JOBS)
 
 # The loaders under libFuzzer (clang) for FUZZ_SECONDS, from the seeds in fuzz/corpus/.
 fuzz:

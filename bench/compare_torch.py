@@ -1,18 +1,26 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """qkv's attention against PyTorch's, on the same shapes, in the same run.
 
-For each shape it runs `qkv bench attention ... --json` (which measures the fp32 FMA peak and
-the read bandwidth in the same process) and then times PyTorch on the same shape and thread
-count, taking PyTorch's fastest CPU path of the ones it has: its scaled-dot-product attention
-(torch.nn.functional._scaled_dot_product_attention in 1.13) and the explicit
+For each shape it runs `qkv bench attention ... --json` (which measures the fp32 FMA peak of
+the SIMD target that ran and the read bandwidth in the same process) and then times PyTorch on
+the same shape and thread count, taking PyTorch's fastest CPU path of the ones it has: its
+scaled_dot_product_attention (whose CPU kernel is a flash attention, forward and backward, in
+PyTorch 2; torch.nn.functional._scaled_dot_product_attention in 1.13) and the explicit
 softmax(q kᵀ / √d + mask) v in matmuls. FLOPs are counted the same way for both.
 
-  /usr/bin/python3 bench/compare_torch.py                      # the table of docs/benchmarks.md
-  /usr/bin/python3 bench/compare_torch.py --seq 2048 --dim 128 --causal --threads 2
-  /usr/bin/python3 bench/compare_torch.py --seq 2048 --causal --window 512 --threads 2
-  /usr/bin/python3 bench/compare_torch.py --quick              # a few shapes
+Run it with the Python that has the PyTorch to compare with: the newest from PyPI is the peer
+(`python3 -m venv /opt/peer && /opt/peer/bin/pip install torch numpy`); Debian's 1.13
+(/usr/bin/python3) works too.
 
-Prints one markdown row per shape (and the raw JSON with --json).
+  PY=/opt/peer/bin/python
+  $PY bench/compare_torch.py                          # the table of docs/benchmarks.md
+  $PY bench/compare_torch.py --target avx2            # qkv's AVX2 code, PyTorch's AVX2 code
+  $PY bench/compare_torch.py --seq 2048 --dim 128 --causal --threads 2
+  $PY bench/compare_torch.py --quick                  # a few shapes
+
+--target runs qkv on that SIMD target (qkv --target) and PyTorch at the same level
+(ATEN_CPU_CAPABILITY for ATen's kernels, MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA for
+the GEMMs below them), so that an AVX-512 machine can stand in for an AVX2-only one. Prints one markdown row per shape (and the JSON with --json).
 """
 import argparse
 import json
@@ -22,14 +30,11 @@ import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QKV = os.path.join(ROOT, "build", "release", "qkv")
 
 
-def qkv_bench(shape, threads, min_time):
+def qkv_bench(shape, threads, min_time, target):
     cmd = [QKV, "bench", "attention", "--batch", "1", "--heads", str(shape["heads"]),
            "--seq", str(shape["seq"]), "--dim", str(shape["dim"]), "--threads", str(threads),
            "--min-time", str(min_time), "--no-reference", "--json"]
@@ -45,6 +50,8 @@ def qkv_bench(shape, threads, min_time):
         cmd += ["--kv-len", str(shape["kv_len"])]
     if shape["backward"]:
         cmd.append("--backward")
+    if target:
+        cmd += ["--target", target]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -59,7 +66,9 @@ def torch_time(shape, threads, min_time):
     q = torch.rand(1, H, Tq, D, generator=g) * 2 - 1
     k = torch.rand(1, Hkv, T, D, generator=g) * 2 - 1
     v = torch.rand(1, Hkv, T, D, generator=g) * 2 - 1
-    if Hkv != H:  # PyTorch 1.13 has no GQA: expand the shared heads
+    new_sdpa = hasattr(F, "scaled_dot_product_attention")
+    gqa = Hkv != H and new_sdpa and "enable_gqa" in F.scaled_dot_product_attention.__doc__
+    if Hkv != H and not gqa:  # PyTorch 1.13 has no GQA: expand the shared heads
         k = k.repeat_interleave(H // Hkv, dim=1)
         v = v.repeat_interleave(H // Hkv, dim=1)
     causal = shape["causal"]
@@ -81,8 +90,15 @@ def torch_time(shape, threads, min_time):
         q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
     dout = torch.rand(1, H, Tq, D, generator=g)
 
+    plain_causal = causal and Tq == T and not window and not kv_len
+
     def sdpa():
-        if causal and Tq == T and not window and not kv_len:
+        if new_sdpa:
+            extra = {"enable_gqa": True} if gqa else {}
+            if plain_causal:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, **extra)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, **extra)
+        if plain_causal:
             out, _ = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)
         else:
             out, _ = F._scaled_dot_product_attention(q, k, v, keep, 0.0, False, False)
@@ -92,11 +108,14 @@ def torch_time(shape, threads, min_time):
     if keep is not None:
         additive = torch.zeros(Tq, T).masked_fill(~keep, float("-inf"))
 
+    kx = k.repeat_interleave(H // Hkv, dim=1) if gqa else k
+    vx = v.repeat_interleave(H // Hkv, dim=1) if gqa else v
+
     def matmuls():
-        s = torch.matmul(q, k.transpose(-1, -2)) * (1 / math.sqrt(D))
+        s = torch.matmul(q, kx.transpose(-1, -2)) * (1 / math.sqrt(D))
         if additive is not None:
             s = s + additive
-        return torch.matmul(torch.softmax(s, dim=-1), v)
+        return torch.matmul(torch.softmax(s, dim=-1), vx)
 
     best = None
     for name, fn in (("sdpa", sdpa), ("matmul+softmax", matmuls)):
@@ -120,13 +139,15 @@ def torch_time(shape, threads, min_time):
     return best
 
 
-def row(shape, threads, min_time):
-    r = qkv_bench(shape, threads, min_time)
+def row(shape, threads, min_time, target):
+    r = qkv_bench(shape, threads, min_time, target)
     torch_s, path = torch_time(shape, threads, min_time)
     flops = r["gflops"] * r["ms"] / 1e3 * 1e9  # the same FLOP count for PyTorch
     torch_gflops = flops / torch_s / 1e9
     r.update({"torch_ms": torch_s * 1e3, "torch_gflops": torch_gflops, "torch_path": path,
-              "ratio_to_torch": torch_s * 1e3 / r["ms"], "torch": torch.__version__})
+              "ratio_to_torch": torch_s * 1e3 / r["ms"], "torch": torch.__version__,
+              "torch_capability": torch.backends.cpu.get_cpu_capability()
+              if hasattr(torch.backends, "cpu") else "default"})
     return r
 
 
@@ -141,16 +162,27 @@ def mask_text(r):
 
 def markdown(r):
     kind = "decode" if r["queries"] == 1 else ("fwd+bwd" if r["backward"] else "fwd")
-    return (f"| {kind} | {r['heads']}/{r['kv_heads']} | {r['queries']} | {r['seq']} | {r['dim']} "
+    return (f"| {r['target']} | {kind} | {r['heads']}/{r['kv_heads']} | {r['queries']} | {r['seq']} | {r['dim']} "
             f"| {mask_text(r)} | {r['threads']} | {r['ms']:.2f} "
             f"| {r['gflops']:.0f} | {100 * r['fraction_of_peak']:.0f}% "
             f"| {r['kv_gbps']:.1f} ({100 * r['fraction_of_read']:.0f}%) "
             f"| {r['torch_ms']:.2f} ({r['torch_path']}) | {r['ratio_to_torch']:.1f}x |")
 
 
-HEADER = ("| kind | Hq/Hkv | Tq | Tk | D | mask | threads | qkv ms | qkv GFLOP/s "
+HEADER = ("| target | kind | Hq/Hkv | Tq | Tk | D | mask | threads | qkv ms | qkv GFLOP/s "
           "| of FMA peak | K+V GB/s (of read loop) | PyTorch ms (path) | qkv speed-up |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 def table_shapes(quick):
@@ -191,7 +223,18 @@ def main():
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--target", help="qkv's SIMD target (sse4, avx2, avx512, avx512_dl); "
+                    "PyTorch runs at the matching ATEN_CPU_CAPABILITY")
     a = ap.parse_args()
+    if a.target in ("avx2", "sse4"):  # read by PyTorch when it loads: set before the import
+        # ATen's own kernels, and the GEMMs of MKL and oneDNN under them, at the same level.
+        level = "AVX2" if a.target == "avx2" else "SSE4_2"
+        os.environ["ATEN_CPU_CAPABILITY"] = "avx2" if a.target == "avx2" else "default"
+        os.environ["MKL_ENABLE_INSTRUCTIONS"] = level
+        os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2" if a.target == "avx2" else "SSE41"
+    global torch, F
+    import torch
+    import torch.nn.functional as F
     if not os.path.exists(QKV):
         sys.exit(f"compare_torch.py: {QKV} is missing; run `make build` first")
     if a.seq:
@@ -200,11 +243,13 @@ def main():
                        window=a.window, kv_len=a.kv_len)]
     else:
         shapes = table_shapes(a.quick)
-    print(f"PyTorch {torch.__version__}; {os.cpu_count()} cores")
+    cap = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
+    print(f"PyTorch {torch.__version__} (CPU capability {cap}); {os.cpu_count()} cores; "
+          f"{cpu_model()}")
     print(HEADER)
     for shape in shapes:
         for threads in shape.get("threads") or a.threads:
-            r = row(shape, threads, a.min_time)
+            r = row(shape, threads, a.min_time, a.target)
             print(markdown(r), flush=True)
             if a.json:
                 print(json.dumps(r), flush=True)
