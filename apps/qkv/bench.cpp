@@ -53,27 +53,35 @@ double time_median(F&& f, double min_time, size_t min_runs = 3) {
 }
 
 // The VM's clock wanders by several percent from one minute to the next, moving the kernel
-// and the FMA peak loop together. So the kernel is timed in rounds, each followed by the peak
-// loop, and its fraction of peak is the median over rounds of (the round's speed / the peak
-// measured right after it): a slow moment is divided by a slow peak.
+// and the FMA peak loop together, and its memory bandwidth moves by up to 2× (50–100 GB/s
+// from one minute to the next on a Zen 5 host). So the kernel is timed in rounds, each
+// followed by the yardsticks, and its fractions are the medians over rounds of (the round's
+// speed / the yardstick measured right after it): a slow moment is divided by a slow peak.
 inline constexpr int kPeakRounds = 5;
 
 struct Timing {
-  double seconds;   // median time of one run
-  double peak;      // median of the rounds' peaks, GFLOP/s
-  double fraction;  // median of the rounds' fractions of peak
+  double seconds;        // median time of one run
+  double peak;           // median of the rounds' peaks, GFLOP/s
+  double fraction;       // median of the rounds' fractions of peak
+  double read;           // median of the rounds' read-loop speeds, GB/s (if asked for)
+  double read_fraction;  // median of the rounds' (bytes / time) / read-loop speed
 };
 
-template <typename F>
-Timing time_against_peak(F&& f, double flops, int threads, double min_time) {
+// `read_gbps()` measures the read yardstick over the `bytes` the kernel must read.
+template <typename F, typename Read>
+Timing time_against_peak(F&& f, double flops, int threads, double min_time, double bytes,
+                         Read&& read_gbps) {
   f();  // warm-up
-  std::vector<double> seconds, peaks, fractions;
+  std::vector<double> seconds, peaks, fractions, reads, read_fractions;
   for (int r = 0; r < kPeakRounds; ++r) {
     seconds.push_back(time_median(f, min_time / kPeakRounds, 1));
     peaks.push_back(detail::measure_fma_peak_gflops(threads));
     fractions.push_back(flops / seconds.back() / 1e9 / peaks.back());
+    reads.push_back(read_gbps());
+    read_fractions.push_back(bytes / seconds.back() / 1e9 / reads.back());
   }
-  return {median(seconds), median(peaks), median(fractions)};
+  return {median(seconds), median(peaks), median(fractions), median(reads),
+          median(read_fractions)};
 }
 
 // (query, key) pairs the mask leaves visible, summed over batches: the work actually done.
@@ -132,12 +140,19 @@ void bench_attention(const BenchOptions& o) {
     for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = uniform(rng);
     bytes *= 2;  // the backward reads q, k, v, out, dout and writes dq, dk, dv
   }
+  // The read yardstick reads the run's own K and V (no second copy of them in memory).
+  const double kv_bytes = 4.0 * (k.numel() + v.numel());
+  auto read_kv = [&] {
+    return detail::measure_read_gbps({std::span<const float>(k.data(), k.numel()),
+                                      std::span<const float>(v.data(), v.numel())},
+                                     threads, 0.1);
+  };
   const Timing timing = time_against_peak(
       [&] {
         attention(a);
         if (o.backward) attention_backward(a, view(dout), view(dq), view(dk), view(dv));
       },
-      flops, threads, o.min_time);
+      flops, threads, o.min_time, kv_bytes, read_kv);
   const double seconds = timing.seconds, peak = timing.peak;
 
   // Memory of the kernel itself, before the checks and yardsticks below add their own.
@@ -169,10 +184,7 @@ void bench_attention(const BenchOptions& o) {
     reference_ms = 1e3 * time_median([&] { reference::attention(a); }, 0);
   }
 
-  // The yardstick reads the run's own K and V (no second copy of them in memory).
-  const double read_gbps = detail::measure_read_gbps(
-      {std::span<const float>(k.data(), k.numel()), std::span<const float>(v.data(), v.numel())},
-      threads);
+  const double read_gbps = timing.read;
   const double gflops = flops / seconds / 1e9;
   json result = {{"benchmark", "attention"},
                  {"batch", B},
@@ -196,7 +208,7 @@ void bench_attention(const BenchOptions& o) {
                  {"peak_gflops", peak},
                  {"fraction_of_peak", timing.fraction},
                  {"read_gbps", read_gbps},
-                 {"fraction_of_read", 4.0 * (k.numel() + v.numel()) / seconds / 1e9 / read_gbps},
+                 {"fraction_of_read", timing.read_fraction},
                  {"reference_ms", reference_ms},
                  {"max_abs_err", max_abs_err},
                  {"peak_rss_mb", peak_rss}};
@@ -208,8 +220,9 @@ void bench_attention(const BenchOptions& o) {
               << "  " << seconds * 1e3 << " ms, " << gflops << " GFLOP/s = "
               << 100 * timing.fraction << "% of the measured fp32 FMA peak (" << peak
               << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n"
-              << "  K and V read at " << result["kv_gbps"].get<double>() << " GB/s; a plain read "
-              << "loop over as many bytes: " << read_gbps << " GB/s\n"
+              << "  K and V read at " << result["kv_gbps"].get<double>() << " GB/s = "
+              << 100 * timing.read_fraction << "% of a plain read loop over the same bytes ("
+              << read_gbps << " GB/s; medians over the rounds)\n"
               << std::scientific << "  max |error| against the reference: " << max_abs_err
               << std::fixed << "\n";
     if (!reference_ms.is_null()) {
