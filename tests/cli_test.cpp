@@ -24,10 +24,12 @@ struct Result {
   std::string output;  // stdout, or stdout and stderr together when asked
 };
 
-// Runs qkv with `args` (in directory `cwd` when given).
-Result run(const std::string& args, bool with_stderr = false, const std::string& cwd = "") {
-  const std::string command = (cwd.empty() ? "" : "cd " + cwd + " && ") + std::string(QKV_BINARY) +
-                              " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs qkv with `args` (in directory `cwd` when given, with `env`'s VAR=value settings).
+Result run(const std::string& args, bool with_stderr = false, const std::string& cwd = "",
+           const std::string& env = "") {
+  const std::string command = (cwd.empty() ? "" : "cd " + cwd + " && ") + env + " " +
+                              std::string(QKV_BINARY) + " " + args +
+                              (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* pipe = popen(command.c_str(), "r");
   EXPECT_NE(pipe, nullptr);
   std::string output;
@@ -166,6 +168,7 @@ TEST(CliErrors, BadInputGivesAClearErrorAndStatusTwo) {
       {"bench train --style nope", "--style: nope not in {gpt2,llama}"},
       {"train --style nope", "--style: nope not in {gpt2,llama}"},
       {"viz --example --layer 1", "--layer requires --terminal"},
+      {"info --target avx1024", "--target: unknown SIMD target 'avx1024'"},
       {"nonsense", "unknown command \"nonsense\""},
       {"", "subcommand"},
   };
@@ -174,6 +177,33 @@ TEST(CliErrors, BadInputGivesAClearErrorAndStatusTwo) {
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;
     EXPECT_EQ(r.output.rfind("qkv: error: ", 0), 0u) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+TEST(CliErrors, UnknownQkvTargetIsAClearError) {
+  const Result r = run("params --preset gpt2", /*with_stderr=*/true, "", "QKV_TARGET=avx1024");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("qkv: error: QKV_TARGET: unknown SIMD target 'avx1024'", 0), 0u)
+      << r.output;
+}
+
+// qkv info names a supported target and agrees with --target; bench reports the target that ran.
+TEST(CliInfo, TargetsAndYardsticks) {
+  const json info = run_json("info --json --threads 1");
+  const auto supported = info["targets_supported"].get<std::vector<std::string>>();
+  ASSERT_FALSE(supported.empty());
+  EXPECT_EQ(info["target"], supported.front());
+  EXPECT_GT(info["fma_peak_gflops"].get<double>(), 0);
+  EXPECT_GT(info["read_gbps"].get<double>(), 0);
+  EXPECT_FALSE(info["cpu"].get<std::string>().empty());
+  for (const std::string& t : supported) {
+    SCOPED_TRACE(t);
+    const json forced = run_json("info --json --threads 1 --target " + t);
+    EXPECT_EQ(forced["target"], t);
+    const json bench = run_json("--target " + t + " bench attention --seq 64 --dim 16 --heads 1 "
+                                "--min-time 0.01 --no-reference --json");
+    EXPECT_EQ(bench["target"], t);
+    EXPECT_LT(bench["max_abs_err"].get<double>(), 1e-5);
   }
 }
 
