@@ -20,7 +20,7 @@ struct Width {
 };
 const std::map<std::string, Width> kWidths = {
     {"sse4", {128, 16}},  {"avx2", {256, 16}}, {"avx512", {512, 32}}, {"avx512_dl", {512, 32}},
-    {"neon", {128, 32}},
+    {"neon", {128, 32}},  {"sve", {256, 32}},
 };
 
 // Puts the target back as it was (the best, or QKV_TARGET's) when a test ends.
@@ -38,6 +38,12 @@ TEST(Targets, SupportedAreCompiledAndTheCurrentOneIsSupported) {
   ASSERT_FALSE(supported.empty());
   for (const std::string& t : supported) EXPECT_TRUE(contains(compiled, t)) << t;
   EXPECT_TRUE(contains(supported, current_target())) << current_target();
+  // The code that runs is the current target's (ctest runs this first in its own process:
+  // no set_target has run).
+  const auto known = kWidths.find(current_target());
+  if (known != kWidths.end()) {
+    EXPECT_EQ(target_vector_bits(), known->second.bits);
+  }
 }
 
 TEST(Targets, EachSupportedTargetCanBeForcedAndHasItsOwnWidth) {

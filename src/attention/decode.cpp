@@ -158,7 +158,7 @@ void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64
     // Keys past c1 read the last key again (in bounds) and are masked below.
     const auto idx = hn::Mul(hn::Min(lane, hn::Set(di, static_cast<int32_t>(c1 - 1 - j))),
                              hn::Set(di, static_cast<int32_t>(ks)));
-    Vf acc[kMaxRowsInLanes];
+    simd::VfSlot acc[kMaxRowsInLanes];
     for (int64_t r = 0; r < n.R; ++r) acc[r] = hn::Zero(df);
     const float* k = K.row(b, hkv, j);
     for (int64_t d = 0; d < n.D; ++d) {
@@ -185,7 +185,7 @@ void values_keys_in_lanes(const Rows<float>& V, const Shape& n, int64_t b, int64
   const int64_t vs = V.row_stride;
   const auto lane = hn::Iota(di, 0);
   for (int64_t e = 0; e < n.Dv; ++e) {
-    Vf acc[kMaxRowsInLanes];
+    simd::VfSlot acc[kMaxRowsInLanes];
     for (int64_t r = 0; r < n.R; ++r) acc[r] = hn::Zero(df);
     for (int64_t j = c0; j < c1; j += N) {
       const auto idx = hn::Mul(hn::Min(lane, hn::Set(di, static_cast<int32_t>(c1 - 1 - j))),
@@ -196,7 +196,7 @@ void values_keys_in_lanes(const Rows<float>& V, const Shape& n, int64_t b, int64
         acc[r] = hn::MulAdd(hn::LoadU(df, s + r * n.chunk + j - c0), ve, acc[r]);
     }
     for (int64_t r = 0; r < n.R; ++r)
-      partial(parts, n, unit, r)[2 + e] += hn::GetLane(hn::SumOfLanes(df, acc[r]));
+      partial(parts, n, unit, r)[2 + e] += hn::GetLane(hn::SumOfLanes(df, Vf(acc[r])));
   }
 }
 
@@ -276,7 +276,7 @@ constexpr int kGroupRows = 4;  // rows per register block
 // log2 N rounds, each adding the even lanes of a pair of vectors to their odd lanes and
 // halving the vectors (ConcatEven / ConcatOdd, one shuffle each on AVX-512): 2N − 2 shuffles
 // for N sums, where N separate horizontal sums take N log2 N.
-HWY_INLINE Vf lane_sums(Vf* x) {
+HWY_INLINE Vf lane_sums(simd::VfSlot* x) {
   for (size_t count = hn::MaxLanes(df); count > 1; count /= 2)
     for (size_t i = 0; i < count / 2; ++i)
       x[i] = hn::Add(hn::ConcatEven(df, x[2 * i + 1], x[2 * i]),
@@ -284,7 +284,7 @@ HWY_INLINE Vf lane_sums(Vf* x) {
   return x[0];
 }
 
-using PartialDots = Vf[hn::MaxLanes(df)];  // one row's vectors of partial products, N keys
+using PartialDots = simd::VfSlot[hn::MaxLanes(df)];  // one row's vectors of partial products, N keys
 
 // part[r][jj + j] ← q_r ⊙ k_j summed over the head dim's whole vectors, for RG rows of q (D
 // apart) and KG key rows k_j (ks apart): each q vector loaded once for KG keys. (Pairs of keys
@@ -294,11 +294,11 @@ template <int RG, int KG, typename T>
 HWY_INLINE void key_dots(const float* q, int64_t D, const T* k, int64_t ks, int64_t whole,
                          PartialDots* part, int64_t jj) {
   constexpr int64_t N = hn::MaxLanes(df);
-  Vf acc[RG][KG];
+  simd::VfSlot acc[RG][KG];
   for (int r = 0; r < RG; ++r)
     for (int j = 0; j < KG; ++j) acc[r][j] = hn::Zero(df);
   for (int64_t d = 0; d < whole; d += N) {
-    Vf kv[KG];
+    simd::VfSlot kv[KG];
     for (int j = 0; j < KG; ++j) kv[j] = load(k + j * ks + d);
     for (int r = 0; r < RG; ++r) {
       const Vf qv = hn::LoadU(df, q + r * D + d);
@@ -357,12 +357,12 @@ template <int RG, int W, typename T>
 void block_values(const float* p, int64_t p_stride, const T* v, int64_t vs, int64_t nk,
                   int64_t e0, float* const* o, const T* ahead, int64_t ahead_rows, int64_t Dv) {
   constexpr int64_t N = hn::MaxLanes(df);
-  Vf acc[RG][W];
+  simd::VfSlot acc[RG][W];
   for (int r = 0; r < RG; ++r)
     for (int w = 0; w < W; ++w) acc[r][w] = hn::LoadU(df, o[r] + e0 + w * N);
   for (int64_t jj = 0; jj < nk; ++jj) {
     if (jj < ahead_rows) prefetch_row(ahead + jj * vs, vs, Dv);
-    Vf x[W];
+    simd::VfSlot x[W];
     for (int w = 0; w < W; ++w) x[w] = load(v + jj * vs + e0 + w * N);
     for (int r = 0; r < RG; ++r) {
       const Vf pr = hn::Set(df, p[r * p_stride + jj]);

@@ -49,7 +49,7 @@ HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
                                   float* HWY_RESTRICT c, const float* HWY_RESTRICT alpha) {
   static_assert(kInto == Into::kStore || kInto == Into::kRescaleAdd);
   const size_t N = lanes();
-  Vf acc[NK][NQV];
+  VfSlot acc[NK][NQV];
   for (int j = 0; j < NK; ++j)
     for (int v = 0; v < NQV; ++v) {
       if constexpr (kInto == Into::kStore)
@@ -58,7 +58,7 @@ HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
         acc[j][v] = hn::Mul(hn::Load(df, c + j * Mq + v * N), hn::Load(df, alpha + v * N));
     }
   for (int64_t d = 0; d < depth; ++d) {
-    Vf b[NQV];
+    VfSlot b[NQV];
     for (int v = 0; v < NQV; ++v) b[v] = hn::Load(df, bt + d * Mq + v * N);
     for (int j = 0; j < NK; ++j) {
       const Vf x = hn::Set(df, a[j * a_stride + d]);
@@ -79,11 +79,11 @@ HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int
                                   float* HWY_RESTRICT ct) {
   static_assert(kInto == Into::kStore || kInto == Into::kAdd);
   const size_t N = lanes();
-  Vf acc[NE][NQV];
+  VfSlot acc[NE][NQV];
   for (int e = 0; e < NE; ++e)
     for (int v = 0; v < NQV; ++v) acc[e][v] = hn::Zero(df);
   for (int64_t j = 0; j < rows; ++j) {
-    Vf x[NQV];
+    VfSlot x[NQV];
     for (int v = 0; v < NQV; ++v) x[v] = hn::Load(df, p + j * Mq + v * N);
     const float* brow = b + j * b_stride + e0;
     for (int e = 0; e < NE; ++e) {
@@ -94,7 +94,8 @@ HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int
   for (int e = 0; e < NE; ++e)
     for (int v = 0; v < NQV; ++v) {
       float* c = ct + (e0 + e) * Mq + v * N;
-      hn::Store(kInto == Into::kAdd ? hn::Add(hn::Load(df, c), acc[e][v]) : acc[e][v], df, c);
+      const Vf sum = acc[e][v];
+      hn::Store(kInto == Into::kAdd ? hn::Add(hn::Load(df, c), sum) : sum, df, c);
     }
 }
 
@@ -107,11 +108,11 @@ HWY_INLINE void packed_transposed_times_rows(const float* HWY_RESTRICT p, int64_
                                              int64_t r_stride, int64_t e0,
                                              float* HWY_RESTRICT c, int64_t c_stride) {
   const size_t N = lanes();
-  Vf acc[NJ][NEV];
+  VfSlot acc[NJ][NEV];
   for (int j = 0; j < NJ; ++j)
     for (int v = 0; v < NEV; ++v) acc[j][v] = hn::Load(df, c + j * c_stride + e0 + v * N);
   for (int64_t q = 0; q < queries; ++q) {
-    Vf x[NEV];
+    VfSlot x[NEV];
     for (int v = 0; v < NEV; ++v) x[v] = hn::Load(df, r + q * r_stride + e0 + v * N);
     for (int j = 0; j < NJ; ++j) {
       const Vf y = hn::Set(df, p[j * Mq + q]);

@@ -109,7 +109,7 @@ void online_softmax(float* S, int64_t Mq, float* m, float* l, float* alpha,
   using simd::df;
   using simd::Vf;
   const size_t N = simd::lanes();
-  Vf mx[NQV], shift[NQV], sum[NQV];
+  simd::VfSlot mx[NQV], shift[NQV], sum[NQV];
   for (int v = 0; v < NQV; ++v) mx[v] = hn::Load(df, m + v * N);
   for_scores([&](int64_t jj, int v) {
     mx[v] = hn::Max(mx[v], hn::Load(df, S + jj * Mq + v * N));
@@ -117,7 +117,8 @@ void online_softmax(float* S, int64_t Mq, float* m, float* l, float* alpha,
   for (int v = 0; v < NQV; ++v) {
     // A row that has seen no key yet keeps max -inf; subtract 0 instead so that
     // e^(-inf - (-inf)) does not become NaN.
-    shift[v] = hn::IfThenZeroElse(hn::Eq(mx[v], hn::Set(df, simd::kMinusInf)), mx[v]);
+    const Vf row_max = mx[v];
+    shift[v] = hn::IfThenZeroElse(hn::Eq(row_max, hn::Set(df, simd::kMinusInf)), row_max);
     sum[v] = hn::Zero(df);
   }
   for_scores([&](int64_t jj, int v) {

@@ -29,12 +29,12 @@ template <int M, int R>
 HWY_INLINE void block(const float* A, int64_t lda, const float* B, int64_t ldb, int64_t K,
                       float alpha, float beta, float* C, int64_t ldc, int64_t n0) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  Vf acc[M][R];
+  simd::VfSlot acc[M][R];
   for (int m = 0; m < M; ++m)
     for (int r = 0; r < R; ++r) acc[m][r] = hn::Zero(df);
   int64_t k = 0;
   for (; k + N <= K; k += N) {
-    Vf a[M];
+    simd::VfSlot a[M];
     for (int m = 0; m < M; ++m) a[m] = hn::LoadU(df, A + m * lda + k);
     for (int r = 0; r < R; ++r) {
       const Vf b = hn::LoadU(df, B + (n0 + r) * ldb + k);
@@ -43,7 +43,7 @@ HWY_INLINE void block(const float* A, int64_t lda, const float* B, int64_t ldb, 
   }
   for (int m = 0; m < M; ++m)
     for (int r = 0; r < R; ++r) {
-      float sum = hn::GetLane(hn::SumOfLanes(df, acc[m][r]));
+      float sum = hn::GetLane(hn::SumOfLanes(df, Vf(acc[m][r])));
       for (int64_t t = k; t < K; ++t) sum += A[m * lda + t] * B[(n0 + r) * ldb + t];
       float& c = C[m * ldc + n0 + r];
       c = alpha * sum + (beta == 0 ? 0.0f : beta * c);

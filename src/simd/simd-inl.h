@@ -37,6 +37,16 @@ using Vf = hn::Vec<Df>;
 inline constexpr Df df;
 HWY_INLINE size_t lanes() { return hn::Lanes(df); }
 
+// A vector kept in an array (accumulator blocks, transposes): Vf itself, except on SVE, whose
+// vectors are sizeless types that C++ allows in no array or member. qkv compiles SVE for
+// 256-bit vectors (HWY_SVE_256, with -msve-vector-bits=256), whose fixed-length type GCC
+// converts to and from Vf implicitly.
+#if HWY_TARGET == HWY_SVE_256
+typedef svfloat32_t VfSlot __attribute__((arm_sve_vector_bits(256)));
+#else
+using VfSlot = Vf;
+#endif
+
 inline constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
 // Vector registers of this target: 16 on SSE4 and AVX2 (xmm/ymm0–15), 32 on AVX-512

@@ -46,15 +46,26 @@ constexpr NamedTarget kNames[] = {
     {"avx512_dl", HWY_AVX3_DL}, {"avx512", HWY_AVX3}, {"avx2", HWY_AVX2},
     {"sse4", HWY_SSE4},         {"ssse3", HWY_SSSE3},
 #elif HWY_ARCH_ARM
-    {"sve2_128", HWY_SVE2_128}, {"sve_256", HWY_SVE_256}, {"sve2", HWY_SVE2},
-    {"sve", HWY_SVE},           {"neon", HWY_NEON},
+    // "sve" is SVE with 256-bit vectors, the one SVE target qkv compiles (CMakeLists.txt).
+    {"sve2_128", HWY_SVE2_128}, {"sve", HWY_SVE_256}, {"sve2", HWY_SVE2},
+    {"sve_scalable", HWY_SVE},  {"neon", HWY_NEON},
 #endif
     {"emu128", HWY_EMU128},     {"scalar", HWY_SCALAR},
 };
 
+// hwy::SupportedTargets(), and Highway's choice for HWY_DYNAMIC_DISPATCH updated to it, as
+// a dispatch does. (Highway 1.0.3's SupportedTargets leaves the choice made from what it
+// detected before its SVE vector-length check: on a 256-bit SVE CPU, any call of it outside a
+// dispatch made the next dispatches run NEON.)
+int64_t supported_now() {
+  const int64_t targets = hwy::SupportedTargets();
+  hwy::GetChosenTarget().Update(targets);
+  return targets;
+}
+
 // What this CPU supports, before any narrowing by set_target.
 int64_t cpu_targets() {
-  static const int64_t cpu = hwy::SupportedTargets();
+  static const int64_t cpu = supported_now();
   return cpu;
 }
 
@@ -98,7 +109,7 @@ namespace {
 
 int64_t current_bits() {
   ensure_target();
-  const int64_t t = hwy::SupportedTargets() & HWY_TARGETS;
+  const int64_t t = supported_now() & HWY_TARGETS;
   return t & -t;  // the best (lowest) bit: what HWY_DYNAMIC_DISPATCH runs
 }
 

@@ -25,9 +25,9 @@ namespace HWY_NAMESPACE {
 // Transposes the N × N block held in rows[0..N) (N = lanes): afterwards rows[c] holds what
 // was column c. log2(N) rounds: round k pairs vectors and keeps the even lanes of each pair
 // in the first half and the odd lanes in the second (vpermt2ps on AVX-512).
-HWY_INLINE void transpose_square(Vf* rows) {
+HWY_INLINE void transpose_square(VfSlot* rows) {
   constexpr size_t N = hn::MaxLanes(df);
-  Vf paired[N];
+  VfSlot paired[N];
   for (size_t width = 1; width < N; width *= 2) {
     for (size_t i = 0; i < N / 2; ++i) {
       paired[i] = hn::ConcatEven(df, rows[2 * i + 1], rows[2 * i]);
@@ -43,7 +43,7 @@ HWY_INLINE void transpose_square(Vf* rows) {
 HWY_INLINE void pack_transposed(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
                             float scale, float* dst, int64_t dst_stride) {
   constexpr int64_t N = hn::MaxLanes(df);
-  Vf block[N];
+  VfSlot block[N];
   for (int64_t r0 = 0; r0 < rows; r0 += N)
     for (int64_t c0 = 0; c0 < cols; c0 += N) {
       const size_t in_row = static_cast<size_t>(std::min(N, cols - c0));
@@ -65,7 +65,7 @@ HWY_INLINE void unpack_transposed(const float* src, int64_t src_stride, int64_t 
                               const float* row_scale, float* dst, int64_t dst_stride,
                               bool stream = false) {
   constexpr int64_t N = hn::MaxLanes(df);
-  Vf block[N];
+  VfSlot block[N];
   for (int64_t r0 = 0; r0 < rows; r0 += N) {
     const Vf scale = hn::Load(df, row_scale + r0);
     for (int64_t c0 = 0; c0 < cols; c0 += N) {

@@ -38,7 +38,7 @@ double fma_flops(int64_t iterations) { return 2.0 * kChains * simd::lanes() * it
 
 // A register-only loop of FMAs; returns their sum so that nothing is optimised away.
 HWY_NOINLINE double fma_loop(int64_t iterations) {
-  Vf acc[kChains];
+  simd::VfSlot acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = hn::Set(df, 1.0f + c * 1e-3f);
   const Vf x = hn::Set(df, 0.999999f), y = hn::Set(df, 1e-7f);
   for (int64_t i = 0; i < iterations; ++i)
