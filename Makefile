@@ -25,8 +25,8 @@ test: build asan
 	ctest --preset release
 	ctest --preset asan
 
-# The library and the attention tests cross-compiled for AArch64 (NEON) and run under QEMU,
-# on a NEON-only CPU (Cortex-A72) and on one with 256-bit SVE (the NEON code runs there too).
+# The library and the attention tests cross-compiled for AArch64 (NEON, SVE) and run under QEMU,
+# on a NEON-only CPU (Cortex-A72: the NEON code) and on one with 256-bit SVE (both).
 test-arm:
 	@scripts/install-deps --arm
 	cmake --preset arm >/dev/null

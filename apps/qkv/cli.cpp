@@ -51,7 +51,7 @@ int run(int argc, const char* const* argv) {
   app.fallthrough();
   app.add_option_function<std::string>(
       "--target", [](const std::string& t) { simd::force_target(t, "--target"); },
-      "SIMD target to run: sse4, avx2, avx512, avx512_dl (x86-64), neon (AArch64); default "
+      "SIMD target to run: sse4, avx2, avx512, avx512_dl (x86-64), neon, sve (AArch64); default "
       "the best this CPU supports, or $QKV_TARGET (see qkv info)");
   add_explain(app);
   add_params(app);
