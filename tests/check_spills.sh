@@ -16,26 +16,41 @@ for obj in "$@"; do
       return (line ~ /%[xyz]mm[0-9]+/ && line ~ /\(%(rsp|rbp)\)/) ||
              (line ~ /\[(sp|x29)/ && line ~ /[[:space:],]([qvdsz][0-9]+)([.,[:space:]]|$)/)
     }
-    # Counts the stack accesses inside the function'"'"'s loops: the instructions between a
-    # conditional backward branch and its target (set-up and tail code may use the stack).
     function hex(s,   v, i) {
       v = 0
       for (i = 1; i <= length(s); ++i) v = v * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
       return v
     }
+    # Counts the stack accesses inside the function'"'"'s hot loops: the innermost loops (from the
+    # target of a conditional backward branch to the branch, with no other such loop within)
+    # that multiply (set-up, tail and reduction code may use the stack).
     function finish() {
       if (!keep) return
-      count = 0
+      n_loops = 0
       for (i = 1; i <= m; ++i) {
         if (insn[i] !~ /[[:space:]](j[a-z]+|b\.[a-z]+|cbn?z|tbn?z)[[:space:]]+[0-9a-f]+ </) continue
         if (insn[i] ~ /[[:space:]]jmp[[:space:]]/) continue
-        target = insn[i]; sub(/^.*[[:space:]](j[a-z]+|b|b\.[a-z]+|cbn?z|tbn?z)[[:space:]]+/, "", target)
+        target = insn[i]; sub(/^.*[[:space:]](j[a-z]+|b\.[a-z]+|cbn?z|tbn?z)[[:space:]]+/, "", target)
         sub(/ .*/, "", target)
         t = hex(target)
         if (t >= addr[i]) continue
-        for (k = 1; k <= i; ++k) if (addr[k] >= t && stack_vector(insn[k]) && !(k in counted)) {
-          counted[k] = 1; ++count
-        }
+        ++n_loops; loop_start[n_loops] = t; loop_end[n_loops] = addr[i]
+      }
+      count = 0
+      for (l = 1; l <= n_loops; ++l) {
+        inner = 1
+        for (o = 1; o <= n_loops; ++o)
+          if (o != l && loop_start[o] >= loop_start[l] && loop_end[o] <= loop_end[l] &&
+              (loop_start[o] != loop_start[l] || loop_end[o] != loop_end[l])) inner = 0
+        if (!inner) continue
+        arithmetic = 0  # a loop of vector products (FMA; SSE4: multiply), not a tail or copy
+        for (k = 1; k <= m; ++k)
+          if (addr[k] >= loop_start[l] && addr[k] <= loop_end[l] && insn[k] ~ /fmadd[0-9]+ps|fmla[[:space:]]+[vz][0-9]|mulps/)
+            arithmetic = 1
+        if (!arithmetic) continue
+        for (k = 1; k <= m; ++k)
+          if (addr[k] >= loop_start[l] && addr[k] <= loop_end[l] && stack_vector(insn[k]) &&
+              !(k in counted)) { counted[k] = 1; ++count }
       }
       print count, name
       delete counted

@@ -22,7 +22,10 @@ namespace hn = simd::hn;
 using simd::df;
 using simd::Vf;
 
-constexpr int kRowsPerStep = 4;  // weight rows read side by side (4 streams for the prefetcher)
+// Weight rows read side by side: 4 streams for the prefetcher with 32 registers (up to 4 × 4
+// accumulators, 4 rows of A and a weight vector: 21), 2 with 16 (4 × 2 + 4 + 1 = 13; 4 × 4
+// spilled in the loop on AVX2 and SSE4, tests/check_spills.sh).
+constexpr int kRowsPerStep = simd::kVectorRegisters >= 32 ? 4 : 2;
 
 // C[m, n0 .. n0 + R) for all M rows of A, R weight rows at a time.
 template <int M, int R>
