@@ -63,7 +63,7 @@ struct Timing {
   double seconds;        // median time of one run
   double peak;           // median of the rounds' peaks, GFLOP/s
   double fraction;       // median of the rounds' fractions of peak
-  double read;           // median of the rounds' read-loop speeds, GB/s (if asked for)
+  double read;           // median of the rounds' read-loop speeds, GB/s
   double read_fraction;  // median of the rounds' (bytes / time) / read-loop speed
 };
 
@@ -204,7 +204,7 @@ void bench_attention(const BenchOptions& o) {
                  {"ms", seconds * 1e3},
                  {"gflops", gflops},
                  {"gbps", bytes / seconds / 1e9},
-                 {"kv_gbps", 4.0 * (k.numel() + v.numel()) / seconds / 1e9},
+                 {"kv_gbps", kv_bytes / seconds / 1e9},
                  {"peak_gflops", peak},
                  {"fraction_of_peak", timing.fraction},
                  {"read_gbps", read_gbps},
