@@ -300,8 +300,7 @@ std::string stories_dir() {
 
 TEST(CliGenerate, Stories260KGreedyIsExactlyTheReferenceText) {
   const std::string dir = stories_dir();
-  if (!std::filesystem::exists(dir + "/stories260K.bin"))
-    GTEST_SKIP() << "stories260K not found in " << dir;
+  ASSERT_TRUE(std::filesystem::exists(dir + "/stories260K.bin")) << "stories260K not found in " << dir;
   const Result r = run("generate --model " + dir + "/stories260K.bin --prompt \"Once upon a time\" "
                        "-n 200 --temperature 0");
   EXPECT_EQ(r.status, 0);

@@ -1,5 +1,5 @@
 // Generation: the sampler, the llama2.c loader and tokenizer, and a real pretrained model
-// (stories260K, ../shared/models) against its reference output.
+// (stories260K, models/) against its reference output.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,9 +33,8 @@ std::string read_file(const fs::path& p) {
 
 #define REQUIRE_STORIES260K()                                                            \
   const fs::path dir = models_dir() / "stories260K";                                     \
-  if (!fs::exists(dir / "stories260K.bin") || !fs::exists(dir / "tok512.bin"))            \
-    GTEST_SKIP() << "stories260K not found in " << dir                                    \
-                 << " (set QKV_MODELS to the folder that holds stories260K/)";
+  ASSERT_TRUE(fs::exists(dir / "stories260K.bin") && fs::exists(dir / "tok512.bin"))      \
+      << "stories260K not found in " << dir << " (it ships in models/; QKV_MODELS overrides)";
 
 // ---- sampler ------------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ TEST(Params, Gpt3FamilyMatchesThePaperTable) {
 TEST(Params, PublishedSizesOfOtherModels) {
   // GPT-2 small: 124,439,808 (the count of the released checkpoint).
   EXPECT_EQ(count_params(find_preset("gpt2").config).total, 124'439'808);
-  // llama2.c's stories260K: 260,032 parameters (shared/models/stories260K/README.md).
+  // llama2.c's stories260K: 260,032 parameters (models/stories260K/README.md).
   EXPECT_EQ(count_params(find_preset("stories260k").config).total, 260'032);
   // Llama 2 7B: 6,738,415,616 (the released checkpoint).
   EXPECT_EQ(count_params(find_preset("llama2-7b").config).total, 6'738'415'616);

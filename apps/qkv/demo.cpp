@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include <filesystem>
 #include <fstream>
@@ -79,13 +80,23 @@ void write_page(std::ostream& out, std::vector<Tensor> weights, const Batch& exa
       << ": open it in a browser and click a head.\n";
 }
 
-// A real pretrained model, when it is beside this repository (or in $QKV_MODELS).
+// The pretrained model that ships in the repository's models/: $QKV_MODELS, else models/ in
+// the current folder, else the source tree this binary was built from.
+std::filesystem::path stories_dir() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("QKV_MODELS")) candidates.push_back(env);
+  candidates.push_back("models");
+  candidates.push_back(QKV_SOURCE_MODELS);
+  for (const fs::path& c : candidates)
+    if (fs::exists(c / "stories260K" / "stories260K.bin")) return c / "stories260K";
+  return {};
+}
+
 void tell_a_story(std::ostream& out) {
-  const char* env = std::getenv("QKV_MODELS");
-  const std::filesystem::path dir =
-      std::filesystem::path(env ? env : "../shared/models") / "stories260K";
-  if (!std::filesystem::exists(dir / "stories260K.bin")) {
-    out << "\n(No pretrained model found in " << dir.string()
+  const std::filesystem::path dir = stories_dir();
+  if (dir.empty()) {
+    out << "\n(No pretrained model found in $QKV_MODELS, ./models or " << QKV_SOURCE_MODELS
         << ": set QKV_MODELS to the folder holding stories260K/ to see one write a story.)\n";
     return;
   }
@@ -207,8 +218,8 @@ void add_demo(CLI::App& app) {
         << "  build/release/qkv params --preset gpt3-175b GPT-3's parameters, head by head\n"
         << "  build/release/qkv train --task recall       the training above, with options\n"
         << "  build/release/qkv viz --example -o example.html   the worked example as a page\n"
-        << "  build/release/qkv generate --model ../shared/models/stories260K/stories260K.bin --prompt \"Lily\"\n"
-        << "  build/release/qkv viz --model ../shared/models/stories260K/stories260K.bin --prompt \"Once upon a time\"\n"
+        << "  build/release/qkv generate --model models/stories260K/stories260K.bin --prompt \"Lily\"\n"
+        << "  build/release/qkv viz --model models/stories260K/stories260K.bin --prompt \"Once upon a time\"\n"
         << "  build/release/qkv bench attention --seq 2048 --dim 128 --causal\n";
   });
 }

@@ -115,7 +115,7 @@ const std::vector<Preset>& presets() {
        llama_config(80, 8192, 64, 8, 28672, 32000, 4096)},
       {"llama3-8b", "Llama 3 8B (GQA: 32 query heads, 8 key/value heads)",
        llama_config(32, 4096, 32, 8, 14336, 128256, 8192)},
-      {"stories260k", "llama2.c stories260K (the test model in ../shared/models)",
+      {"stories260k", "llama2.c stories260K (the test model in models/)",
        llama_config(5, 64, 8, 4, 172, 512, 512, /*tied=*/true)},
   };
   return all;
