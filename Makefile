@@ -34,14 +34,18 @@ test-arm:
 	QEMU_CPU=cortex-a72 ctest --preset arm -j $(JOBS)
 	QEMU_CPU=max,sve256=on ctest --preset arm -j $(JOBS)
 
-# The loaders under libFuzzer (clang) for FUZZ_SECONDS, from the seeds in fuzz/corpus/.
+# Every parser of outside bytes under libFuzzer (clang) for FUZZ_SECONDS each, from the seeds in
+# fuzz/corpus/<name>/ (copied: what the fuzzer finds stays in build/fuzz/corpus/).
+FUZZ_TARGETS := llama2c tokenizer checkpoint model_config explain_input
 fuzz:
 	@scripts/install-deps --fuzz
 	cmake --preset fuzz >/dev/null
 	cmake --build --preset fuzz -j $(JOBS)
 	mkdir -p build/fuzz/corpus && cp -r fuzz/corpus/. build/fuzz/corpus/
-	build/fuzz/fuzz/fuzz_loaders -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -rss_limit_mb=2048 \
-	  build/fuzz/corpus/llama2c build/fuzz/corpus/tokenizer
+	for t in $(FUZZ_TARGETS); do \
+	  build/fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -rss_limit_mb=2048 \
+	    -print_final_stats=1 build/fuzz/corpus/$$t || exit 1; \
+	done
 
 clean:
 	rm -rf build

@@ -1,4 +1,4 @@
-// Runs the fuzz target over files (the corpus, and any crash a fuzzing run found), without
+// Runs a fuzz target over files (its corpus, and any crash a fuzzing run found), without
 // libFuzzer: `fuzz_replay FILE_OR_DIR...`. A test of CI, under the sanitizers.
 #include <cstdint>
 #include <filesystem>

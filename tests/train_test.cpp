@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -166,6 +169,65 @@ TEST(Checkpoint, CorruptAndTruncatedFilesAreClearErrors) {
   }
   expect_error("not valid JSON");
   EXPECT_THROW(load_checkpoint(temp_path("does_not_exist")), Error);
+  std::filesystem::remove(path);
+}
+
+// A real checkpoint whose JSON header is edited: every malformed field is a qkv::Error naming
+// it (these three were an out-of-bounds read, std::invalid_argument and nlohmann's exception).
+TEST(Checkpoint, MalformedHeaderFieldsAreClearErrors) {
+  TaskData data(Task::copy, 3, 4);
+  Model m(small(data), 1);
+  AdamW opt(m);
+  const std::string path = temp_path("fields.safetensors");
+  save_checkpoint(path, m, &opt, 7);
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  const std::string data_bytes = bytes.substr(8 + n);
+  auto load_edited = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json h = header;
+    edit(h);
+    const std::string text = h.dump();
+    const uint64_t size = text.size();
+    std::string file(reinterpret_cast<const char*>(&size), 8);
+    file += text + data_bytes;
+    return load_checkpoint_bytes(reinterpret_cast<const uint8_t*>(file.data()), file.size());
+  };
+  EXPECT_EQ(load_edited([](nlohmann::json&) {}).step, 7);  // the unedited header loads
+  const std::string first = m.params()[0].name;
+  const struct {
+    std::function<void(nlohmann::json&)> edit;
+    std::string message;
+  } cases[] = {
+      {[&](auto& h) { h[first]["data_offsets"] = {0}; }, "\"data_offsets\" must be [begin, end]"},
+      {[&](auto& h) { h[first]["data_offsets"] = 12; }, "\"data_offsets\" must be [begin, end]"},
+      {[&](auto& h) { h[first]["data_offsets"] = {"0", 4}; }, "data_offsets[0] must be a whole number"},
+      {[&](auto& h) { h[first]["data_offsets"] = {-4, 4}; }, "data_offsets[0] = -4 is out of range"},
+      {[&](auto& h) { h[first]["shape"] = {1, 2, 3}; }, "\"shape\" must be a list of at most 2 sizes"},
+      {[&](auto& h) { h[first]["shape"] = {1, 1}; }, "has shape [1,1] but the model needs"},
+      {[&](auto& h) { h[first] = "F32"; }, "expected a JSON object, found string"},
+      {[&](auto& h) { h.erase(first); }, "\"" + first + "\" is missing"},
+      {[&](auto& h) { h["__metadata__"]["step"] = "seven"; }, "\"step\" must be a whole number, found \"seven\""},
+      {[&](auto& h) { h["__metadata__"]["step"] = 7; }, "\"step\" must be a string"},
+      {[&](auto& h) { h["__metadata__"]["optimizer.step"] = "1e3"; }, "\"optimizer.step\" must be a whole number"},
+      {[&](auto& h) { h["__metadata__"]["optimizer.config"] = "{\"beta1\": \"high\"}"; },
+       "\"beta1\" must be a finite number"},
+      {[&](auto& h) { h["__metadata__"]["optimizer.config"] = "[1, 2]"; }, "expected a JSON object, found array"},
+      {[&](auto& h) { h["__metadata__"]["optimizer.config"] = "{"; }, "\"optimizer.config\": not valid JSON"},
+      {[&](auto& h) { h["__metadata__"]["config"] = "{\"vocab_size\": 1.5}"; }, "\"vocab_size\" must be a whole number"},
+      {[&](auto& h) { h["__metadata__"]["config"] = 5; }, "\"config\" must be a string"},
+      {[&](auto& h) { h["__metadata__"] = "x"; }, "not a qkv checkpoint"},
+  };
+  for (const auto& c : cases) {
+    try {
+      load_edited(c.edit);
+      ADD_FAILURE() << "no error, expected " << c.message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
+    }
+  }
   std::filesystem::remove(path);
 }
 

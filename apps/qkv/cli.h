@@ -26,6 +26,9 @@ void add_random_model(CLI::App& app);
 void print_worked_example(std::ostream& out, bool causal);
 // The same as `qkv explain --json` prints it: tokens, q, k, v and every step per query.
 std::string worked_example_json(bool causal);
+// The same for your own q, k, v: `input` is what `qkv explain --input` reads
+// ({"q": [[…]], "k": …, "v": …, "tokens": […]}), `source` names it in errors.
+std::string explain_json(const std::string& input, bool causal, const std::string& source);
 void add_viz(CLI::App& app);
 void add_info(CLI::App& app);
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "io/json_fields.h"
 #include "qkv/error.h"
 
 namespace qkv::cli {
@@ -74,7 +75,7 @@ Matrix read_matrix(const json& doc, const char* name, const std::string& file) {
     std::vector<double> r;
     for (const json& x : row) {
       check(x.is_number() && std::isfinite(x.get<double>()), file, ": ", name, "[", i,
-            "] holds ", x.dump(), ", not a finite number");
+            "] holds ", json_fields::shown(x), ", not a finite number");
       r.push_back(x.get<double>());
     }
     check(m.empty() || r.size() == m[0].size(), file, ": ", name, "[", i, "] has ", r.size(),
@@ -92,8 +93,7 @@ std::vector<std::string> read_names(const json& doc, const char* name, size_t co
     check(list.is_array() && list.size() == count, file, ": \"", name, "\" must list ", count,
           " names");
     for (const json& n : list) {
-      check(n.is_string(), file, ": \"", name, "\" must hold strings, found ", n.dump());
-      names.push_back(n.get<std::string>());
+      names.push_back(json_fields::utf8_string(n, file + ": a name in \"" + name + "\""));
     }
   } else {
     for (size_t i = 0; i < count; ++i) names.push_back(fallback + std::to_string(i));
@@ -103,16 +103,9 @@ std::vector<std::string> read_names(const json& doc, const char* name, size_t co
 
 // --input FILE.json: {"q": [[..], ..], "k": [[..], ..], "v": [[..], ..], "tokens": [..]}
 // "tokens" names the queries (and the keys, when there are as many); "key_tokens" names the
-// keys of a cross-attention example.
-Example read_example(const std::string& file, bool causal) {
-  std::ifstream in(file);
-  check(in.good(), "cannot open --input file \"", file, "\"");
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
-    fail(file, ": not valid JSON (", e.what(), ")");
-  }
+// keys of a cross-attention example. `file` names the source in errors.
+Example parse_example(const std::string& text, bool causal, const std::string& file) {
+  const json doc = json_fields::parse(text, file);
   check(doc.is_object(), file, ": expected a JSON object with \"q\", \"k\" and \"v\"");
   Example e;
   e.q = read_matrix(doc, "q", file);
@@ -131,6 +124,12 @@ Example read_example(const std::string& file, bool causal) {
     e.key_tokens = read_names(json::object(), "", e.k.size(), "k", file);
   e.causal = causal;
   return e;
+}
+
+Example read_example(const std::string& file, bool causal) {
+  std::ifstream in(file, std::ios::binary);
+  check(in.good(), "cannot open --input file \"", file, "\"");
+  return parse_example(std::string(std::istreambuf_iterator<char>(in), {}), causal, file);
 }
 
 // The steps for every query. The causal mask is bottom-right aligned as in qkv::attention:
@@ -358,6 +357,10 @@ void print_worked_example(std::ostream& out, bool causal) {
 }
 
 std::string worked_example_json(bool causal) { return example_json(article_example(causal)).dump(); }
+
+std::string explain_json(const std::string& input, bool causal, const std::string& source) {
+  return example_json(parse_example(input, causal, source)).dump();
+}
 
 void add_explain(CLI::App& app) {
   struct Options {

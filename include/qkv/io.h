@@ -31,6 +31,8 @@ struct Checkpoint {
 // Every size is checked against the file before it is read: a truncated or corrupt file is
 // a qkv::Error naming what is wrong.
 Checkpoint load_checkpoint(const std::string& path);
+// The same from bytes in memory (`path` in errors reads "checkpoint bytes").
+Checkpoint load_checkpoint_bytes(const uint8_t* data, size_t size);
 
 // llama2.c checkpoints (.bin, version 0 and 1; see src/io/llama2c.cpp for the layout) as a
 // Llama-style model for inference (no gradient buffer). The header's sizes are checked, and the

@@ -84,6 +84,8 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const std::vector<ParamInfo>& params() const { return params_; }
+  // The parameters a model of this config has, without allocating them (validates it).
+  static std::vector<ParamInfo> param_layout(const ModelConfig& config);
   const ParamInfo& param(const std::string& name) const;
   View weight(const std::string& name) const;  // [rows, cols] view into weights
   View grad(const std::string& name) const;

@@ -41,14 +41,15 @@ struct Model::Activations {
 
 Model::~Model() = default;
 
-void Model::lay_out() {
-  validate(config_);
-  const ModelConfig& c = config_;
+std::vector<ParamInfo> Model::param_layout(const ModelConfig& c) {
+  validate(c);
+  std::vector<ParamInfo> params;
+  int64_t offset = 0;
   const int64_t C = c.d_model, W = (c.n_heads + 2 * c.n_kv_heads) * c.d_head;
   const int64_t A = c.n_heads * c.d_head;
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool decay) {
-    params_.push_back({name, num_params_, rows, cols, decay});
-    num_params_ += rows * cols;
+    params.push_back({name, offset, rows, cols, decay});
+    offset += rows * cols;
   };
   add("embedding.token", c.vocab_size, C, true);
   if (c.positions == PositionKind::learned) add("embedding.position", c.context, C, true);
@@ -77,7 +78,12 @@ void Model::lay_out() {
   add("norm.weight", C, 1, false);
   if (ln) add("norm.bias", C, 1, false);
   if (!c.tied_embeddings) add("lm_head.weight", c.vocab_size, C, true);
+  return params;
+}
 
+void Model::lay_out() {
+  params_ = param_layout(config_);
+  num_params_ = params_.back().offset + params_.back().rows * params_.back().cols;
   weights_ = Tensor({num_params_});
   if (config_.positions == PositionKind::alibi) {
     alibi_.resize(config_.n_heads);
