@@ -42,34 +42,42 @@ std::string label(const std::string& piece) {
   return out.empty() ? "∅" : out;
 }
 
-AttentionMaps maps_of_model(const VizOptions& o) {
-  ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty());
+}  // namespace
+
+AttentionMaps maps_of_model(ModelFile& f, const std::string& name, const std::string& prompt,
+                            const std::string& prompt_ids) {
   Model& model = *f.model;
-  const std::vector<int32_t> ids = prompt_tokens(f, o.prompt, o.prompt_ids);
+  const std::vector<int32_t> ids = prompt_tokens(f, prompt, prompt_ids);
   std::vector<std::string> labels;
   for (int32_t id : ids) {
-    if (!o.prompt_ids.empty()) labels.push_back(std::to_string(id));
+    check(id >= 0 && id < model.config().vocab_size, "token id ", id, " is not in the vocabulary");
+    if (!prompt_ids.empty()) labels.push_back(std::to_string(id));
     // The piece as the vocabulary holds it (BOS as <s>), not as it prints.
     else labels.push_back(id == f.tokenizer->bos() ? "<s>" : label(f.tokenizer->piece(id)));
   }
   const int64_t T = static_cast<int64_t>(ids.size());
-  check(T <= kMaxTokens, "the prompt is ", T, " tokens; qkv viz shows at most ", kMaxTokens);
+  check(T <= kMaxTokens, "the prompt is ", T, " tokens; attention maps show at most ", kMaxTokens);
   check(T <= model.config().context || model.config().positions != PositionKind::learned,
         "the prompt is ", T, " tokens, longer than the model's context of ", model.config().context);
-  for (int32_t id : ids)
-    check(id >= 0 && id < model.config().vocab_size, "token id ", id, " is not in the vocabulary");
   model.forward(ids.data(), nullptr, 1, T);
   AttentionMaps m;
-  m.title = "Attention of " + std::filesystem::path(o.model).filename().string();
+  m.title = "Attention of " + name;
   const ModelConfig& c = model.config();
   m.description = f.format + " model, " + std::to_string(c.n_layers) + " layers × " +
                   std::to_string(c.n_heads) + " heads, " + short_count(model.num_params()) +
                   " parameters; prompt of " + std::to_string(T) + " tokens";
-  if (!o.prompt.empty()) m.description += ": “" + o.prompt + "”";
+  if (!prompt.empty()) m.description += ": “" + prompt + "”";
   m.tokens = labels;
   m.causal = c.causal;
   for (int64_t l = 0; l < c.n_layers; ++l) m.weights.push_back(model.attention_weights(l));
   return m;
+}
+
+namespace {
+
+AttentionMaps maps_of_model(const VizOptions& o) {
+  ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty());
+  return maps_of_model(f, std::filesystem::path(o.model).filename().string(), o.prompt, o.prompt_ids);
 }
 
 // The articles' three tokens, weights from the reference kernel on their q, k, v.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model_file.h"
 #include "qkv/tensor.h"
 
 namespace qkv::cli {
@@ -24,5 +25,11 @@ struct AttentionMaps {
 // The page. Weights are kept to 3 decimals (integers in thousandths, only the visible
 // triangle for causal models), which keeps 64 tokens × 6 layers × 8 heads near 0.4 MB.
 std::string attention_html(const AttentionMaps& maps);
+
+// The maps of a model on a prompt (text, or token ids as "3 7 1" in `prompt_ids`): one forward
+// over it, every layer's weights from the reference kernel; `name` titles the page. The
+// prompt may be at most 256 tokens (a page of every head grows past ~10 MB beyond that).
+AttentionMaps maps_of_model(ModelFile& model, const std::string& name, const std::string& prompt,
+                            const std::string& prompt_ids);
 
 }  // namespace qkv::cli

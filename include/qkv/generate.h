@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "qkv/kv_cache.h"
@@ -52,6 +53,37 @@ struct GenerateStats {
   double prefill_seconds = 0, decode_seconds = 0;
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
   std::vector<int32_t> tokens;  // the whole sequence: prompt, then the generated tokens
+};
+
+// Generation one token per call, for callers that pull tokens (a Python iterator) rather
+// than take a callback: the first next() runs the prompt (prefill) and draws a token, each
+// later one runs the previous token through the cache and draws the next. generate() below
+// is this loop.
+class Generator {
+ public:
+  // Checks the prompt (at least one token, each in the vocabulary). The model must outlive
+  // the generator.
+  Generator(Model& model, std::vector<int32_t> prompt, const GenerateOptions& options);
+  ~Generator();
+  Generator(Generator&&) noexcept;
+
+  // The next token, or -1 once generation has ended: a stop token drawn (not returned), the
+  // steps run out, or a prompt longer than the steps (only echoed).
+  int32_t next();
+  const std::vector<int32_t>& tokens() const { return tokens_; }  // prompt, then each drawn
+  int64_t prompt_positions() const { return prompt_positions_; }  // of the prompt, run
+  double prefill_seconds() const { return prefill_seconds_; }
+
+ private:
+  Model* model_;
+  GenerateOptions options_;
+  Sampler sampler_;
+  std::unique_ptr<KVCache> cache_;  // made by the first next()
+  View logits_;
+  std::vector<int32_t> tokens_;
+  int64_t steps_ = 0, prompt_positions_ = 0, pos_ = 0;
+  bool done_ = false;
+  double prefill_seconds_ = 0;
 };
 
 // Runs `prompt` (at least one token) and generates. `on_token(prev, token)` is called for every

@@ -79,47 +79,71 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
   return order_[last];
 }
 
+Generator::Generator(Model& model, std::vector<int32_t> prompt, const GenerateOptions& options)
+    : model_(&model), options_(options), sampler_(options.sampling), tokens_(std::move(prompt)) {
+  const ModelConfig& c = model.config();
+  check(!tokens_.empty(), "generate: the prompt needs at least one token");
+  for (int32_t t : tokens_)
+    check(t >= 0 && t < c.vocab_size, "generate: prompt token ", t, " is not in the vocabulary of ",
+          c.vocab_size);
+  steps_ = options.steps <= 0 || options.steps > c.context ? c.context : options.steps;
+  // As run.c: position p's logits choose token p + 1, so `steps` positions run give up to
+  // `steps` tokens after the first. A prompt longer than that is only echoed.
+  prompt_positions_ = std::min<int64_t>(tokens_.size(), steps_);
+  done_ = static_cast<int64_t>(tokens_.size()) > steps_;
+}
+
+Generator::~Generator() = default;
+Generator::Generator(Generator&&) noexcept = default;
+
+int32_t Generator::next() {
+  if (done_) return -1;
+  const ModelConfig& c = model_->config();
+  if (!cache_) {
+    cache_ = std::make_unique<KVCache>(c, KVCacheOptions{.max_seq = steps_, .type = options_.cache,
+                                                         .ring = c.window > 0});
+    const auto t0 = std::chrono::steady_clock::now();
+    logits_ = model_->forward_cached(*cache_, tokens_.data(), 1, prompt_positions_);
+    prefill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    pos_ = prompt_positions_ - 1;
+  } else {
+    logits_ = model_->forward_cached(*cache_, &tokens_.back(), 1, 1);
+    ++pos_;
+  }
+  const int32_t next = sampler_.sample(logits_.data, c.vocab_size);
+  const auto& stop = options_.stop_tokens;
+  done_ = pos_ + 1 == steps_;  // the last position: the token drawn there is not run
+  if (std::find(stop.begin(), stop.end(), next) != stop.end()) {
+    done_ = true;
+    return -1;
+  }
+  tokens_.push_back(next);
+  return next;
+}
+
 GenerateStats generate(Model& model, const std::vector<int32_t>& prompt,
                        const GenerateOptions& options,
                        const std::function<bool(int32_t, int32_t)>& on_token) {
   using Clock = std::chrono::steady_clock;
-  const ModelConfig& c = model.config();
-  check(!prompt.empty(), "generate: the prompt needs at least one token");
-  for (int32_t t : prompt)
-    check(t >= 0 && t < c.vocab_size, "generate: prompt token ", t, " is not in the vocabulary of ",
-          c.vocab_size);
-  const int64_t steps = options.steps <= 0 || options.steps > c.context ? c.context : options.steps;
-  Sampler sampler(options.sampling);
+  Generator g(model, prompt, options);
   GenerateStats stats;
   stats.tokens = prompt;
   auto emit = [&](int32_t prev, int32_t token) { return !on_token || on_token(prev, token); };
-
-  // As run.c: position p's logits choose token p + 1, so `steps` positions run give up to
-  // `steps` tokens after the first. A prompt longer than that is only echoed.
-  const int64_t P = std::min<int64_t>(prompt.size(), steps);
-  for (int64_t i = 1; i < std::min<int64_t>(prompt.size(), steps + 1); ++i)
+  // The prompt streams first, before the prefill.
+  for (int64_t i = 1; i < std::min<int64_t>(prompt.size(), g.prompt_positions() + 1); ++i)
     if (!emit(prompt[i - 1], prompt[i])) return stats;
-  stats.prompt_tokens = P;
-  if (static_cast<int64_t>(prompt.size()) > steps) return stats;
-
-  KVCache cache(c, {.max_seq = steps, .type = options.cache, .ring = c.window > 0});
-  auto t0 = Clock::now();
-  View logits = model.forward_cached(cache, prompt.data(), 1, P);
-  stats.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  t0 = Clock::now();
-  for (int64_t pos = P - 1; pos < steps; ++pos) {
-    const int32_t next = sampler.sample(logits.data, c.vocab_size);
-    if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next) !=
-        options.stop_tokens.end())
-      break;
+  stats.prompt_tokens = g.prompt_positions();
+  const auto t0 = Clock::now();
+  for (int32_t token; (token = g.next()) >= 0;) {
     const int32_t prev = stats.tokens.back();
-    stats.tokens.push_back(next);
+    stats.tokens.push_back(token);
     ++stats.generated_tokens;
-    if (!emit(prev, next) || pos + 1 == steps) break;
-    logits = model.forward_cached(cache, &next, 1, 1);
+    if (!emit(prev, token)) break;
   }
-  stats.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  stats.prefill_tokens_per_s = P / std::max(stats.prefill_seconds, 1e-9);
+  stats.prefill_seconds = g.prefill_seconds();
+  stats.decode_seconds =
+      std::max(0.0, std::chrono::duration<double>(Clock::now() - t0).count() - stats.prefill_seconds);
+  stats.prefill_tokens_per_s = stats.prompt_tokens / std::max(stats.prefill_seconds, 1e-9);
   // Decoding ran generated − 1 forwards (the last token drawn is not run).
   stats.decode_tokens_per_s =
       std::max<int64_t>(0, stats.generated_tokens - 1) / std::max(stats.decode_seconds, 1e-9);

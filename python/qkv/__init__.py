@@ -1,0 +1,25 @@
+"""qkv: transformer attention on the CPU, exact and fast, forward and backward.
+
+    import numpy as np, qkv
+    q = k = v = np.random.rand(1, 8, 128, 64).astype(np.float32)   # [batch, heads, seq, dim]
+    out = qkv.attention(q, k, v, causal=True)
+
+NumPy arrays and torch tensors are read and written in place (any strides, float32). From
+PyTorch, ``qkv.torch`` has an autograd Function and drop-ins for
+``torch.nn.functional.scaled_dot_product_attention`` and flash-attn's ``flash_attn_func``.
+Models: ``qkv.load_llama2c``, ``qkv.load_checkpoint``; learning: ``qkv.explain``,
+``qkv.attention_map``. Errors from qkv are ``ValueError`` with qkv's message.
+"""
+from ._qkv import (Tokenizer, compiled_targets, current_target, num_threads, set_num_threads,
+                   set_target, supported_targets)
+from ._attention import attention, attention_backward
+from ._models import (AttentionMap, Explanation, Model, attention_map, explain, load_checkpoint,
+                      load_llama2c, stories260k_path)
+
+__version__ = "0.1.0"
+__all__ = [
+    "attention", "attention_backward", "Model", "load_llama2c", "load_checkpoint", "Tokenizer",
+    "explain", "Explanation", "attention_map", "AttentionMap", "stories260k_path",
+    "compiled_targets", "supported_targets", "current_target", "set_target", "num_threads",
+    "set_num_threads",
+]

@@ -1,0 +1,135 @@
+"""qkv.attention and qkv.attention_backward on NumPy arrays (or torch CPU tensors)."""
+import numpy as np
+
+from . import _qkv
+
+_LAYOUTS = ("bhtd", "bthd")
+
+
+def _empty(like, shape):
+    """A float32 array of `shape`, of the same kind as `like` (NumPy or torch)."""
+    if not isinstance(like, np.ndarray) and hasattr(like, "new_empty"):
+        import torch
+        return like.new_empty(shape, dtype=torch.float32)
+    return np.empty(shape, dtype=np.float32)
+
+
+def _arrays(**arrays):
+    """q, k, v, … must be arrays (NumPy, torch, anything with DLPack or the buffer protocol)."""
+    for name, a in arrays.items():
+        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+            raise TypeError(f"{name} must be a NumPy array or a torch tensor, got {type(a).__name__}")
+
+
+def _writable(a, name):
+    """Outputs must be writable arrays (nanobind's own error for a read-only one is vague)."""
+    if isinstance(a, np.ndarray) and not a.flags.writeable:
+        raise ValueError(f"{name} is read-only: qkv writes its result there")
+    return a
+
+
+def _index_array(x, name):
+    """Small index arrays (kv_len, cu_seqlens) as contiguous int32, checked."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got {a.dtype}")
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
+    if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+        raise ValueError(f"{name} holds values outside int32")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q, cu_seqlens_k,
+             layout):
+    if layout not in _LAYOUTS:
+        raise ValueError(f'layout must be "bhtd" or "bthd", got {layout!r}')
+    try:
+        left, right = (int(w) for w in window)
+    except (TypeError, ValueError):
+        raise ValueError(f"window must be a pair (left, right) of ints, -1 for no limit; got {window!r}")
+    if scale is not None and float(scale) == 0.0:
+        raise ValueError("scale must be nonzero (None means 1/sqrt(head dim))")
+    o = _qkv._AttentionOptions()
+    o.causal = bool(causal)
+    o.window_left, o.window_right = left, right
+    o.softcap = float(softcap)
+    o.scale = 0.0 if scale is None else float(scale)
+    o.layout = layout
+    if kv_len is not None:
+        o.kv_len = _index_array(kv_len, "kv_len")
+    if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k go together")
+    if cu_seqlens_q is not None:
+        o.cu_seqlens_q = _index_array(cu_seqlens_q, "cu_seqlens_q")
+        o.cu_seqlens_k = _index_array(cu_seqlens_k, "cu_seqlens_k")
+    if bias is not None:
+        o.bias = bias
+    if alibi is not None:
+        o.alibi = np.ascontiguousarray(np.asarray(alibi, dtype=np.float32).reshape(-1))
+    return o
+
+
+def _lse_shape(q, layout, packed):
+    """[batch, heads, seq] (or [heads, total] for a packed batch) from q's shape."""
+    if packed:
+        t, h = (q.shape[0], q.shape[1]) if layout == "bthd" else (q.shape[1], q.shape[0])
+        return (h, t)
+    if len(q.shape) != 4:
+        raise ValueError(f"q must have 4 dims, got shape {tuple(q.shape)}")
+    b = q.shape[0]
+    h, t = (q.shape[2], q.shape[1]) if layout == "bthd" else (q.shape[1], q.shape[2])
+    return (b, h, t)
+
+
+def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None, alibi=None,
+              softcap=0.0, scale=None, cu_seqlens_q=None, cu_seqlens_k=None, layout="bhtd",
+              return_lse=False, out=None, lse=None):
+    """softmax(q kᵀ · scale + bias, masked) v, with qkv's tiled kernel.
+
+    q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] for layout "bhtd" (PyTorch's), or
+    [B, T, H, D] for "bthd" (flash-attn's); with cu_seqlens_q/k (a packed batch) each is 3-D,
+    [total, H, D] ("bthd") or [H, total, D]. float32 NumPy arrays or torch CPU tensors, any
+    strides, read in place. Hq must be a multiple of Hkv (grouped-query attention).
+
+    causal: bottom-right aligned (query i sits at key position i + Tk - Tq), as flash-attn.
+    window: (left, right) keys visible around that position, -1 for no limit.
+    kv_len: [B] keys per batch row (the rest is padding).   bias: additive, broadcastable to
+    [B, Hq, Tq, Tk].   alibi: [Hq] slopes.   softcap: tanh capping of the scores (0 = off).
+    scale: default 1/sqrt(D).   out, lse: arrays to write into (lse [B, Hq, Tq] float32).
+
+    Returns out, or (out, lse) with return_lse. A query that sees no key gets 0 and lse -inf.
+    """
+    _arrays(q=q, k=k, v=v)
+    o = _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
+                 cu_seqlens_k, layout)
+    if out is None:
+        out = _empty(q, tuple(q.shape[:-1]) + (v.shape[-1],))
+    if lse is None and return_lse:
+        lse = _empty(q, _lse_shape(q, layout, cu_seqlens_q is not None))
+    _writable(out, "out")
+    if lse is not None:
+        _writable(lse, "lse")
+    _qkv._attention(q, k, v, out, lse, o)
+    return (out, lse) if return_lse else out
+
+
+def attention_backward(q, k, v, out, lse, dout, *, causal=False, window=(-1, -1), kv_len=None,
+                       bias=None, alibi=None, softcap=0.0, scale=None, cu_seqlens_q=None,
+                       cu_seqlens_k=None, layout="bhtd", dq=None, dk=None, dv=None):
+    """Gradients (dq, dk, dv) of attention given dout = ∂L/∂out.
+
+    q, k, v and every option as the forward saw them, with the forward's out and lse
+    (``attention(..., return_lse=True)``). dq, dk, dv are written into the arrays given, or into
+    new ones of q's, k's and v's shapes; with grouped-query heads dk and dv sum over each group.
+    """
+    _arrays(q=q, k=k, v=v, out=out, lse=lse, dout=dout)
+    o = _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
+                 cu_seqlens_k, layout)
+    dq = _empty(q, tuple(q.shape)) if dq is None else dq
+    dk = _empty(k, tuple(k.shape)) if dk is None else dk
+    dv = _empty(v, tuple(v.shape)) if dv is None else dv
+    for a, name in ((dq, "dq"), (dk, "dk"), (dv, "dv"), (lse, "lse")):
+        _writable(a, name)
+    _qkv._attention_backward(q, k, v, out, lse, dout, dq, dk, dv, o)
+    return dq, dk, dv

@@ -1,0 +1,188 @@
+"""Models, generation, the worked example and attention maps, for Python."""
+import codecs
+import html
+import json
+import os
+
+import numpy as np
+
+from . import _qkv
+
+
+def stories260k_path():
+    """The path of stories260K.bin (llama2.c, 260K parameters, MIT), which ships with qkv."""
+    return os.path.join(os.path.dirname(__file__), "models", "stories260K", "stories260K.bin")
+
+
+class Model:
+    """A model to run: a llama2.c file (load_llama2c) or a qkv checkpoint (load_checkpoint)."""
+
+    def __init__(self, file, path):
+        self._file = file
+        self.path = path
+
+    @property
+    def config(self):
+        """The model's sizes and kinds as a dict (d_model, n_layers, n_heads, …)."""
+        return self._file.config
+
+    @property
+    def num_params(self):
+        return self._file.num_params
+
+    @property
+    def tokenizer(self):
+        """The model's Tokenizer, or None (a model trained on a synthetic task)."""
+        return self._file.tokenizer
+
+    def __repr__(self):
+        c = self.config
+        return (f"qkv.Model({os.path.basename(self.path)!r}: {self._file.format}, {c['n_layers']} layers, "
+                f"{c['n_heads']} heads, d_model {c['d_model']}, {self.num_params:,} parameters)")
+
+    def encode(self, text):
+        """Text as token ids (with BOS when the vocabulary has one)."""
+        if self.tokenizer is None:
+            raise ValueError("this model has no tokenizer: give prompts as lists of token ids")
+        return self.tokenizer.encode(text)
+
+    def _ids(self, prompt):
+        if isinstance(prompt, str):
+            return self.encode(prompt)
+        ids = [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("the prompt needs at least one token")
+        return ids
+
+    def tokens(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0):
+        """The generated token ids, one at a time (a generator); see generate()."""
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        ids = self._ids(prompt)
+        g = self._file._generator(ids, len(ids) + max_tokens - 1, float(temperature), float(top_p),
+                                  int(top_k), int(seed))
+        while (token := g.next()) >= 0:
+            yield token
+
+    def generate(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0):
+        """Text after `prompt` (a string, or token ids), streamed piece by piece.
+
+        A KV cache holds the keys and values: the prompt runs once, then each step runs one
+        token. temperature 0 is greedy; otherwise sampling as llama2.c's run.c (the same seed
+        gives the same text), with top_p (nucleus) and top_k (0 = off). Ends at max_tokens new
+        tokens, at the model's context, or when the model starts a new text (BOS).
+        """
+        tok = self.tokenizer
+        if tok is None:
+            raise ValueError("this model has no tokenizer: use tokens() for token ids")
+        ids = self._ids(prompt)
+        utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span tokens
+        prev = ids[-1]
+        for token in self.tokens(ids, max_tokens, temperature, top_p, seed, top_k):
+            text = utf8.decode(tok.decode_bytes(prev, token))
+            prev = token
+            if text:
+                yield text
+        rest = utf8.decode(b"", final=True)
+        if rest:
+            yield rest
+
+    def logits(self, tokens):
+        """The logits [len(tokens), vocab] of one forward over `tokens` (text or ids)."""
+        return self._file.logits(self._ids(tokens))
+
+
+def load_llama2c(path, tokenizer=None):
+    """A llama2.c model (.bin); its tokenizer is `tokenizer`, else tokenizer.bin or
+    tok<vocab>.bin beside it (a model without one loads, for token-id prompts)."""
+    return Model(_qkv._load_model(os.fspath(path), os.fspath(tokenizer or ""), False), os.fspath(path))
+
+
+def load_checkpoint(path):
+    """A checkpoint written by `qkv train` (.safetensors); a byte-level model gets the byte
+    tokenizer."""
+    return Model(_qkv._load_checkpoint_file(os.fspath(path)), os.fspath(path))
+
+
+class Explanation:
+    """Every step of attention for a small example, as a learner works it by hand.
+
+    Arrays (one row per query): q, k, v; raw_scores (k_j · q_i); scaled_scores (÷ √d_k);
+    masked (True where the causal mask hides key j); exp (e^score, 0 where masked); z (Σ exp);
+    weights (exp / z, each row sums to 1); output (Σ_j weights_ij v_j). Also tokens,
+    key_tokens, d_k, scale, causal, and the notes on the articles' rounding.
+    """
+
+    def __init__(self, doc):
+        self.doc = doc
+        self.tokens, self.key_tokens = doc["tokens"], doc["key_tokens"]
+        self.d_k, self.scale, self.causal = doc["d_k"], doc["scale"], doc["causal"]
+        self.convention, self.notes = doc["convention"], doc["notes"]
+        self.q, self.k, self.v = (np.array(doc[n], dtype=np.float64) for n in ("q", "k", "v"))
+        rows = doc["queries"]
+        self.raw_scores = np.array([r["raw_scores"] for r in rows])
+        self.scaled_scores = np.array([r["scaled_scores"] for r in rows])
+        self.masked = np.array([r["masked"] for r in rows], dtype=bool)
+        self.exp = np.array([r["exp"] for r in rows])
+        self.z = np.array([r["z"] for r in rows])
+        self.weights = np.array([r["weights"] for r in rows])
+        self.output = np.array([r["output"] for r in rows])
+
+    def __repr__(self):
+        with np.printoptions(precision=3, suppress=True):
+            return (f"qkv.Explanation({len(self.tokens)} queries × {len(self.key_tokens)} keys, d_k = "
+                    f"{self.d_k}, causal={self.causal})\nweights =\n{self.weights}\noutput =\n{self.output}")
+
+
+def explain(q=None, k=None, v=None, *, causal=False, tokens=None, key_tokens=None):
+    """The worked example of the articles (no arguments: fluffy, blue, creature) or your own
+    small q [Tq, d], k [Tk, d], v [Tk, dv] (at most 64 tokens and 64 dims), step by step."""
+    if q is None and k is None and v is None:
+        return Explanation(json.loads(_qkv._worked_example_json(bool(causal))))
+    if q is None or k is None or v is None:
+        raise ValueError("explain needs all of q, k and v (or none, for the articles' example)")
+    doc = {n: np.asarray(a, dtype=np.float64).tolist() for n, a in (("q", q), ("k", k), ("v", v))}
+    if tokens is not None:
+        doc["tokens"] = list(tokens)
+    if key_tokens is not None:
+        doc["key_tokens"] = list(key_tokens)
+    return Explanation(json.loads(_qkv._explain_json(json.dumps(doc), bool(causal), "explain")))
+
+
+class AttentionMap:
+    """The attention weights of every layer and head of a model on a prompt.
+
+    weights: [layers, heads, T, T] (each row sums to 1; exactly 0 above the diagonal of a
+    causal model); tokens: the T tokens as labels; html: the page `qkv viz` writes. In Jupyter
+    the object shows that page inline.
+    """
+
+    def __init__(self, d):
+        self.tokens = d["tokens"]
+        self.weights = np.stack(d["weights"])
+        self.html = d["html"]
+
+    def save(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.html)
+
+    def _repr_html_(self):
+        # The page has its own scripts and styles: inside an iframe they cannot touch the notebook's.
+        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" style="width:100%;height:640px;'
+                f'border:1px solid #ddd" sandbox="allow-scripts"></iframe>')
+
+    def __repr__(self):
+        return f"qkv.AttentionMap({self.weights.shape[0]} layers × {self.weights.shape[1]} heads, {len(self.tokens)} tokens)"
+
+
+def attention_map(model, prompt):
+    """Every layer's and head's attention weights on `prompt` (text, or a list of token ids),
+    from the reference kernel: an AttentionMap (at most 256 tokens)."""
+    if isinstance(prompt, str):
+        m = model._file._attention_maps(os.path.basename(model.path), prompt, "")
+    else:
+        ids = " ".join(str(int(t)) for t in prompt)
+        if not ids:
+            raise ValueError("the prompt needs at least one token")
+        m = model._file._attention_maps(os.path.basename(model.path), "", ids)
+    return AttentionMap(m)

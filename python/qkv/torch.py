@@ -1,0 +1,181 @@
+"""qkv's attention for PyTorch: an autograd Function and drop-ins for PyTorch's and flash-attn's.
+
+    import qkv.torch
+    out = qkv.torch.attention(q, k, v, causal=True)        # differentiable, any strides
+    from qkv.torch import scaled_dot_product_attention     # torch.nn.functional's signature
+    from qkv.torch import flash_attn_func, flash_attn_varlen_func   # flash-attn's, on a CPU
+
+The kernels compute in float32 and read and write the tensors in place. qkv.torch.attention
+takes float32 only (a TypeError names any other dtype); the drop-ins accept what the originals
+accept on a CPU (float16, bfloat16, float64 too: converted to float32 and back) . CPU tensors
+only. Gradients flow to q, k and v; an additive mask or bias is a constant (no gradient).
+"""
+import math
+
+import torch
+
+from . import _attention, _qkv
+
+
+class AttentionFunction(torch.autograd.Function):
+    """out, lse = attention(q, k, v) with qkv's forward, and qkv's backward for dq, dk, dv."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, options, lse_shape):
+        out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],), dtype=torch.float32)
+        lse = torch.empty(lse_shape, dtype=torch.float32)
+        _qkv._attention(q.detach(), k.detach(), v.detach(), out, lse, options)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.options = options
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        _qkv._attention_backward(q.detach(), k.detach(), v.detach(), out, lse, dout.detach(), dq, dk, dv,
+                                 ctx.options)
+        return dq, dk, dv, None, None
+
+
+def _check_cpu(*tensors):
+    for t in tensors:
+        if t is not None and t.device.type != "cpu":
+            raise ValueError(f"qkv runs on the CPU; got a tensor on {t.device}")
+
+
+def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None, alibi=None,
+              softcap=0.0, scale=None, cu_seqlens_q=None, cu_seqlens_k=None, layout="bhtd",
+              return_lse=False):
+    """qkv.attention on torch tensors, differentiable in q, k and v (float32, CPU)."""
+    _check_cpu(q, k, v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {str(t.dtype).replace('torch.', '')}")
+    if bias is not None:
+        bias = bias.detach()
+    o = _attention._options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
+                            cu_seqlens_k, layout)
+    lse_shape = _attention._lse_shape(q, layout, cu_seqlens_q is not None)
+    out, lse = AttentionFunction.apply(q, k, v, o, lse_shape)
+    return (out, lse) if return_lse else out
+
+
+_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _as_float32(*tensors):
+    """The drop-ins take the dtypes the originals take: computed in float32."""
+    dtype = tensors[0].dtype
+    for t in tensors:
+        if t.dtype not in _FLOATS:
+            raise TypeError(f"attention needs floating-point tensors, got {str(t.dtype).replace('torch.', '')}")
+        if t.dtype != dtype:
+            raise TypeError(f"q, k and v must have the same dtype, got {tensors[0].dtype}, {t.dtype}")
+    return dtype, [t if t.dtype == torch.float32 else t.float() for t in tensors]
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                                 scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention, computed by qkv.
+
+    query [..., L, E], key [..., S, E], value [..., S, Ev], with 3 or 4 dims (batch, heads);
+    attn_mask boolean (True = may attend) or additive, broadcastable to [..., L, S];
+    is_causal is PyTorch's top-left causal mask. Differences: dropout is not supported
+    (dropout_p > 0 is an error); a query that may attend to nothing gets 0, not NaN.
+    """
+    if dropout_p > 0:
+        raise ValueError("qkv.torch.scaled_dot_product_attention: dropout_p > 0 is not supported "
+                         "(qkv has no dropout); use dropout_p=0.0, e.g. in eval mode")
+    if attn_mask is not None and is_causal:
+        raise ValueError("scaled_dot_product_attention: attn_mask must be None when is_causal=True")
+    _check_cpu(query, key, value, attn_mask)
+    if query.dim() != key.dim() or query.dim() != value.dim() or query.dim() not in (3, 4):
+        raise ValueError(f"query, key and value must all have 3 or 4 dims, got {query.dim()}, {key.dim()}, {value.dim()}")
+    dtype, (q, k, v) = _as_float32(query, key, value)
+    squeeze = q.dim() == 3
+    if squeeze:  # [N, L, E]: one head
+        q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
+    Hq, Hkv = q.shape[1], k.shape[1]
+    if Hq != Hkv and not enable_gqa:
+        raise ValueError(f"query has {Hq} heads but key and value {Hkv}: pass enable_gqa=True "
+                         "for grouped-query attention")
+    L, S = q.shape[2], k.shape[2]
+    bias, window = None, (-1, -1)
+    if attn_mask is not None:
+        m = attn_mask
+        if m.dtype == torch.bool:
+            m = torch.zeros(m.shape, dtype=torch.float32).masked_fill_(~m, -math.inf)
+        elif m.dtype != torch.float32:
+            m = m.float()
+        while m.dim() < 2:
+            m = m.unsqueeze(0)
+        if m.dim() == 3 and squeeze:
+            m = m.unsqueeze(1)
+        bias = m
+    elif is_causal:
+        # PyTorch's causal mask is top-left (key j visible to query i when j <= i); qkv's is
+        # bottom-right (j <= i + S - L). They agree for L == S; for L > S a window moves the
+        # diagonal; for L < S the mask is built.
+        if L >= S:
+            window = (-1, L - S)
+        else:
+            bias = torch.zeros(L, S).masked_fill_(torch.ones(L, S, dtype=torch.bool).triu_(1), -math.inf)
+    out = attention(q, k, v, causal=is_causal and L == S and attn_mask is None, window=window,
+                    bias=bias, scale=scale)
+    if squeeze:
+        out = out.squeeze(1)
+    return out if dtype == torch.float32 else out.to(dtype)
+
+
+def _alibi_slopes(alibi_slopes, heads):
+    if alibi_slopes is None:
+        return None
+    s = alibi_slopes.detach().float()
+    if s.dim() == 2:  # flash-attn also takes [batch, heads]: qkv has one set of slopes
+        if not torch.equal(s, s[:1].expand_as(s)):
+            raise ValueError("qkv takes one ALiBi slope per head: the rows of alibi_slopes [batch, heads] must be equal")
+        s = s[0]
+    if s.shape != (heads,):
+        raise ValueError(f"alibi_slopes must be [{heads}] (one per query head), got {tuple(alibi_slopes.shape)}")
+    return s.contiguous()
+
+
+def _flash(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+           return_attn_probs, heads_dim, cu_q=None, cu_k=None):
+    if dropout_p > 0:
+        raise ValueError("qkv.torch.flash_attn_func: dropout_p > 0 is not supported (qkv has no dropout)")
+    _check_cpu(q, k, v)
+    dtype, (q32, k32, v32) = _as_float32(q, k, v)
+    out, lse = attention(q32, k32, v32, causal=causal, window=window_size, softcap=softcap,
+                         scale=softmax_scale, alibi=_alibi_slopes(alibi_slopes, q.shape[heads_dim]),
+                         cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, layout="bthd", return_lse=True)
+    out = out if dtype == torch.float32 else out.to(dtype)
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn.flash_attn_func on a CPU: q [batch, seq, heads, dim], k and v
+    [batch, seq_k, kv_heads, dim]; causal aligned bottom-right, as flash-attn does.
+    return_attn_probs gives (out, softmax_lse [batch, heads, seq], None). qkv's backward is
+    deterministic whatever `deterministic` says."""
+    return _flash(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                  return_attn_probs, heads_dim=2)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                           block_table=None):
+    """flash_attn.flash_attn_varlen_func on a CPU: sequences packed along the first dim,
+    q [total_q, heads, dim], k and v [total_k, kv_heads, dim], cu_seqlens_q/k int32
+    [num_seqs + 1]. max_seqlen_q/k are accepted and not needed. return_attn_probs gives
+    (out, softmax_lse [heads, total_q], None)."""
+    if block_table is not None:
+        raise ValueError("flash_attn_varlen_func: block_table (a paged KV cache) is not supported")
+    cu_q = cu_seqlens_q.detach().cpu() if torch.is_tensor(cu_seqlens_q) else cu_seqlens_q
+    cu_k = cu_seqlens_k.detach().cpu() if torch.is_tensor(cu_seqlens_k) else cu_seqlens_k
+    return _flash(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                  return_attn_probs, heads_dim=1, cu_q=cu_q, cu_k=cu_k)

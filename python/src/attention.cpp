@@ -1,0 +1,128 @@
+// qkv.attention and qkv.attention_backward: the C++ kernels on the caller's arrays. The Python
+// side (qkv/_attention.py) allocates what the caller did not pass and checks the options.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <optional>
+#include <string>
+
+#include "arrays.h"
+#include "qkv/attention.h"
+#include "qkv/error.h"
+
+namespace qkv::python {
+namespace {
+
+using Opt = std::optional<InArray>;
+
+struct Options {
+  bool causal = false;
+  int window_left = -1, window_right = -1;
+  Opt kv_len, bias, alibi, cu_seqlens_q, cu_seqlens_k;
+  float softcap = 0, scale = 0;
+  std::string layout = "bhtd";
+};
+
+// A q/k/v/out-like array as [B, H, T, D]: "bhtd" as it is, "bthd" (FlashAttention's) with T
+// and H swapped in the view; a 3-dim array (a packed batch) gets a batch of one in front.
+View as_bhtd(View v, const Options& o, const char* what) {
+  check(o.layout == "bhtd" || o.layout == "bthd", "attention: layout must be \"bhtd\" or \"bthd\", got \"",
+        o.layout, "\"");
+  const bool packed = o.cu_seqlens_q.has_value();
+  check(v.ndim == (packed ? 3 : 4), "attention: ", what, " must have ", packed ? 3 : 4, " dims (",
+        packed ? (o.layout == "bthd" ? "[total, heads, dim]" : "[heads, total, dim]")
+               : (o.layout == "bthd" ? "[batch, seq, heads, dim]" : "[batch, heads, seq, dim]"),
+        "), got ", shape_of(v));
+  if (packed) {
+    v = View(v.data, {1, v.shape[0], v.shape[1], v.shape[2]}, {0, v.stride[0], v.stride[1], v.stride[2]});
+  }
+  return o.layout == "bthd" ? v.transpose(1, 2) : v;
+}
+
+// `out` is written by the forward and read by the backward, hence taken as a View.
+AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, const View& out,
+                        const std::optional<OutArray>& lse, const Options& o) {
+  AttentionArgs a;
+  a.q = as_bhtd(float_view(q, "q"), o, "q");
+  a.k = as_bhtd(float_view(k, "k"), o, "k");
+  a.v = as_bhtd(float_view(v, "v"), o, "v");
+  a.out = as_bhtd(out, o, "out");
+  const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tq = a.q.shape[2];
+  if (lse) {
+    const View l = float_view(*lse, "lse");
+    check(l.is_contiguous() && l.numel() == B * Hq * Tq, "attention: lse must be a contiguous array of ",
+          B * Hq * Tq, " floats ([batch, heads, seq]), got ", shape_of(l));
+    a.lse = l.data;
+  }
+  a.scale = o.scale;
+  a.softcap = o.softcap;
+  a.mask.causal = o.causal;
+  a.mask.window_left = o.window_left;
+  a.mask.window_right = o.window_right;
+  if (o.kv_len) {
+    a.mask.kv_len = int32_data(*o.kv_len, "kv_len");
+    check(static_cast<int64_t>(o.kv_len->shape(0)) == B, "attention: kv_len has ", o.kv_len->shape(0),
+          " entries for a batch of ", B);
+  }
+  if (o.bias) a.mask.bias = float_view(*o.bias, "bias");
+  if (o.alibi) {
+    const View s = float_view(*o.alibi, "alibi");
+    check(s.ndim == 1 && s.shape[0] == Hq && s.is_contiguous(), "attention: alibi must be ", Hq,
+          " contiguous slopes, one per query head, got ", shape_of(s));
+    a.mask.alibi = s.data;
+  }
+  check(o.cu_seqlens_q.has_value() == o.cu_seqlens_k.has_value(),
+        "attention: cu_seqlens_q and cu_seqlens_k go together");
+  if (o.cu_seqlens_q) {
+    const size_t n = o.cu_seqlens_q->shape(0);
+    check(n >= 2 && o.cu_seqlens_k->shape(0) == n, "attention: cu_seqlens_q and cu_seqlens_k must have the same ",
+          "length, at least 2 (num_seqs + 1), got ", n, " and ", o.cu_seqlens_k->shape(0));
+    a.packed = {static_cast<int>(n - 1), int32_data(*o.cu_seqlens_q, "cu_seqlens_q"),
+                int32_data(*o.cu_seqlens_k, "cu_seqlens_k")};
+  }
+  return a;
+}
+
+}  // namespace
+
+void bind_attention(nb::module_& m) {
+  m.def(
+      "_attention",
+      [](const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
+         const std::optional<OutArray>& lse, const Options& o) {
+        const AttentionArgs a = make_args(q, k, v, float_view(out, "out"), lse, o);
+        nb::gil_scoped_release unlocked;
+        attention(a);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(), nb::arg("options"));
+  m.def(
+      "_attention_backward",
+      [](const InArray& q, const InArray& k, const InArray& v, const InArray& out, const OutArray& lse,
+         const InArray& dout, const OutArray& dq, const OutArray& dk, const OutArray& dv, const Options& o) {
+        const AttentionArgs a = make_args(q, k, v, float_view(out, "out"), lse, o);
+        const View g = as_bhtd(float_view(dout, "dout"), o, "dout");
+        const View gq = as_bhtd(float_view(dq, "dq"), o, "dq"), gk = as_bhtd(float_view(dk, "dk"), o, "dk"),
+                   gv = as_bhtd(float_view(dv, "dv"), o, "dv");
+        nb::gil_scoped_release unlocked;
+        attention_backward(a, g, gq, gk, gv);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"), nb::arg("dout"), nb::arg("dq"),
+      nb::arg("dk"), nb::arg("dv"), nb::arg("options"));
+
+  nb::class_<Options>(m, "_AttentionOptions")
+      .def(nb::init<>())
+      .def_rw("causal", &Options::causal)
+      .def_rw("window_left", &Options::window_left)
+      .def_rw("window_right", &Options::window_right)
+      .def_rw("kv_len", &Options::kv_len, nb::arg().none())
+      .def_rw("bias", &Options::bias, nb::arg().none())
+      .def_rw("alibi", &Options::alibi, nb::arg().none())
+      .def_rw("cu_seqlens_q", &Options::cu_seqlens_q, nb::arg().none())
+      .def_rw("cu_seqlens_k", &Options::cu_seqlens_k, nb::arg().none())
+      .def_rw("softcap", &Options::softcap)
+      .def_rw("scale", &Options::scale)
+      .def_rw("layout", &Options::layout);
+}
+
+}  // namespace qkv::python
