@@ -4,7 +4,7 @@ QKV := build/release/qkv
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: build demo test test-arm deps asan fuzz clean
+.PHONY: build demo test test-python test-arm deps asan fuzz clean
 
 deps:
 	@scripts/install-deps
@@ -20,10 +20,21 @@ asan: deps
 	cmake --preset asan >/dev/null
 	cmake --build --preset asan -j $(JOBS)
 
-# Every test of the release build, then the unit tests again under ASan + UBSan.
+# Every test of the release build, then the unit tests again under ASan + UBSan, then the
+# Python package's.
 test: build asan
 	ctest --preset release
 	ctest --preset asan
+	$(MAKE) test-python
+
+# The Python package as a user gets it: `pip install .` into a fresh virtual environment (with
+# Debian's NumPy, PyTorch, pytest and hypothesis), its tests run from outside the source tree.
+VENV := build/venv
+test-python: deps
+	rm -rf $(VENV) && /usr/bin/python3 -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/pip install -q .
+	mkdir -p build/pytest && cd build/pytest && QKV_SOURCE_DIR=$(CURDIR) ../venv/bin/python -m pytest -q \
+	  -p no:cacheprovider $(CURDIR)/python/tests
 
 # The library and the attention tests cross-compiled for AArch64 (NEON, SVE) and run under QEMU,
 # on a NEON-only CPU (Cortex-A72: the NEON code) and on one with 256-bit SVE (both).

@@ -1,0 +1,122 @@
+"""Models, tokenizers, generation, the worked example and attention maps from Python."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import qkv
+from conftest import source_dir
+
+
+@pytest.fixture(scope="module")
+def stories():
+    return qkv.load_llama2c(qkv.stories260k_path())
+
+
+def test_the_package_is_the_installed_one_and_carries_the_model():
+    assert "site-packages" in qkv.__file__ or "dist-packages" in qkv.__file__, qkv.__file__
+    assert os.path.getsize(qkv.stories260k_path()) == 1_056_540
+    assert qkv.current_target() in qkv.supported_targets()
+
+
+def test_greedy_text_is_the_reference(stories):
+    # models/stories260K/README.md: greedy from "Once upon a time", 200 positions, this text.
+    with open(os.path.join(source_dir(), "models", "stories260K", "greedy_once_upon_a_time.txt")) as f:
+        expected = f.read()
+    pieces = list(stories.generate("Once upon a time", max_tokens=196, temperature=0))
+    assert len(pieces) > 100  # streamed piece by piece
+    assert "Once upon a time" + "".join(pieces) + "\n" == expected
+
+
+def test_tokens_sampling_and_the_tokenizer(stories):
+    tok = stories.tokenizer
+    assert tok.vocab_size == 512 and tok.bos == 1
+    assert tok.encode("Once upon a time") == [1, 403, 407, 261, 378]  # the model's README
+    a = list(stories.tokens("Lily", max_tokens=30, temperature=0.8, seed=7))
+    b = list(stories.tokens("Lily", max_tokens=30, temperature=0.8, seed=7))
+    c = list(stories.tokens("Lily", max_tokens=30, temperature=0.8, seed=8))
+    assert a == b and a != c and len(a) <= 30
+    # The greedy first token is the argmax of a full forward's last logits.
+    logits = stories.logits("Once upon a time")
+    assert logits.shape == (5, 512)
+    assert next(stories.tokens("Once upon a time", max_tokens=1, temperature=0)) == int(np.argmax(logits[-1]))
+    # Multi-byte characters that span byte tokens come out whole.
+    text = "".join(stories.generate("café 日本", max_tokens=3, temperature=0))
+    assert "\ufffd" not in text
+    with pytest.raises(ValueError, match="max_tokens"):
+        next(stories.generate("x", max_tokens=0))
+    with pytest.raises(ValueError, match="vocabulary"):
+        next(stories.tokens([1, 9999], max_tokens=2))
+
+
+def test_checkpoints_load_and_run():
+    m = qkv.load_checkpoint(os.path.join(source_dir(), "fuzz", "corpus", "checkpoint", "gpt2.safetensors"))
+    assert m.config["d_model"] == 8 and m.tokenizer is None
+    assert len(list(m.tokens([1, 2], max_tokens=4, temperature=0))) == 4
+    with pytest.raises(ValueError, match="no tokenizer"):
+        next(m.generate("hi"))
+
+
+def test_bad_files_are_value_errors(tmp_path):
+    with pytest.raises(ValueError, match="not found"):
+        qkv.load_llama2c(tmp_path / "missing.bin")
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\x01\x02\x03")
+    with pytest.raises(ValueError):
+        qkv.load_llama2c(bad)
+    with pytest.raises(ValueError):
+        qkv.load_checkpoint(bad)
+    src = os.path.join(source_dir(), "fuzz", "corpus", "checkpoint", "gpt2.safetensors")
+    data = bytearray(open(src, "rb").read())
+    data[30:40] = b"!!!!!!!!!!"  # inside the JSON header
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="not valid JSON"):
+        qkv.load_checkpoint(broken)
+    # A model without a tokenizer beside it loads for token-id prompts.
+    lone = tmp_path / "lone.bin"
+    shutil.copy(qkv.stories260k_path(), lone)
+    assert qkv.load_llama2c(lone).tokenizer is None
+
+
+def test_explain_is_the_articles_worked_example():
+    e = qkv.explain()
+    assert e.tokens == ["fluffy", "blue", "creature"]
+    # creature's query (2, 1) against the keys (1, 1), (0, 2), (2, 0): dot products 3, 2, 4,
+    # scaled by 1/√2, softmax, then the weighted sum of the values, by hand.
+    raw = np.array([3.0, 2.0, 4.0])
+    w = np.exp(raw / np.sqrt(2)) / np.exp(raw / np.sqrt(2)).sum()
+    np.testing.assert_allclose(e.raw_scores[2], raw)
+    np.testing.assert_allclose(e.weights[2], w, rtol=1e-12)
+    np.testing.assert_allclose(e.output[2], w @ np.array([[1, 0], [0, 2], [3, 1]]), rtol=1e-12)
+    np.testing.assert_allclose(e.weights.sum(1), 1.0)
+    c = qkv.explain(causal=True)
+    assert c.masked[0].tolist() == [False, True, True] and c.weights[0, 1] == 0.0
+
+
+def test_explain_your_own_numbers(rng):
+    q, k, v = rng.standard_normal((2, 3)), rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+    e = qkv.explain(q, k, v, tokens=["a", "b"], key_tokens=["w", "x", "y", "z"])
+    s = q @ k.T / np.sqrt(3)
+    w = np.exp(s) / np.exp(s).sum(1, keepdims=True)
+    np.testing.assert_allclose(e.weights, w, rtol=1e-12)
+    np.testing.assert_allclose(e.output, w @ v, rtol=1e-12)
+    with pytest.raises(ValueError, match="same width"):
+        qkv.explain(q, k[:, :2], v)
+    with pytest.raises(ValueError, match="all of q, k and v"):
+        qkv.explain(q, k)
+
+
+def test_attention_map(stories):
+    m = qkv.attention_map(stories, "Lily saw a cat. The cat saw Lily")
+    L, H, T, _ = m.weights.shape
+    assert (L, H) == (5, 8) and T == len(m.tokens) and m.tokens[0] == "<s>"
+    np.testing.assert_allclose(m.weights.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(m.weights[..., np.triu_indices(T, 1)[0], np.triu_indices(T, 1)[1]] == 0)  # causal
+    page = m._repr_html_()
+    assert page.startswith("<iframe srcdoc=") and "Attention of stories260K.bin" in m.html
+    ids = qkv.attention_map(stories, [1, 403, 407])
+    assert ids.tokens == ["1", "403", "407"]
+    with pytest.raises(ValueError, match="at most 256"):
+        qkv.attention_map(stories, "a " * 300)
