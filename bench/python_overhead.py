@@ -70,19 +70,20 @@ def main():
     a = ap.parse_args()
     qkv.set_num_threads(a.threads)
     print(f"qkv {qkv.__version__}, target {qkv.current_target()}, {a.threads} threads")
-    print("| shape | C++ GFLOP/s | Python GFLOP/s | Python / C++ |")
-    print("| --- | ---: | ---: | ---: |")
+    print("| shape | C++ GFLOP/s | C++ fraction of FMA peak | Python GFLOP/s | Python / C++ |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     rows = []
     for shape in SHAPES:
-        c_rates, p_rates = [], []
+        c_rates, p_rates, fractions = [], [], []
         for _ in range(a.rounds):
             flops, seconds, r = cpp(shape, a.threads, a.min_time)
             c_rates.append(flops / seconds / 1e9)
+            fractions.append(r["fraction_of_peak"])
             p_rates.append(flops / python(shape, a.min_time) / 1e9)
         c, p = statistics.median(c_rates), statistics.median(p_rates)
         name = (f"seq {shape['seq']}, dim {shape['dim']}, {shape['heads']} heads"
                 f"{', causal' if shape['causal'] else ''}{', fwd+bwd' if shape['backward'] else ''}")
-        print(f"| {name} | {c:.1f} | {p:.1f} | {p / c:.3f} |", flush=True)
+        print(f"| {name} | {c:.1f} | {statistics.median(fractions):.2f} | {p:.1f} | {p / c:.3f} |", flush=True)
         rows.append(dict(shape=shape, cpp_gflops=c, python_gflops=p, ratio=p / c, target=r["target"]))
     if a.json:
         print(json.dumps(rows))
