@@ -44,7 +44,7 @@ View float_view(const InArray& a, const char* what) { return to_view(a, what); }
 View float_view(const OutArray& a, const char* what) {
   View v = to_view(a, what);
   // Two elements at one address would be written by two threads at once.
-  for (int d = 0; d < v.ndim; ++d)
+  for (int d = 0; d < v.ndim && v.numel() > 0; ++d)  // (an empty array has zero strides)
     check(v.stride[d] != 0 || v.shape[d] <= 1, what, " has a zero stride in dim ", d,
           " (a broadcast view); outputs need their own memory");
   return v;

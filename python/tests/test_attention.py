@@ -201,5 +201,11 @@ def test_bad_input_is_an_exception(rng):
         qkv.attention(q, k, v, out=ro)
     with pytest.raises(TypeError):
         qkv.attention([[1.0]], k, v)
+    with pytest.raises(ValueError, match="q has an empty dim"):
+        qkv.attention(np.zeros((1, 2, 0, 8), np.float32), k, v)
+    # Negative strides (reversed views) are read as they are.
+    rq, rk = q[:, :, ::-1], k[:, :, ::-1]
+    np.testing.assert_allclose(qkv.attention(rq, rk, rk), qkv.attention(rq.copy(), rk.copy(), rk.copy()),
+                               rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="lse"):
         qkv.attention_backward(q, k, v, q, np.zeros(2, np.float32), q)
