@@ -22,8 +22,11 @@ int main(int argc, char** argv) {
     if (fs::is_directory(argv[i])) {
       for (const auto& e : fs::recursive_directory_iterator(argv[i]))
         if (e.is_regular_file()) run(e.path());
-    } else {
+    } else if (fs::is_regular_file(argv[i])) {
       run(argv[i]);
+    } else {
+      std::cerr << "fuzz_replay: " << argv[i] << " not found\n";
+      return 1;
     }
   }
   std::cout << "fuzz_replay: " << files << " inputs, no crash\n";

@@ -270,6 +270,36 @@ TEST(FlashEdges, KeysPastKvLenAreNeverRead) {
   }
 }
 
+TEST(FlashEdges, NaNInTheInputsReachesTheOutputAsInTheReference) {
+  // A NaN in a query row makes that row NaN; a NaN in a key row makes every row that sees it
+  // NaN (causal: the rows at or after it). Never a silent 0 (the fully-masked answer). Tiled
+  // and decoding paths, rows in registers and in lanes, one and several key chunks.
+  struct Heads { int64_t Hq, Hkv, Tq, Tk; };
+  for (const Heads& s : {Heads{2, 2, 40, 70}, Heads{2, 2, 1, 600}, Heads{8, 2, 1, 600}, Heads{16, 1, 1, 5000},
+                         Heads{2, 2, 3, 3000}}) {
+    for (const bool in_key : {false, true}) {
+      Case c{.B = 1, .Hq = s.Hq, .Hkv = s.Hkv, .Tq = s.Tq, .Tk = s.Tk, .D = 16, .Dv = 16};
+      c.causal = true;
+      Problem fast(c), ref(c);
+      for (Problem* p : {&fast, &ref}) {
+        if (in_key) p->args.k(0, 0, s.Tk - s.Tq, 3) = NAN;  // seen by every query of kv head 0
+        else p->args.q(0, 0, s.Tq - 1, 5) = NAN;            // the last query of head 0
+      }
+      attention(fast.args);
+      reference::attention(ref.args);
+      int nans = 0;
+      for (int64_t i = 0; i < fast.out.numel(); ++i) {
+        ASSERT_EQ(std::isnan(fast.out.data()[i]), std::isnan(ref.out.data()[i]))
+            << "Hq " << s.Hq << " Tq " << s.Tq << " Tk " << s.Tk << (in_key ? " key" : " query") << " at " << i;
+        nans += std::isnan(fast.out.data()[i]);
+      }
+      EXPECT_GE(nans, 16) << "Hq " << s.Hq << " Tq " << s.Tq;
+      for (int64_t i = 0; i < fast.lse.numel(); ++i)
+        ASSERT_EQ(std::isnan(fast.lse.data()[i]), std::isnan(ref.lse.data()[i])) << "lse " << i;
+    }
+  }
+}
+
 TEST(FlashEdges, LogitsOfTenThousand) {
   for (float sign : {1.0f, -1.0f}) {
     Case c{.B = 1, .Hq = 2, .Hkv = 2, .Tq = 80, .Tk = 80, .D = 16, .Dv = 16};

@@ -209,3 +209,13 @@ def test_bad_input_is_an_exception(rng):
                                rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="lse"):
         qkv.attention_backward(q, k, v, q, np.zeros(2, np.float32), q)
+
+
+def test_a_nan_in_the_inputs_is_not_hidden(rng):
+    # NaN in one query row: that row is NaN, the others are untouched (never a silent 0).
+    q, k, v = rand(rng, 1, 2, 40, 8), rand(rng, 1, 2, 40, 8), rand(rng, 1, 2, 40, 8)
+    q[0, 0, 7, 3] = np.nan
+    for causal in (False, True):
+        out = qkv.attention(q, k, v, causal=causal)
+        assert np.isnan(out[0, 0, 7]).all()
+        assert np.isfinite(np.delete(out[0, 0], 7, axis=0)).all() and np.isfinite(out[0, 1]).all()

@@ -583,7 +583,11 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
     const int64_t h = n.head(hkv, r), i = n.query(r);
     const int64_t first = (b * n.Hkv + hkv) * n.chunks;
     float m = simd::kMinusInf;
-    for (int64_t c = 0; c < n.chunks; ++c) m = std::max(m, partial(parts, n, first + c, r)[0]);
+    // The largest chunk max; a NaN (from NaN inputs) wins, so that it reaches the output.
+    for (int64_t c = 0; c < n.chunks; ++c) {
+      const float pm = partial(parts, n, first + c, r)[0];
+      if (pm > m || std::isnan(pm)) m = pm;
+    }
     float* out = &a.out(b, h, i, 0);
     const int64_t os = a.out.stride[3];
     for (int64_t e = 0; e < n.Dv; ++e) out[e * os] = 0;
@@ -598,7 +602,7 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
       }
       for (int64_t e = 0; e < n.Dv; ++e) out[e * os] /= l;
     }
-    if (a.lse) a.lse[(b * n.Hq + h) * n.Tq + i] = l > 0 ? m + std::log(l) : simd::kMinusInf;
+    if (a.lse) a.lse[(b * n.Hq + h) * n.Tq + i] = l == 0 ? simd::kMinusInf : m + std::log(l);
   }
 }
 

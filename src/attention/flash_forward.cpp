@@ -153,11 +153,12 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
 // eviction (2–5% of the forward at seq 2048, measured in-process; the most with a window).
 inline constexpr double kStreamOutputBytes = 4 << 20;
 
-// out ← Otᵀ / l; lse ← m + log l.
+// out ← Otᵀ / l; lse ← m + log l. A row that saw no key (l = 0) gets 0 and -inf; a NaN in
+// the inputs (l NaN) stays NaN, as in the reference.
 void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h,
                  const QueryTile& t, bool stream) {
   float* inv = t.alpha;  // free now
-  for (int64_t r = 0; r < n.Mq; ++r) inv[r] = t.l[r] > 0 ? 1 / t.l[r] : 0;
+  for (int64_t r = 0; r < n.Mq; ++r) inv[r] = t.l[r] == 0 ? 0 : 1 / t.l[r];
   if (a.out.stride[3] == 1) {
     simd::unpack_transposed(t.Ot, n.Mq, t.rows, n.Dv, inv, &a.out(b, h, t.i0, 0),
                             a.out.stride[2], stream);
@@ -168,7 +169,7 @@ void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h,
   if (a.lse)
     for (int64_t r = 0; r < t.rows; ++r)
       a.lse[(b * n.Hq + h) * n.Tq + t.i0 + r] =
-          t.l[r] > 0 ? t.m[r] + std::log(t.l[r]) : simd::kMinusInf;
+          t.l[r] == 0 ? simd::kMinusInf : t.m[r] + std::log(t.l[r]);
 }
 
 // One unit: query tiles [first, first + count) of (b, h), walking the key tiles together.
