@@ -1,0 +1,97 @@
+// GGUF files (llama.cpp's format, versions 2 and 3): the header, the metadata key/values, the
+// tensor infos and the aligned data section, read in place from a memory-mapped file.
+//
+// Layout (little-endian): "GGUF", u32 version, u64 tensor count, u64 metadata count; each
+// metadata entry is a string key (u64 length + bytes), a u32 value type and the value (arrays:
+// u32 element type, u64 count, the elements); each tensor info is a name, u32 dims, u64 sizes
+// (innermost first), u32 ggml type and u64 offset into the data section, which starts at the
+// next multiple of `general.alignment` (default 32) after the infos.
+//
+// Every count, length, offset and size is checked against the bytes that remain before it is
+// used or anything is allocated for it: a corrupt file is a qkv::Error naming what is wrong.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace qkv::gguf {
+
+enum class ValueType : uint32_t {
+  u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7, string = 8,
+  array = 9, u64 = 10, i64 = 11, f64 = 12,
+};
+std::string to_string(ValueType t);
+
+// A metadata value. Integers of every width are held as int64 or uint64, floats as double;
+// `type` keeps what the file said.
+struct Value {
+  ValueType type = ValueType::u8;
+  std::variant<int64_t, uint64_t, double, bool, std::string, std::vector<Value>> data;
+  ValueType element_type = ValueType::u8;  // for arrays
+
+  // The value as this C++ type, or a qkv::Error naming `key` and what the file holds.
+  int64_t as_int(const std::string& key) const;
+  double as_float(const std::string& key) const;
+  bool as_bool(const std::string& key) const;
+  const std::string& as_string(const std::string& key) const;
+  const std::vector<Value>& as_array(const std::string& key) const;
+};
+
+// ggml's tensor types (the ones with known block sizes).
+enum class TensorType : uint32_t {
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9, q2_k = 10,
+  q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15, i8 = 24, i16 = 25, i32 = 26, i64 = 27,
+  f64 = 28, bf16 = 30,
+};
+std::string to_string(TensorType t);
+// Elements per block and bytes per block; nullopt for a type qkv does not know.
+struct BlockSize {
+  int64_t elements, bytes;
+};
+std::optional<BlockSize> block_size(uint32_t type);
+
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> dims;  // as the file lists them: dims[0] is the innermost (contiguous)
+  TensorType type = TensorType::f32;
+  uint64_t offset = 0;        // into the data section
+  uint64_t bytes = 0;
+  const uint8_t* data = nullptr;  // in the mapped file
+  int64_t elements() const;
+};
+
+class File {
+ public:
+  // Maps `path` read-only and parses it. The tensors' data stay in the mapping.
+  static File open(const std::string& path);
+  // Parses bytes the caller keeps alive (the fuzz target); `name` appears in errors.
+  static File from_bytes(const uint8_t* data, size_t size, const std::string& name = "gguf bytes");
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  const std::map<std::string, Value>& metadata() const { return metadata_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const Value* find(const std::string& key) const;          // null when absent
+  const Value& at(const std::string& key) const;             // a qkv::Error when absent
+  const TensorInfo* find_tensor(const std::string& name) const;
+  const std::string& name() const { return name_; }
+
+ private:
+  struct Mapping;
+  std::shared_ptr<Mapping> mapping_;  // keeps the file mapped while tensors point into it
+  std::string name_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  std::map<std::string, Value> metadata_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t> by_name_;
+  void parse(const uint8_t* data, size_t size);
+};
+
+}  // namespace qkv::gguf

@@ -1,0 +1,135 @@
+// The GGUF reader against llama.cpp's own Python writer and reader: tests/data/tiny.gguf and
+// what the `gguf` package read from it (tiny.gguf.json, both from tests/golden/make_gguf.py).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "qkv/error.h"
+#include "qkv/gguf.h"
+
+namespace qkv::gguf {
+namespace {
+
+const std::string kFile = std::string(QKV_GOLDEN_DIR) + "/../data/tiny.gguf";
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+nlohmann::json expected() {
+  std::ifstream in(kFile + ".json");
+  return nlohmann::json::parse(in);
+}
+
+std::string hex(const uint8_t* p, uint64_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (uint64_t i = 0; i < n; ++i) s += digits[p[i] >> 4], s += digits[p[i] & 15];
+  return s;
+}
+
+TEST(Gguf, ReadsWhatLlamaCppsWriterWrote) {
+  const File f = File::open(kFile);
+  const nlohmann::json e = expected();
+  EXPECT_EQ(f.version(), e["version"].get<uint32_t>());
+  EXPECT_EQ(f.metadata().size(), e["metadata"].size());
+  for (const auto& [key, want] : e["metadata"].items()) {
+    const Value& v = f.at(key);
+    EXPECT_EQ(static_cast<int>(v.type), want["type"].get<int>()) << key;
+    const nlohmann::json& x = want["value"];
+    if (x.is_boolean()) EXPECT_EQ(v.as_bool(key), x.get<bool>()) << key;
+    else if (x.is_string()) EXPECT_EQ(v.as_string(key), x.get<std::string>()) << key;
+    else if (x.is_number_unsigned() && v.type == ValueType::u64)
+      EXPECT_EQ(std::get<uint64_t>(v.data), x.get<uint64_t>()) << key;
+    else if (x.is_number_integer()) EXPECT_EQ(v.as_int(key), x.get<int64_t>()) << key;
+    else if (x.is_number_float()) EXPECT_EQ(v.as_float(key), x.get<double>()) << key;
+    else if (x.is_array()) {
+      const auto& items = v.as_array(key);
+      ASSERT_EQ(items.size(), x.size()) << key;
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (x[i].is_string()) EXPECT_EQ(items[i].as_string(key), x[i].get<std::string>());
+        else EXPECT_EQ(items[i].as_int(key), x[i].get<int64_t>());
+      }
+    }
+  }
+  ASSERT_EQ(f.tensors().size(), e["tensors"].size());
+  for (size_t i = 0; i < f.tensors().size(); ++i) {
+    const TensorInfo& t = f.tensors()[i];
+    const nlohmann::json& w = e["tensors"][i];
+    EXPECT_EQ(t.name, w["name"].get<std::string>());
+    EXPECT_EQ(t.dims, w["dims"].get<std::vector<int64_t>>()) << t.name;
+    EXPECT_EQ(static_cast<int>(t.type), w["type"].get<int>()) << t.name;
+    EXPECT_EQ(t.offset, w["offset"].get<uint64_t>()) << t.name;
+    EXPECT_EQ(t.bytes, w["bytes"].get<uint64_t>()) << t.name;
+    EXPECT_EQ(hex(t.data, t.bytes), w["hex"].get<std::string>()) << t.name;
+    EXPECT_EQ(f.find_tensor(t.name), &t);
+  }
+  EXPECT_EQ(f.find_tensor("absent"), nullptr);
+  EXPECT_EQ(f.at("llama.context_length").as_int("llama.context_length"), 512);
+}
+
+TEST(Gguf, EveryTruncationIsAClearError) {
+  const std::vector<uint8_t> bytes = read_bytes(kFile);
+  // The writer pads the file after the last tensor: a cut in that padding loses nothing.
+  const File whole = File::from_bytes(bytes.data(), bytes.size());
+  const TensorInfo& last = whole.tensors().back();
+  const size_t end = static_cast<size_t>(last.data - bytes.data() + last.bytes);
+  ASSERT_LE(end, bytes.size());
+  for (size_t n = 0; n < end; ++n) {
+    try {
+      File::from_bytes(bytes.data(), n);
+      ADD_FAILURE() << "a file cut to " << n << " of " << bytes.size() << " bytes loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("gguf bytes"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Gguf, CorruptFieldsAreClearErrors) {
+  const std::vector<uint8_t> good = read_bytes(kFile);
+  auto with = [&](size_t offset, const void* value, size_t n) {
+    std::vector<uint8_t> b = good;
+    std::memcpy(b.data() + offset, value, n);
+    return b;
+  };
+  auto expect_error = [](const std::vector<uint8_t>& b, const std::string& fragment) {
+    try {
+      File::from_bytes(b.data(), b.size());
+      ADD_FAILURE() << "no error, expected " << fragment;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  const uint32_t v1 = 1, bad_magic = 0x12345678;
+  const uint64_t huge = uint64_t{1} << 60;
+  expect_error(with(0, &bad_magic, 4), "not a GGUF file");
+  expect_error(with(4, &v1, 4), "GGUF version 1");
+  expect_error(with(8, &huge, 8), "tensors cannot fit");
+  expect_error(with(16, &huge, 8), "metadata entries cannot fit");
+  expect_error(with(24, &huge, 8), "needs 1152921504606846976 bytes");  // the first key's length
+  // The first key is "general.architecture" (20 bytes): its type follows at 24 + 8 + 20.
+  const uint32_t bad_type = 77;
+  expect_error(with(52, &bad_type, 4), "unknown type 77");
+}
+
+TEST(Gguf, MissingFilesAndKeys) {
+  EXPECT_THROW(File::open("/nonexistent/x.gguf"), Error);
+  const File f = File::open(kFile);
+  try {
+    f.at("llama.block_count");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"llama.block_count\" is missing"), std::string::npos);
+  }
+  EXPECT_THROW(f.at("test.string").as_int("test.string"), Error);
+  EXPECT_THROW(f.at("test.u32").as_string("test.u32"), Error);
+}
+
+}  // namespace
+}  // namespace qkv::gguf
