@@ -2,6 +2,7 @@
 // what the `gguf` package read from it (tiny.gguf.json, both from tests/golden/make_gguf.py).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -11,6 +12,7 @@
 
 #include "qkv/error.h"
 #include "qkv/gguf.h"
+#include "qkv/quant.h"
 
 namespace qkv::gguf {
 namespace {
@@ -129,6 +131,41 @@ TEST(Gguf, MissingFilesAndKeys) {
   }
   EXPECT_THROW(f.at("test.string").as_int("test.string"), Error);
   EXPECT_THROW(f.at("test.u32").as_string("test.u32"), Error);
+}
+
+// The reference dequantizer against llama.cpp's Python package on random blocks of every type
+// it reads (tests/golden/make_quant.py).
+TEST(Dequantize, MatchesLlamaCppsPythonDequantizer) {
+  std::ifstream in(std::string(QKV_GOLDEN_DIR) + "/../data/quant_blocks.json");
+  const nlohmann::json all = nlohmann::json::parse(in);
+  ASSERT_EQ(all.size(), 8u);
+  for (const auto& [name, c] : all.items()) {
+    const std::string h = c["hex"];
+    std::vector<uint8_t> raw(h.size() / 2);
+    for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint8_t>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+    const auto want = c["values"].get<std::vector<double>>();
+    std::vector<float> got(want.size(), NAN);
+    const auto type = static_cast<TensorType>(c["type"].get<int>());
+    EXPECT_EQ(to_string(type), name);
+    quant::dequantize(type, raw.data(), static_cast<int64_t>(want.size()), got.data());
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-6 * std::abs(want[i]) + 1e-9) << name << " value " << i;
+  }
+  std::vector<float> out(32);
+  const std::vector<uint8_t> block(40);
+  EXPECT_THROW(quant::dequantize(TensorType::q4_0, block.data(), 16, out.data()), Error);
+  EXPECT_THROW(quant::dequantize(TensorType::q5_0, block.data(), 32, out.data()), Error);
+}
+
+TEST(Dequantize, HalfAndBfloat16) {
+  EXPECT_EQ(quant::half_to_float(0x3c00), 1.0f);
+  EXPECT_EQ(quant::half_to_float(0xc000), -2.0f);
+  EXPECT_EQ(quant::half_to_float(0x0001), std::ldexp(1.0f, -24));  // the smallest subnormal
+  EXPECT_EQ(quant::half_to_float(0x7bff), 65504.0f);
+  EXPECT_TRUE(std::isinf(quant::half_to_float(0x7c00)));
+  EXPECT_TRUE(std::isnan(quant::half_to_float(0x7e00)));
+  EXPECT_EQ(quant::bf16_to_float(0x3f80), 1.0f);
+  EXPECT_EQ(quant::bf16_to_float(0xc0a0), -5.0f);
 }
 
 }  // namespace
