@@ -2,6 +2,7 @@
 // what the `gguf` package read from it (tiny.gguf.json, both from tests/golden/make_gguf.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -12,6 +13,8 @@
 
 #include "qkv/error.h"
 #include "qkv/gguf.h"
+#include "qkv/io.h"
+#include "qkv/model.h"
 #include "qkv/quant.h"
 
 namespace qkv::gguf {
@@ -166,6 +169,41 @@ TEST(Dequantize, HalfAndBfloat16) {
   EXPECT_TRUE(std::isnan(quant::half_to_float(0x7e00)));
   EXPECT_EQ(quant::bf16_to_float(0x3f80), 1.0f);
   EXPECT_EQ(quant::bf16_to_float(0xc0a0), -5.0f);
+}
+
+// A small random Llama written by llama.cpp's writer (quantized matrices of four types):
+// qkv's logits against a NumPy forward over the gguf package's dequantized weights.
+TEST(GgufModel, LogitsMatchAnIndependentForward) {
+  const std::string path = std::string(QKV_GOLDEN_DIR) + "/../data/tiny_llama.gguf";
+  std::ifstream in(path + ".json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const auto model = load_gguf(path);
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(c.d_model, 64);
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_TRUE(c.tied_embeddings);
+  const auto tokens = golden["tokens"].get<std::vector<int32_t>>();
+  const auto T = static_cast<int64_t>(tokens.size());
+  model->forward(tokens.data(), nullptr, 1, T);
+  const View logits = model->logits();
+  double worst = 0, scale = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t v = 0; v < c.vocab_size; ++v) {
+      const double want = golden["logits"][t][v].get<double>();
+      worst = std::max(worst, std::abs(logits(t, v) - want));
+      scale = std::max(scale, std::abs(want));
+    }
+  EXPECT_LE(worst, 1e-4 * scale) << "largest logit " << scale;
+  EXPECT_GT(scale, 1.0);
+}
+
+TEST(GgufModel, UnsupportedFilesAreClearErrors) {
+  try {
+    load_gguf(kFile);  // tiny.gguf: llama, but no model in it
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"llama.attention.head_count\" is missing"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -17,6 +17,10 @@
 
 namespace qkv {
 
+namespace gguf {
+class File;
+}
+
 // Writes atomically (to path + ".tmp", then renamed): a crash never leaves half a file.
 void save_checkpoint(const std::string& path, const Model& model, const AdamW* optimizer,
                      int64_t step, const std::map<std::string, std::string>& metadata = {});
@@ -45,6 +49,12 @@ ModelConfig llama2c_config(int64_t dim, int64_t hidden, int64_t layers, int64_t 
                            int64_t kv_heads, int64_t vocab, int64_t seq_len, bool shared_classifier);
 // Writes a Llama-style model as a version-0 llama2.c checkpoint (what llama2.c's run.c reads).
 void save_llama2c(const std::string& path, const Model& model);
+
+// GGUF models (llama.cpp's format, architecture "llama"): the config from the llama.* metadata
+// (the head tied to the embedding when output.weight is absent), every weight dequantized to
+// fp32 by the reference dequantizer (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
+ModelConfig gguf_model_config(const gguf::File& file);
+std::unique_ptr<Model> load_gguf(const std::string& path);
 
 std::string config_to_json(const ModelConfig& config);
 ModelConfig config_from_json(const std::string& json);
