@@ -14,11 +14,11 @@ from ._qkv import (Tokenizer, compiled_targets, current_target, num_threads, set
                    set_target, supported_targets)
 from ._attention import attention, attention_backward
 from ._models import (AttentionMap, Explanation, Model, attention_map, explain, load_checkpoint,
-                      load_llama2c, stories260k_path)
+                      load_gguf, load_llama2c, stories260k_path)
 
 __version__ = "0.1.0"
 __all__ = [
-    "attention", "attention_backward", "Model", "load_llama2c", "load_checkpoint", "Tokenizer",
+    "attention", "attention_backward", "Model", "load_llama2c", "load_checkpoint", "load_gguf", "Tokenizer",
     "explain", "Explanation", "attention_map", "AttentionMap", "stories260k_path",
     "compiled_targets", "supported_targets", "current_target", "set_target", "num_threads",
     "set_num_threads",

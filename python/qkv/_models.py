@@ -104,6 +104,12 @@ def load_checkpoint(path):
     return Model(_qkv._load_checkpoint_file(os.fspath(path)), os.fspath(path))
 
 
+def load_gguf(path):
+    """A Llama-architecture GGUF file (llama.cpp's format), its weights dequantized to fp32.
+    Its tokenizer is not read yet: prompts are token ids (tokens(), logits())."""
+    return Model(_qkv._load_gguf_file(os.fspath(path)), os.fspath(path))
+
+
 class Explanation:
     """Every step of attention for a small example, as a learner works it by hand.
 

@@ -133,6 +133,13 @@ void bind_models(nb::module_& m) {
     if (f.model->config().vocab_size == 256) f.tokenizer = Tokenizer::bytes(), f.tokenizer_path = "bytes";
     return f;
   }, nb::arg("path"));
+  m.def("_load_gguf_file", [](const std::string& path) {
+    nb::gil_scoped_release unlocked;
+    ModelFile f;
+    f.format = "gguf";
+    f.model = load_gguf(path);  // fp32: the weights dequantized; no tokenizer yet (issue 19)
+    return f;
+  }, nb::arg("path"));
   m.def("_explain_json", &cli::explain_json, nb::arg("input"), nb::arg("causal"), nb::arg("source"));
   m.def("_worked_example_json", &cli::worked_example_json, nb::arg("causal"));
 }

@@ -120,3 +120,16 @@ def test_attention_map(stories):
     assert ids.tokens == ["1", "403", "407"]
     with pytest.raises(ValueError, match="at most 256"):
         qkv.attention_map(stories, "a " * 300)
+
+
+def test_gguf_models_load():
+    # tests/golden/make_gguf_llama.py: a random quantized Llama, and its logits from NumPy.
+    import json
+    path = os.path.join(source_dir(), "tests", "data", "tiny_llama.gguf")
+    golden = json.load(open(path + ".json"))
+    m = qkv.load_gguf(path)
+    assert m.config["n_layers"] == 2 and m.tokenizer is None
+    want = np.array(golden["logits"])
+    np.testing.assert_allclose(m.logits(golden["tokens"]), want, atol=1e-4 * np.abs(want).max())
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        qkv.load_gguf(qkv.stories260k_path())
