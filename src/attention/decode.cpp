@@ -582,17 +582,20 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
     const int64_t r = row % n.R, hkv = (row / n.R) % n.Hkv, b = row / (n.R * n.Hkv);
     const int64_t h = n.head(hkv, r), i = n.query(r);
     const int64_t first = (b * n.Hkv + hkv) * n.chunks;
+    // The largest chunk max. A NaN from NaN inputs (in a chunk's max or sum: some targets'
+    // Max drops NaN) makes the row NaN, as in the reference, never the fully-masked 0.
     float m = simd::kMinusInf;
-    // The largest chunk max; a NaN (from NaN inputs) wins, so that it reaches the output.
+    bool nan = false;
     for (int64_t c = 0; c < n.chunks; ++c) {
-      const float pm = partial(parts, n, first + c, r)[0];
-      if (pm > m || std::isnan(pm)) m = pm;
+      const float* p = partial(parts, n, first + c, r);
+      nan = nan || std::isnan(p[0]) || std::isnan(p[1]);
+      m = std::max(m, p[0]);
     }
     float* out = &a.out(b, h, i, 0);
     const int64_t os = a.out.stride[3];
-    for (int64_t e = 0; e < n.Dv; ++e) out[e * os] = 0;
-    float l = 0;
-    if (m != simd::kMinusInf) {
+    for (int64_t e = 0; e < n.Dv; ++e) out[e * os] = nan ? NAN : 0;
+    float l = nan ? NAN : 0;
+    if (!nan && m != simd::kMinusInf) {
       for (int64_t c = 0; c < n.chunks; ++c) {
         const float* p = partial(parts, n, first + c, r);
         if (p[0] == simd::kMinusInf) continue;

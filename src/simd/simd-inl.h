@@ -68,9 +68,10 @@ inline constexpr int kVectorRegisters = 32;
 // every x below ~-87.7 give exactly 0, so a masked score gets exactly zero weight.
 HWY_INLINE Vf exp_nonpositive(Vf x) {
   const hn::RebindToSigned<Df> di;
-  // Clamped from below (e^-88 is near FLT_MIN); x second, because x86's max returns its
-  // second operand when one is NaN, so a NaN score stays NaN instead of becoming e^-88.
-  x = hn::Max(hn::Set(df, -88.0f), x);
+  // Clamped from below (e^-88 is near FLT_MIN) by a compare, not Max: a NaN score must stay
+  // NaN, and Max drops NaN on some targets (NEON's maxnm, x86's max with NaN first).
+  const Vf lowest = hn::Set(df, -88.0f);
+  x = hn::IfThenElse(hn::Lt(x, lowest), lowest, x);
   const Vf shifter = hn::Set(df, 12582912.0f + 127.0f);
   const Vf t = hn::MulAdd(x, hn::Set(df, 1.44269504088896341f), shifter);
   const Vf n = hn::Sub(t, shifter);  // round(x log2 e)
