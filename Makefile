@@ -4,10 +4,14 @@ QKV := build/release/qkv
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: build demo test test-python test-arm deps asan fuzz clean
+.PHONY: build demo test test-python test-arm deps models asan fuzz clean
 
 deps:
 	@scripts/install-deps
+
+# The real models too large for the repository (SmolLM2's GGUF), checked by sha256.
+models:
+	@scripts/get-models
 
 build: deps
 	cmake --preset release >/dev/null
@@ -22,7 +26,7 @@ asan: deps
 
 # Every test of the release build, then the unit tests again under ASan + UBSan, then the
 # Python package's.
-test: build asan
+test: build asan models
 	ctest --preset release
 	ctest --preset asan
 	$(MAKE) test-python

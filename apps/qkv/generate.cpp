@@ -35,12 +35,14 @@ void run_generate(const GenerateCliOptions& o) {
                     .sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p,
                                  .seed = seed},
                     .cache = o.cache == "bf16" ? CacheType::bf16 : CacheType::f32};
-  // llama2.c models end a story with BOS (it separates the training stories).
-  if (f.tokenizer && f.tokenizer->bos() >= 0) g.stop_tokens.push_back(f.tokenizer->bos());
+  // llama2.c models end a story with BOS (it separates the training stories); GGUF models
+  // end with EOS.
+  if (f.tokenizer && f.tokenizer->bos() >= 0 && f.format != "gguf") g.stop_tokens.push_back(f.tokenizer->bos());
+  if (f.tokenizer && f.tokenizer->eos() >= 0 && f.format == "gguf") g.stop_tokens.push_back(f.tokenizer->eos());
 
   const bool as_text = o.prompt_ids.empty();
   if (!as_text) std::cout << prompt[0];
-  else if (f.tokenizer->bos() < 0) std::cout << f.tokenizer->decode(-1, prompt[0]);  // no BOS: the first token is text
+  else if (prompt[0] != f.tokenizer->bos()) std::cout << f.tokenizer->decode(-1, prompt[0]);  // the first token is text
   const GenerateStats s = generate(model, prompt, g, [&](int32_t prev, int32_t token) {
     if (as_text) std::cout << f.tokenizer->decode(prev, token);
     else std::cout << ' ' << token;
@@ -62,8 +64,8 @@ void run_generate(const GenerateCliOptions& o) {
 
 void add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateCliOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text with a KV cache (llama2.c or qkv models)");
-  cmd->add_option("--model", o->model, "llama2.c checkpoint (.bin) or qkv checkpoint (.safetensors)")->required();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text with a KV cache (llama2.c, qkv or GGUF models)");
+  cmd->add_option("--model", o->model, "llama2.c checkpoint (.bin), qkv checkpoint (.safetensors) or GGUF file (.gguf)")->required();
   cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer; default: tokenizer.bin or tok<vocab>.bin beside the model");
   cmd->add_option("--prompt", o->prompt, "Text to continue");
   cmd->add_option("--prompt-ids", o->prompt_ids, "The prompt as token ids (models of synthetic tasks)");

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "qkv/error.h"
+#include "qkv/gguf.h"
 #include "qkv/io.h"
 
 namespace qkv::cli {
@@ -22,12 +23,34 @@ bool is_safetensors(const std::string& path) {
   return in.gcount() == 9 && head[8] == '{';
 }
 
+bool is_gguf(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[4] = {};
+  in.read(head, 4);
+  return in.gcount() == 4 && std::string(head, 4) == "GGUF";
+}
+
 }  // namespace
 
 ModelFile load_model_file(const std::string& model_path, const std::string& tokenizer_path,
                           bool need_tokenizer) {
   check(fs::exists(model_path), "model file \"", model_path, "\" not found");
   ModelFile f;
+  if (is_gguf(model_path)) {
+    check(tokenizer_path.empty(), "--tokenizer: a GGUF file has its own tokenizer");
+    const gguf::File file = gguf::File::open(model_path);
+    f.format = "gguf";
+    f.model = load_gguf(file);
+    if (file.find("tokenizer.ggml.model")) {
+      f.tokenizer = Tokenizer::from_gguf(file);
+      f.tokenizer_path = model_path;
+    } else {
+      check(!need_tokenizer, model_path, ": the file has no tokenizer (tokenizer.ggml.*): give --prompt-ids");
+    }
+    if (const gguf::Value* t = file.find("tokenizer.chat_template"))
+      f.chat_template = t->as_string("tokenizer.chat_template");
+    return f;
+  }
   if (is_safetensors(model_path)) {
     f.format = "qkv";
     f.model = std::move(load_checkpoint(model_path).model);

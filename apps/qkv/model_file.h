@@ -1,5 +1,6 @@
-// A model file as the commands take it: a llama2.c checkpoint (.bin) with its tokenizer, or
-// one of qkv's own checkpoints (.safetensors from `qkv train`).
+// A model file as the commands take it: a llama2.c checkpoint (.bin) with its tokenizer, one
+// of qkv's own checkpoints (.safetensors from `qkv train`), or a GGUF file (llama.cpp's, its
+// tokenizer and chat template inside).
 #pragma once
 
 #include <memory>
@@ -15,11 +16,12 @@ namespace qkv::cli {
 struct ModelFile {
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;  // none: a synthetic-task model, prompts are token ids
-  std::string format;                  // "llama2.c" or "qkv"
+  std::string format;                  // "llama2.c", "qkv" or "gguf"
   std::string tokenizer_path;          // where the tokenizer came from ("bytes" for qkv's)
+  std::string chat_template;           // GGUF's tokenizer.chat_template, when it has one
 };
 
-// The format is told by the file's first bytes. A llama2.c model's tokenizer is
+// The format is told by the file's first bytes. A GGUF file's tokenizer is its own. A llama2.c model's tokenizer is
 // `tokenizer_path`, else tokenizer.bin or tok<vocab>.bin beside the model. A qkv checkpoint
 // with a 256-token vocabulary was trained on bytes and gets the byte tokenizer. Without
 // need_tokenizer, a llama2.c model with no tokenizer to be found loads without one.

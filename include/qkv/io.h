@@ -55,6 +55,7 @@ void save_llama2c(const std::string& path, const Model& model);
 // fp32 by the reference dequantizer (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
 ModelConfig gguf_model_config(const gguf::File& file);
 std::unique_ptr<Model> load_gguf(const std::string& path);
+std::unique_ptr<Model> load_gguf(const gguf::File& file);
 
 std::string config_to_json(const ModelConfig& config);
 ModelConfig config_from_json(const std::string& json);

@@ -1,6 +1,7 @@
 // Tokenizers (see include/qkv/tokenizer.h).
 #include "qkv/tokenizer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <fstream>
@@ -50,7 +51,7 @@ Tokenizer Tokenizer::from_llama2c_bytes(const uint8_t* data, size_t size, int64_
   }
   check(in.at == in.size, "tokenizer: ", in.size - in.at, " bytes left after ", vocab_size,
         " tokens: the file is for a larger vocabulary than the model's");
-  for (int32_t i = static_cast<int32_t>(vocab_size) - 1; i >= 0; --i) t.ids_[t.pieces_[i]] = i;
+  t.index_pieces();
   // llama2.c's fixed ids: 0 <unk>, 1 BOS, 2 EOS, then the 256 byte tokens (found by name).
   t.bos_ = 1;
   t.eos_ = 2;
@@ -73,7 +74,7 @@ Tokenizer Tokenizer::load_llama2c(const std::string& path, int64_t vocab_size) {
 
 Tokenizer Tokenizer::bytes() {
   Tokenizer t;
-  t.byte_level_ = true;
+  t.kind_ = Kind::bytes;
   for (int b = 0; b < 256; ++b) {
     t.pieces_.emplace_back(1, static_cast<char>(b));
     t.scores_.push_back(0);
@@ -88,22 +89,70 @@ const std::string& Tokenizer::piece(int32_t id) const {
   return pieces_[id];
 }
 
+bool Tokenizer::is_control(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < types_.size() && types_[id] == 3;
+}
+
+int32_t Tokenizer::token_id(std::string_view piece) const { return find(piece); }
+
 int32_t Tokenizer::find(std::string_view piece) const {
   const auto it = ids_.find(std::string(piece));
   return it == ids_.end() ? -1 : it->second;
+}
+
+void Tokenizer::index_pieces() {
+  ids_.clear();
+  ids_.reserve(pieces_.size());
+  for (int32_t i = static_cast<int32_t>(pieces_.size()) - 1; i >= 0; --i) ids_[pieces_[i]] = i;
 }
 
 int32_t Tokenizer::byte_token(uint8_t byte) const {
   return byte_base_ < 0 ? -1 : byte_base_ + byte;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool bos) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool bos, bool special) const {
   std::vector<int32_t> ids;
-  if (byte_level_) {
+  if (kind_ == Kind::bytes) {
     for (unsigned char c : text) ids.push_back(c);
     return ids;
   }
-  if (bos && bos_ >= 0) ids.push_back(bos_);
+  if (bos && adds_bos()) ids.push_back(bos_);
+  // Cut the special tokens out of the text (the earliest match, the longest there), then
+  // encode the text between them.
+  bool after_special = true;
+  auto plain = [&](std::string_view part) {
+    if (part.empty()) return;
+    if (kind_ == Kind::byte_bpe) encode_byte_bpe(part, ids);
+    else {
+      const std::vector<int32_t> p = encode_sentencepiece(part, after_special && add_space_prefix_);
+      ids.insert(ids.end(), p.begin(), p.end());
+    }
+    after_special = false;
+  };
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t best = std::string_view::npos, best_len = 0;
+    int32_t best_id = -1;
+    for (int32_t id : specials_) {
+      if (types_[id] == 3 && !special) continue;
+      const std::string& p = pieces_[id];
+      const size_t found = text.find(p, at);
+      if (found == std::string_view::npos) continue;
+      if (found < best || (found == best && p.size() > best_len))
+        best = found, best_len = p.size(), best_id = id;
+    }
+    if (best_id < 0) break;
+    plain(text.substr(at, best - at));
+    ids.push_back(best_id);
+    after_special = true;
+    at = best + best_len;
+  }
+  plain(text.substr(at));
+  return ids;
+}
+
+std::vector<int32_t> Tokenizer::encode_sentencepiece(std::string_view text, bool space_prefix) const {
+  std::vector<int32_t> ids;
   // One piece per UTF-8 character, or its bytes as byte tokens; a leading space first (the
   // SentencePiece "dummy prefix").
   auto add = [&](std::string_view chars) {
@@ -115,7 +164,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool bos) const {
       ids.push_back(b);
     }
   };
-  if (!text.empty()) add(" ");
+  if (space_prefix) add(" ");
   for (size_t i = 0; i < text.size();) {
     size_t n = 1;  // a lead byte and at most three continuation bytes
     while (i + n < text.size() && n < 4 && (static_cast<uint8_t>(text[i + n]) & 0xC0) == 0x80) ++n;
@@ -140,7 +189,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool bos) const {
 
 std::string Tokenizer::decode(int32_t prev, int32_t token) const {
   std::string_view p = piece(token);
-  if (byte_level_) return std::string(p);
+  if (kind_ == Kind::bytes) return std::string(p);
+  if (is_control(token)) return {};
+  if (kind_ == Kind::byte_bpe) return decode_byte_bpe(token);
   std::string out;
   if (byte_base_ >= 0 && token >= byte_base_ && token < byte_base_ + 256) {
     out = std::string(1, static_cast<char>(token - byte_base_));

@@ -40,8 +40,10 @@ ModelConfig gguf_model_config(const gguf::File& f) {
   return c;
 }
 
-std::unique_ptr<Model> load_gguf(const std::string& path) {
-  const gguf::File f = gguf::File::open(path);
+std::unique_ptr<Model> load_gguf(const std::string& path) { return load_gguf(gguf::File::open(path)); }
+
+std::unique_ptr<Model> load_gguf(const gguf::File& f) {
+  const std::string& path = f.name();
   const ModelConfig c = gguf_model_config(f);
   auto model = std::make_unique<Model>(c, Model::InferenceOnly{});
   const int64_t A = c.n_heads * c.d_head, KV = c.n_kv_heads * c.d_head;

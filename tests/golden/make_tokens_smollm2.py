@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Writes tests/data/smollm2_tokens.json: the token ids of a corpus of awkward text (many
+scripts, emoji, odd whitespace, digits, contractions, code, control tokens) under SmolLM2's
+tokenizer, from Hugging Face's `tokenizers` library built from the GGUF file's vocabulary and
+merges (read by llama.cpp's `gguf` package) with SmolLM2's pre-tokenizer: every digit split
+off, then GPT-2's byte-level regex. The oracle of qkv's byte-level BPE.
+   scripts/get-models && pip install gguf tokenizers && python3 tests/golden/make_tokens_smollm2.py
+"""
+import json
+import os
+
+import gguf
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GGUF = os.path.join(HERE, "..", "..", "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+OUT = os.path.join(HERE, "..", "data", "smollm2_tokens.json")
+
+r = gguf.GGUFReader(GGUF)
+
+
+def strings(key):
+    f = r.fields[key]
+    return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+
+
+tokens = strings("tokenizer.ggml.tokens")
+merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+types = [int(r.fields["tokenizer.ggml.token_type"].parts[i][0]) for i in r.fields["tokenizer.ggml.token_type"].data]
+tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+tok.pre_tokenizer = pre_tokenizers.Sequence([
+    pre_tokenizers.Digits(individual_digits=True),
+    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+])
+tok.decoder = decoders.ByteLevel()
+tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3])
+
+corpus = [
+    "Hello, world!",
+    "The capital of France is Paris.",
+    "  leading spaces, trailing spaces   ",
+    "tabs\tand\nnewlines\n\n\nand\r\nCRLF",
+    "don't, I'll, we've, they're, she's, I'm, he'd; DON'T 'quoted' ''",
+    "Numbers: 3.14159, 1,000,000 and 2026-12-02; ١٢٣ ٤٥ (Arabic-Indic), ⅣⅫ, ½ ²",
+    "Größe, naïve café, Ærøskøbing, İstanbul, ß",
+    "Здравствуй, мир! Съешь же ещё этих мягких французских булок.",
+    "Γειά σου Κόσμε — ελληνικά",
+    "日本語のテキスト、漢字とかな。中文：你好，世界！한국어 문장입니다.",
+    "हिन्दी में वाक्य, தமிழ், ภาษาไทย",
+    "עברית ועربية: مرحبا بالعالم",
+    "Emoji: 😀😃🙈 👩‍💻 🇫🇷 ❤️ 👍🏽 and a family 👨‍👩‍👧‍👦",
+    "Odd whitespace:\u00a0nbsp\u2003em\u3000ideographic\u200bzero-width\u2028line\u2029para\u0085nel",
+    "def f(x):\n    return x ** 2  # square\n\n\tif x != 0: print(f'{x!r}')",
+    "<html><body class=\"a b\">&amp; &lt;tag&gt;</body></html>",
+    "a" * 300,
+    " " * 17 + "x" + "\n" * 5,
+    "!!!???...,,,;;;:::---___***",
+    "mixedCASE camelCase snake_case kebab-case SCREAMING",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "text with <|endoftext|> inside and <|im_end|>",
+    "",
+    " ",
+    "\n",
+]
+cases = []
+for text in corpus:
+    ids = tok.encode(text, add_special_tokens=False).ids
+    assert tok.decode(ids, skip_special_tokens=False) == text, text
+    cases.append({"text": text, "special": True, "ids": ids})
+# Without special-token parsing, the control tokens' text is plain text.
+for text in corpus[-5:-3]:
+    enc = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+    enc.pre_tokenizer = tok.pre_tokenizer
+    cases.append({"text": text, "special": False, "ids": enc.encode(text).ids})
+
+with open(OUT, "w") as f:
+    json.dump({"source": "tokenizers " + __import__("tokenizers").__version__ + " over " + os.path.basename(GGUF),
+               "cases": cases}, f, ensure_ascii=False, indent=0)
+print(OUT, len(cases), "cases,", sum(len(c["ids"]) for c in cases), "tokens")
