@@ -50,11 +50,18 @@ class Chat {
   // (returning false stops it). Throws qkv::Error, the conversation unchanged, when the turn
   // would not fit in the context that is left.
   ChatTurnStats reply(const std::string& user, const std::function<bool(const std::string&)>& on_token);
+  // The same in two steps: add() puts a message of any role in the conversation (an earlier
+  // exchange, a few-shot example) without running it; respond() runs what was added and
+  // streams the assistant's answer.
+  void add(const std::string& role, const std::string& content);
+  ChatTurnStats respond(const std::function<bool(const std::string&)>& on_token);
   // Forgets the conversation (the system prompt stays).
   void reset();
 
   int64_t positions() const;  // run so far, all turns
   int64_t context() const { return context_; }
+  // Every token of the conversation so far, run or still to run.
+  std::vector<int32_t> transcript() const;
   // The tokens of one message as the format writes it (its text is not parsed for control
   // tokens: a user who types "<|im_end|>" does not end the turn).
   std::vector<int32_t> message_tokens(const std::string& role, const std::string& content) const;
@@ -65,7 +72,8 @@ class Chat {
   ChatOptions options_;
   int64_t context_ = 0;
   int32_t start_ = -1, end_ = -1;    // <|im_start|>, <|im_end|>
-  std::vector<int32_t> pending_;     // tokens decided but not yet run (the last <|im_end|>\n)
+  std::vector<int32_t> run_;         // the tokens in the cache
+  std::vector<int32_t> pending_;     // decided but not yet run (added messages, the last <|im_end|>\n)
   std::unique_ptr<KVCache> cache_;
   Sampler sampler_;
 };

@@ -45,6 +45,7 @@ Chat::~Chat() = default;
 void Chat::reset() {
   cache_ = std::make_unique<KVCache>(model_->config(), KVCacheOptions{.max_seq = context_, .type = options_.cache});
   pending_.clear();
+  run_.clear();
   if (tokenizer_->adds_bos()) pending_.push_back(tokenizer_->bos());
   if (!options_.system.empty()) {
     const std::vector<int32_t> s = message_tokens("system", options_.system);
@@ -66,11 +67,31 @@ std::vector<int32_t> Chat::message_tokens(const std::string& role, const std::st
   return ids;
 }
 
+std::vector<int32_t> Chat::transcript() const {
+  std::vector<int32_t> all = run_;
+  all.insert(all.end(), pending_.begin(), pending_.end());
+  return all;
+}
+
+void Chat::add(const std::string& role, const std::string& content) {
+  const std::vector<int32_t> m = message_tokens(role, content);
+  pending_.insert(pending_.end(), m.begin(), m.end());
+}
+
 ChatTurnStats Chat::reply(const std::string& user, const std::function<bool(const std::string&)>& on_token) {
+  const size_t before = pending_.size();
+  add("user", user);
+  try {
+    return respond(on_token);
+  } catch (const Error&) {
+    pending_.resize(before);
+    throw;
+  }
+}
+
+ChatTurnStats Chat::respond(const std::function<bool(const std::string&)>& on_token) {
   using Clock = std::chrono::steady_clock;
   std::vector<int32_t> prompt = pending_;
-  const std::vector<int32_t> u = message_tokens("user", user);
-  prompt.insert(prompt.end(), u.begin(), u.end());
   prompt.push_back(start_);
   const std::vector<int32_t> a = tokenizer_->encode("assistant\n", false, false);
   prompt.insert(prompt.end(), a.begin(), a.end());
@@ -85,6 +106,7 @@ ChatTurnStats Chat::reply(const std::string& user, const std::function<bool(cons
   const auto t0 = Clock::now();
   View logits = model_->forward_cached(*cache_, prompt.data(), 1, s.prompt_tokens);
   s.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  run_.insert(run_.end(), prompt.begin(), prompt.end());
   pending_.clear();
   const auto t1 = Clock::now();
   int32_t prev = -1;
@@ -96,10 +118,12 @@ ChatTurnStats Chat::reply(const std::string& user, const std::function<bool(cons
       break;
     }
     ++s.reply_tokens;
+    run_.push_back(token);
     const bool more = !on_token || on_token(tokenizer_->decode(prev, token));
     prev = token;
     // The answer ends at max_reply, or when only its closing tokens still fit.
     if (!more || s.reply_tokens >= options_.max_reply || positions() + 4 >= context_) {
+      run_.pop_back();  // drawn, not run
       pending_.push_back(token);
       break;
     }

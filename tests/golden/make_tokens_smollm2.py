@@ -3,13 +3,16 @@
 scripts, emoji, odd whitespace, digits, contractions, code, control tokens) under SmolLM2's
 tokenizer, from Hugging Face's `tokenizers` library built from the GGUF file's vocabulary and
 merges (read by llama.cpp's `gguf` package) with SmolLM2's pre-tokenizer: every digit split
-off, then GPT-2's byte-level regex. The oracle of qkv's byte-level BPE.
-   scripts/get-models && pip install gguf tokenizers && python3 tests/golden/make_tokens_smollm2.py
+off, then GPT-2's byte-level regex. The oracle of qkv's byte-level BPE. Also conversations
+rendered by the file's own chat template (Jinja2, as transformers renders it) and tokenized
+so: the oracle of qkv::Chat's ChatML.
+   scripts/get-models && pip install gguf tokenizers jinja2 && python3 tests/golden/make_tokens_smollm2.py
 """
 import json
 import os
 
 import gguf
+import jinja2
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,7 +76,20 @@ for text in corpus[-5:-3]:
     enc.pre_tokenizer = tok.pre_tokenizer
     cases.append({"text": text, "special": False, "ids": enc.encode(text).ids})
 
+template = jinja2.Environment().from_string(bytes(r.fields["tokenizer.chat_template"].parts[-1]).decode())
+conversations = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You are a pirate. Answer in one line."},
+     {"role": "user", "content": "Hi there!"},
+     {"role": "assistant", "content": "Arr, ahoy matey!"},
+     {"role": "user", "content": "Tell me a joke about 42 parrots 🦜\n\nin two lines."}],
+]
+chats = []
+for messages in conversations:
+    text = template.render(messages=messages, add_generation_prompt=True)
+    chats.append({"messages": messages, "rendered": text, "ids": tok.encode(text, add_special_tokens=False).ids})
+
 with open(OUT, "w") as f:
     json.dump({"source": "tokenizers " + __import__("tokenizers").__version__ + " over " + os.path.basename(GGUF),
-               "cases": cases}, f, ensure_ascii=False, indent=0)
+               "cases": cases, "chats": chats}, f, ensure_ascii=False, indent=0)
 print(OUT, len(cases), "cases,", sum(len(c["ids"]) for c in cases), "tokens")
