@@ -14,6 +14,7 @@
 #include "qkv/error.h"
 #include "qkv/gguf.h"
 #include "qkv/io.h"
+#include "qkv/kv_cache.h"
 #include "qkv/model.h"
 #include "qkv/quant.h"
 
@@ -177,7 +178,7 @@ TEST(GgufModel, LogitsMatchAnIndependentForward) {
   const std::string path = std::string(QKV_GOLDEN_DIR) + "/../data/tiny_llama.gguf";
   std::ifstream in(path + ".json");
   const nlohmann::json golden = nlohmann::json::parse(in);
-  const auto model = load_gguf(path);
+  const auto model = load_gguf(path, GgufWeights::fp32);
   const ModelConfig& c = model->config();
   EXPECT_EQ(c.d_model, 64);
   EXPECT_EQ(c.n_kv_heads, 2);
@@ -195,6 +196,41 @@ TEST(GgufModel, LogitsMatchAnIndependentForward) {
     }
   EXPECT_LE(worst, 1e-4 * scale) << "largest logit " << scale;
   EXPECT_GT(scale, 1.0);
+}
+
+// The same model computed in place (its matrices in their block formats, via forward_cached):
+// the same logits, and nothing of the matrices in the fp32 buffer.
+TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
+  const std::string path = std::string(QKV_GOLDEN_DIR) + "/../data/tiny_llama.gguf";
+  std::ifstream in(path + ".json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const auto model = load_gguf(path);
+  const ModelConfig& c = model->config();
+  EXPECT_TRUE(model->has_external_weights());
+  ASSERT_NE(model->external("layers.0.attn.qkv.weight"), nullptr);
+  EXPECT_EQ(model->external("layers.0.attn.qkv.weight")->size(), 3u);  // q, k and v in place
+  EXPECT_EQ(model->external("layers.0.norm1.weight"), nullptr);
+  EXPECT_THROW(model->weight("layers.0.mlp.up.weight"), Error);
+  const auto tokens = golden["tokens"].get<std::vector<int32_t>>();
+  const auto T = static_cast<int64_t>(tokens.size());
+  EXPECT_THROW(model->forward(tokens.data(), nullptr, 1, T), Error);  // needs fp32 weights
+  // The prompt at once (the tile path), and token by token (the fused one-row kernels).
+  for (bool one_by_one : {false, true}) {
+    KVCache cache(c, {.max_seq = T});
+    double worst = 0, scale = 0;
+    for (int64_t t0 = 0; t0 < T;) {
+      const int64_t n = one_by_one ? 1 : T;
+      const View logits = model->forward_cached(cache, tokens.data() + t0, 1, n, nullptr, true);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t v = 0; v < c.vocab_size; ++v) {
+          const double want = golden["logits"][t0 + t][v].get<double>();
+          worst = std::max(worst, std::abs(logits(t, v) - want));
+          scale = std::max(scale, std::abs(want));
+        }
+      t0 += n;
+    }
+    EXPECT_LE(worst, 1e-4 * scale) << (one_by_one ? "one token at a time" : "the prompt at once");
+  }
 }
 
 TEST(GgufModel, UnsupportedFilesAreClearErrors) {

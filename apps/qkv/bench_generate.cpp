@@ -36,14 +36,24 @@ double matrix_flops_per_token(const ModelConfig& c) {
   return 2 * (c.n_layers * (W * C + C * A + ffn) + c.vocab_size * C);
 }
 
-// Bytes of weights one decoded token reads: every matrix once, the norms, one embedding row
-// (and the classifier, the whole embedding table again when tied).
+// Bytes of weights one decoded token reads: every matrix once, in its storage format (fp32,
+// or a GGUF block format read in place), the norms, one embedding row (and the classifier,
+// the whole embedding table again when tied).
 double weight_bytes_per_token(const Model& m) {
   const ModelConfig& c = m.config();
-  double floats = m.num_params();
-  if (!c.tied_embeddings) floats -= (c.vocab_size - 1) * c.d_model;  // the table: one row
-  if (c.positions == PositionKind::learned) floats -= (c.context - 1) * c.d_model;
-  return 4 * floats;
+  double bytes = 0;
+  for (const ParamInfo& p : m.params()) {
+    const std::vector<quant::Matrix>* q = m.external(p.name);
+    double size = 0;
+    if (q)
+      for (const quant::Matrix& part : *q) size += static_cast<double>(part.rows) * quant::row_bytes(part.type, part.cols);
+    else
+      size = 4.0 * p.rows * p.cols;
+    if (p.name == "embedding.token" && !c.tied_embeddings) size /= c.vocab_size;  // one row
+    if (p.name == "embedding.position") size /= c.context;
+    bytes += size;
+  }
+  return bytes;
 }
 
 void bench_generate(const BenchGenerateOptions& o) {

@@ -35,10 +35,7 @@ void run_generate(const GenerateCliOptions& o) {
                     .sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p,
                                  .seed = seed},
                     .cache = o.cache == "bf16" ? CacheType::bf16 : CacheType::f32};
-  // llama2.c models end a story with BOS (it separates the training stories); GGUF models
-  // end with EOS.
-  if (f.tokenizer && f.tokenizer->bos() >= 0 && f.format != "gguf") g.stop_tokens.push_back(f.tokenizer->bos());
-  if (f.tokenizer && f.tokenizer->eos() >= 0 && f.format == "gguf") g.stop_tokens.push_back(f.tokenizer->eos());
+  g.stop_tokens = stop_tokens(f);
 
   const bool as_text = o.prompt_ids.empty();
   if (!as_text) std::cout << prompt[0];

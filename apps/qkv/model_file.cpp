@@ -32,24 +32,28 @@ bool is_gguf(const std::string& path) {
 
 }  // namespace
 
+ModelFile load_gguf_file(const gguf::File& file, bool need_tokenizer, GgufWeights weights) {
+  ModelFile f;
+  f.format = "gguf";
+  f.model = load_gguf(file, weights);
+  if (file.find("tokenizer.ggml.model")) {
+    f.tokenizer = Tokenizer::from_gguf(file);
+    f.tokenizer_path = file.name();
+  } else {
+    check(!need_tokenizer, file.name(), ": the file has no tokenizer (tokenizer.ggml.*): give --prompt-ids");
+  }
+  if (const gguf::Value* t = file.find("tokenizer.chat_template"))
+    f.chat_template = t->as_string("tokenizer.chat_template");
+  return f;
+}
+
 ModelFile load_model_file(const std::string& model_path, const std::string& tokenizer_path,
-                          bool need_tokenizer) {
+                          bool need_tokenizer, GgufWeights gguf) {
   check(fs::exists(model_path), "model file \"", model_path, "\" not found");
   ModelFile f;
   if (is_gguf(model_path)) {
     check(tokenizer_path.empty(), "--tokenizer: a GGUF file has its own tokenizer");
-    const gguf::File file = gguf::File::open(model_path);
-    f.format = "gguf";
-    f.model = load_gguf(file);
-    if (file.find("tokenizer.ggml.model")) {
-      f.tokenizer = Tokenizer::from_gguf(file);
-      f.tokenizer_path = model_path;
-    } else {
-      check(!need_tokenizer, model_path, ": the file has no tokenizer (tokenizer.ggml.*): give --prompt-ids");
-    }
-    if (const gguf::Value* t = file.find("tokenizer.chat_template"))
-      f.chat_template = t->as_string("tokenizer.chat_template");
-    return f;
+    return load_gguf_file(gguf::File::open(model_path), need_tokenizer, gguf);
   }
   if (is_safetensors(model_path)) {
     f.format = "qkv";
@@ -104,6 +108,12 @@ std::vector<int32_t> prompt_tokens(const ModelFile& f, const std::string& prompt
   }
   check(!ids.empty(), "the prompt has no tokens (and this model has no BOS token to start from)");
   return ids;
+}
+
+std::vector<int32_t> stop_tokens(const ModelFile& f) {
+  if (!f.tokenizer) return {};
+  const int32_t stop = f.format == "gguf" ? f.tokenizer->eos() : f.tokenizer->bos();
+  return stop >= 0 ? std::vector<int32_t>{stop} : std::vector<int32_t>{};
 }
 
 }  // namespace qkv::cli

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/gguf.h"
+#include "qkv/io.h"
 #include "qkv/model.h"
 #include "qkv/tokenizer.h"
 
@@ -25,13 +27,21 @@ struct ModelFile {
 // `tokenizer_path`, else tokenizer.bin or tok<vocab>.bin beside the model. A qkv checkpoint
 // with a 256-token vocabulary was trained on bytes and gets the byte tokenizer. Without
 // need_tokenizer, a llama2.c model with no tokenizer to be found loads without one.
+// A GGUF model's matrices stay in their block format (generation only) unless `gguf` says
+// fp32 (commands that run the full forward: viz, explain).
 ModelFile load_model_file(const std::string& model_path, const std::string& tokenizer_path,
-                          bool need_tokenizer = true);
+                          bool need_tokenizer = true, GgufWeights gguf = GgufWeights::in_place);
+
+ModelFile load_gguf_file(const gguf::File& file, bool need_tokenizer, GgufWeights weights);
 
 // The prompt as token ids: `prompt_ids` ("3 7 1") when given, else `prompt` through the model
 // file's tokenizer. Errors name the flag: a word that is not an id, a synthetic-task model
 // given text, an empty prompt with no BOS to start from.
 std::vector<int32_t> prompt_tokens(const ModelFile& f, const std::string& prompt,
                                    const std::string& prompt_ids);
+
+// The tokens that end generation: llama2.c models end a story with BOS (it separates the
+// training stories); GGUF models end with EOS.
+std::vector<int32_t> stop_tokens(const ModelFile& f);
 
 }  // namespace qkv::cli

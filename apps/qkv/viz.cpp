@@ -76,7 +76,7 @@ AttentionMaps maps_of_model(ModelFile& f, const std::string& name, const std::st
 namespace {
 
 AttentionMaps maps_of_model(const VizOptions& o) {
-  ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty());
+  ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty(), GgufWeights::fp32);
   return maps_of_model(f, std::filesystem::path(o.model).filename().string(), o.prompt, o.prompt_ids);
 }
 

@@ -51,11 +51,16 @@ ModelConfig llama2c_config(int64_t dim, int64_t hidden, int64_t layers, int64_t 
 void save_llama2c(const std::string& path, const Model& model);
 
 // GGUF models (llama.cpp's format, architecture "llama"): the config from the llama.* metadata
-// (the head tied to the embedding when output.weight is absent), every weight dequantized to
-// fp32 by the reference dequantizer (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
+// (the head tied to the embedding when output.weight is absent). The weight matrices are
+// computed with in place, in the file's block format (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
+// Q6_K; the file stays mapped while the model lives), and only the norms become fp32: such a
+// model generates (forward_cached). `fp32` dequantizes everything by the reference
+// dequantizer instead, for the full forward (training, attention maps, explain).
+enum class GgufWeights { in_place, fp32 };
 ModelConfig gguf_model_config(const gguf::File& file);
-std::unique_ptr<Model> load_gguf(const std::string& path);
-std::unique_ptr<Model> load_gguf(const gguf::File& file);
+std::unique_ptr<Model> load_gguf(const std::string& path, GgufWeights weights = GgufWeights::in_place);
+// From a parsed file (a File::from_bytes one's bytes must outlive the model).
+std::unique_ptr<Model> load_gguf(const gguf::File& file, GgufWeights weights = GgufWeights::in_place);
 
 std::string config_to_json(const ModelConfig& config);
 ModelConfig config_from_json(const std::string& json);

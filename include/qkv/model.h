@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "qkv/multihead.h"
+#include "qkv/quant.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -64,6 +66,15 @@ struct ParamInfo {
   int64_t offset = 0; // in floats, into Model::weights and Model::grads
   int64_t rows = 0, cols = 1;
   bool decay = false; // matrices and embeddings get weight decay; biases and norms do not
+  bool external = false;  // held outside the buffer, as ExternalWeights (offset −1)
+};
+
+// Weight matrices a model reads where they lie, in their block format (a GGUF file's
+// quantized tensors, memory-mapped), by parameter name: each is one or more row blocks
+// stacked (q, k and v of a fused attn.qkv.weight).
+struct ExternalWeights {
+  std::map<std::string, std::vector<quant::Matrix>> matrices;
+  std::shared_ptr<const void> owner;  // keeps their memory alive (the file's mapping)
 };
 
 // A decoder-only transformer with its parameters, gradients and activations.
@@ -78,6 +89,11 @@ class Model {
   // (half the memory; backward is an error).
   struct InferenceOnly {};
   Model(const ModelConfig& config, InferenceOnly);
+  // Inference from weights held elsewhere: the named matrices stay where they are (no fp32
+  // copy; the fp32 buffer holds only the rest, norms and biases, for the loader to fill).
+  // Only forward_cached runs such a model; forward, weight() of those names and saving are
+  // errors that say so.
+  Model(const ModelConfig& config, InferenceOnly, ExternalWeights external);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -89,6 +105,9 @@ class Model {
   const ParamInfo& param(const std::string& name) const;
   View weight(const std::string& name) const;  // [rows, cols] view into weights
   View grad(const std::string& name) const;
+  // The blocks of an external weight, or null when `name` is in the fp32 buffer.
+  const std::vector<quant::Matrix>* external(const std::string& name) const;
+  bool has_external_weights() const { return !external_.matrices.empty(); }
   int64_t num_params() const { return num_params_; }
   float* weights() const { return weights_.data(); }
   float* grads() const { return grads_.data(); }
@@ -125,6 +144,7 @@ class Model {
   std::vector<ParamInfo> params_;
   int64_t num_params_ = 0;
   Tensor weights_, grads_;
+  ExternalWeights external_;
   std::vector<float> alibi_;  // ALiBi slopes, when the model uses them
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<InferenceBuffers> infer_;

@@ -10,13 +10,40 @@
 //         scales and mins, 128 bytes of 4-bit q     x = d · sc_j · q − dmin · m_j
 //   Q6_K  256 values in 16 sub-blocks of 16: 128 bytes of low 4 bits, 64 bytes of high 2
 //         bits, 16 int8 scales, f16 d               x = d · sc_j · (q − 32)
+//
+// Matrices in these formats are computed with in place (quant::linear_forward): one token's
+// product decodes each block in registers and multiplies it with the fp32 activations, the
+// block's scale applied in fp32 (no fp32 copy of the weights, and no rounding of the
+// activations, unlike llama.cpp's int8 products); longer inputs decode a few rows at a time
+// into a small fp32 tile for the GEMM.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "qkv/gguf.h"
+#include "qkv/tensor.h"
 
 namespace qkv::quant {
+
+// A [rows, cols] matrix in one of ggml's block formats, row-major: row r's blocks begin at
+// data + r · row_bytes(type, cols). cols is whole blocks.
+struct Matrix {
+  gguf::TensorType type = gguf::TensorType::f32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+int64_t row_bytes(gguf::TensorType type, int64_t cols);
+// Checks that `type` is supported and cols whole blocks (a qkv::Error naming `name`).
+Matrix matrix(const std::string& name, gguf::TensorType type, const uint8_t* data, int64_t rows, int64_t cols);
+
+// Rows [row0, row0 + n) of m as floats, by the reference dequantizer.
+void dequantize_rows(const Matrix& m, int64_t row0, int64_t n, float* out);
+
+// y[N, Σ rows] = x[N, K] · [parts stacked by rows]ᵀ (+ b): a linear layer whose weight is the
+// parts one under the other (a fused q/k/v from three tensors), each of K = cols columns.
+// Rows of y and x may be strided (unit stride within a row).
+void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* b = nullptr);
 
 // Whether dequantize() reads this type.
 bool supported(gguf::TensorType type);

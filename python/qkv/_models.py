@@ -70,7 +70,8 @@ class Model:
         A KV cache holds the keys and values: the prompt runs once, then each step runs one
         token. temperature 0 is greedy; otherwise sampling as llama2.c's run.c (the same seed
         gives the same text), with top_p (nucleus) and top_k (0 = off). Ends at max_tokens new
-        tokens, at the model's context, or when the model starts a new text (BOS).
+        tokens, at the model's context, or at the model's stop token (a llama2.c model starting a
+        new story with BOS, a GGUF model's EOS).
         """
         tok = self.tokenizer
         if tok is None:
@@ -104,10 +105,12 @@ def load_checkpoint(path):
     return Model(_qkv._load_checkpoint_file(os.fspath(path)), os.fspath(path))
 
 
-def load_gguf(path):
-    """A Llama-architecture GGUF file (llama.cpp's format), its weights dequantized to fp32.
-    Its tokenizer is not read yet: prompts are token ids (tokens(), logits())."""
-    return Model(_qkv._load_gguf_file(os.fspath(path)), os.fspath(path))
+def load_gguf(path, dequantize=False):
+    """A Llama-architecture GGUF file (llama.cpp's format) with its own tokenizer. Its weight
+    matrices are computed with in place, in their block formats (Q4_1, Q8_0, …), which is what
+    generate(), tokens() and logits() need; dequantize=True makes them fp32 (the memory of an
+    fp32 model), which attention_map() needs too."""
+    return Model(_qkv._load_gguf_file(os.fspath(path), bool(dequantize)), os.fspath(path))
 
 
 class Explanation:

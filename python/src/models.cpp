@@ -15,7 +15,9 @@
 #include "model_file.h"
 #include "qkv/error.h"
 #include "qkv/generate.h"
+#include "qkv/gguf.h"
 #include "qkv/io.h"
+#include "qkv/kv_cache.h"
 #include "qkv/model.h"
 #include "qkv/tokenizer.h"
 #include "viz_html.h"
@@ -53,14 +55,15 @@ nb::dict config_dict(const ModelConfig& c) {
 }  // namespace
 
 void bind_models(nb::module_& m) {
-  nb::class_<Tokenizer>(m, "Tokenizer", "llama2.c's tokenizer (SentencePiece-style BPE), or plain bytes")
+  nb::class_<Tokenizer>(m, "Tokenizer", "A tokenizer: llama2.c's or a GGUF file's (SentencePiece-style or byte-level BPE), or plain bytes")
       .def_static("load_llama2c", &Tokenizer::load_llama2c, nb::arg("path"), nb::arg("vocab_size"),
                   "A tokenizer.bin / tok512.bin file for a vocabulary of vocab_size tokens")
       .def_static("bytes", &Tokenizer::bytes, "256 tokens, one per byte")
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def_prop_ro("bos", &Tokenizer::bos, "the id of BOS, -1 when none")
       .def_prop_ro("eos", &Tokenizer::eos, "the id of EOS, -1 when none")
-      .def("encode", &Tokenizer::encode, nb::arg("text"), nb::arg("bos") = true, "text -> token ids")
+      .def("encode", &Tokenizer::encode, nb::arg("text"), nb::arg("bos") = true, nb::arg("special") = false,
+           "text -> token ids (special: control tokens written in the text, <|im_end|>, become their ids)")
       .def("piece", [](const Tokenizer& t, int32_t id) { return as_bytes(t.piece(id)); }, nb::arg("id"),
            "the bytes of token `id` as the vocabulary holds them")
       .def("decode_bytes", [](const Tokenizer& t, int32_t prev, int32_t token) {
@@ -85,7 +88,7 @@ void bind_models(nb::module_& m) {
               int64_t top_k, uint64_t seed) {
              GenerateOptions o{.steps = steps, .sampling = {.temperature = temperature, .top_k = top_k,
                                                             .top_p = top_p, .seed = seed}};
-             if (f.tokenizer && f.tokenizer->bos() >= 0) o.stop_tokens.push_back(f.tokenizer->bos());
+             o.stop_tokens = cli::stop_tokens(f);
              return Generator(*f.model, std::move(prompt), o);
            },
            nb::keep_alive<0, 1>(), nb::arg("prompt"), nb::arg("steps"), nb::arg("temperature"),
@@ -97,11 +100,17 @@ void bind_models(nb::module_& m) {
              for (int32_t t : tokens) check(t >= 0 && t < c.vocab_size, "logits: token ", t, " is not in the vocabulary");
              const auto T = static_cast<int64_t>(tokens.size());
              check(T <= c.context, "logits: ", T, " tokens, more than the model's context of ", c.context);
-             {
-               nb::gil_scoped_release unlocked;
+             nb::gil_scoped_release unlocked;
+             if (!f.model->has_external_weights()) {
                f.model->forward(tokens.data(), nullptr, 1, T);
+               nb::gil_scoped_acquire locked;
+               return numpy_copy(f.model->logits().data, {size_t(T), size_t(c.vocab_size)});
              }
-             return numpy_copy(f.model->logits().data, {size_t(T), size_t(c.vocab_size)});
+             // Weights in a block format run only through the cache's forward.
+             KVCache cache(c, {.max_seq = T});
+             const View logits = f.model->forward_cached(cache, tokens.data(), 1, T, nullptr, true);
+             nb::gil_scoped_acquire locked;
+             return numpy_copy(logits.data, {size_t(T), size_t(c.vocab_size)});
            },
            nb::arg("tokens"), "The logits [len(tokens), vocab] of one forward over the tokens")
       .def("_attention_maps",
@@ -133,13 +142,10 @@ void bind_models(nb::module_& m) {
     if (f.model->config().vocab_size == 256) f.tokenizer = Tokenizer::bytes(), f.tokenizer_path = "bytes";
     return f;
   }, nb::arg("path"));
-  m.def("_load_gguf_file", [](const std::string& path) {
+  m.def("_load_gguf_file", [](const std::string& path, bool dequantize) {
     nb::gil_scoped_release unlocked;
-    ModelFile f;
-    f.format = "gguf";
-    f.model = load_gguf(path);  // fp32: the weights dequantized; no tokenizer yet (issue 19)
-    return f;
-  }, nb::arg("path"));
+    return cli::load_gguf_file(gguf::File::open(path), false, dequantize ? GgufWeights::fp32 : GgufWeights::in_place);
+  }, nb::arg("path"), nb::arg("dequantize"));
   m.def("_explain_json", &cli::explain_json, nb::arg("input"), nb::arg("causal"), nb::arg("source"));
   m.def("_worked_example_json", &cli::worked_example_json, nb::arg("causal"));
 }

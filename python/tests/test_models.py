@@ -127,9 +127,10 @@ def test_gguf_models_load():
     import json
     path = os.path.join(source_dir(), "tests", "data", "tiny_llama.gguf")
     golden = json.load(open(path + ".json"))
-    m = qkv.load_gguf(path)
-    assert m.config["n_layers"] == 2 and m.tokenizer is None
     want = np.array(golden["logits"])
-    np.testing.assert_allclose(m.logits(golden["tokens"]), want, atol=1e-4 * np.abs(want).max())
+    for dequantize in (False, True):
+        m = qkv.load_gguf(path, dequantize=dequantize)
+        assert m.config["n_layers"] == 2 and m.tokenizer is None
+        np.testing.assert_allclose(m.logits(golden["tokens"]), want, atol=1e-4 * np.abs(want).max())
     with pytest.raises(ValueError, match="not a GGUF file"):
         qkv.load_gguf(qkv.stories260k_path())

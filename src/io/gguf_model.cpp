@@ -1,5 +1,6 @@
 // A Llama model from a GGUF file: the config from the `llama.*` metadata, every weight
 // dequantized into the model's fp32 buffer by the reference dequantizer (qkv/quant.h).
+#include <algorithm>
 #include <string>
 
 #include "qkv/error.h"
@@ -40,55 +41,65 @@ ModelConfig gguf_model_config(const gguf::File& f) {
   return c;
 }
 
-std::unique_ptr<Model> load_gguf(const std::string& path) { return load_gguf(gguf::File::open(path)); }
+std::unique_ptr<Model> load_gguf(const std::string& path, GgufWeights weights) {
+  return load_gguf(gguf::File::open(path), weights);
+}
 
-std::unique_ptr<Model> load_gguf(const gguf::File& f) {
+std::unique_ptr<Model> load_gguf(const gguf::File& f, GgufWeights weights) {
   const std::string& path = f.name();
   const ModelConfig c = gguf_model_config(f);
-  auto model = std::make_unique<Model>(c, Model::InferenceOnly{});
   const int64_t A = c.n_heads * c.d_head, KV = c.n_kv_heads * c.d_head;
-  size_t used = 0;
-  // Tensor `name` ([rows, cols] in qkv's terms: dims {cols, rows} in GGUF's) into rows
-  // [row0, row0 + rows) of parameter `param`.
-  auto take = [&](const std::string& name, const std::string& param, int64_t row0, int64_t rows) {
-    const gguf::TensorInfo* t = f.find_tensor(name);
-    check(t != nullptr, path, ": tensor \"", name, "\" is missing");
-    const View w = model->weight(param);
-    const int64_t cols = w.ndim == 2 ? w.shape[1] : 1;
-    const bool fits = cols == 1 ? t->dims == std::vector<int64_t>{rows}
-                                : t->dims == std::vector<int64_t>{cols, rows};
-    check(fits, path, ": tensor \"", name, "\" has dims [", t->dims[0], t->dims.size() > 1 ? ", …" : "",
-          "] but the model needs ", rows, " × ", cols);
-    check(quant::supported(t->type), path, ": tensor \"", name, "\" is ", gguf::to_string(t->type),
-          ", which qkv does not read");
-    quant::dequantize(t->type, t->data, rows * cols, &w.data[row0 * cols]);
-    ++used;
+  const bool in_place = weights == GgufWeights::in_place;
+  // Where each tensor goes: parameter, first row, rows, columns (1 for vectors).
+  struct Place {
+    std::string tensor, param;
+    int64_t row0, rows, cols;
   };
-  take("token_embd.weight", "embedding.token", 0, c.vocab_size);
+  std::vector<Place> places{{"token_embd.weight", "embedding.token", 0, c.vocab_size, c.d_model}};
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string g = "blk." + std::to_string(l) + ".", q = "layers." + std::to_string(l) + ".";
-    take(g + "attn_norm.weight", q + "norm1.weight", 0, c.d_model);
-    take(g + "attn_q.weight", q + "attn.qkv.weight", 0, A);
-    take(g + "attn_k.weight", q + "attn.qkv.weight", A, KV);
-    take(g + "attn_v.weight", q + "attn.qkv.weight", A + KV, KV);
-    take(g + "attn_output.weight", q + "attn.out.weight", 0, c.d_model);
-    take(g + "ffn_norm.weight", q + "norm2.weight", 0, c.d_model);
-    take(g + "ffn_gate.weight", q + "mlp.gate.weight", 0, c.d_ff);
-    take(g + "ffn_up.weight", q + "mlp.up.weight", 0, c.d_ff);
-    take(g + "ffn_down.weight", q + "mlp.proj.weight", 0, c.d_model);
+    places.push_back({g + "attn_norm.weight", q + "norm1.weight", 0, c.d_model, 1});
+    places.push_back({g + "attn_q.weight", q + "attn.qkv.weight", 0, A, c.d_model});
+    places.push_back({g + "attn_k.weight", q + "attn.qkv.weight", A, KV, c.d_model});
+    places.push_back({g + "attn_v.weight", q + "attn.qkv.weight", A + KV, KV, c.d_model});
+    places.push_back({g + "attn_output.weight", q + "attn.out.weight", 0, c.d_model, A});
+    places.push_back({g + "ffn_norm.weight", q + "norm2.weight", 0, c.d_model, 1});
+    places.push_back({g + "ffn_gate.weight", q + "mlp.gate.weight", 0, c.d_ff, c.d_model});
+    places.push_back({g + "ffn_up.weight", q + "mlp.up.weight", 0, c.d_ff, c.d_model});
+    places.push_back({g + "ffn_down.weight", q + "mlp.proj.weight", 0, c.d_model, c.d_ff});
   }
-  take("output_norm.weight", "norm.weight", 0, c.d_model);
-  if (!c.tied_embeddings) take("output.weight", "lm_head.weight", 0, c.vocab_size);
-  // A tensor qkv did not place would change the model (rope_freqs: scaled rotary, biases, …).
-  if (used != f.tensors().size())
-    for (const gguf::TensorInfo& t : f.tensors()) {
-      const std::string& n = t.name;
-      const bool known = n == "token_embd.weight" || n == "output_norm.weight" || n == "output.weight" ||
-                         (n.rfind("blk.", 0) == 0);
-      check(known, path, ": tensor \"", n, "\" is not supported (qkv reads the Llama architecture's tensors)");
-    }
-  check(used == f.tensors().size(), path, ": holds ", f.tensors().size(), " tensors, of which qkv read ", used,
-        " (an unsupported tensor in a block?)");
+  places.push_back({"output_norm.weight", "norm.weight", 0, c.d_model, 1});
+  if (!c.tied_embeddings) places.push_back({"output.weight", "lm_head.weight", 0, c.vocab_size, c.d_model});
+
+  // A tensor qkv does not place would change the model (rope_freqs: scaled rotary, biases, …).
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const bool known = std::any_of(places.begin(), places.end(), [&](const Place& p) { return p.tensor == t.name; });
+    check(known, path, ": tensor \"", t.name, "\" is not supported (qkv reads the Llama architecture's tensors)");
+  }
+  ExternalWeights external;
+  std::vector<std::pair<const Place*, const gguf::TensorInfo*>> fp32;
+  for (const Place& p : places) {
+    const gguf::TensorInfo* t = f.find_tensor(p.tensor);
+    check(t != nullptr, path, ": tensor \"", p.tensor, "\" is missing");
+    const bool fits = p.cols == 1 ? t->dims == std::vector<int64_t>{p.rows}
+                                  : t->dims == std::vector<int64_t>{p.cols, p.rows};
+    check(fits, path, ": tensor \"", p.tensor, "\" has dims [", t->dims[0], t->dims.size() > 1 ? ", …" : "",
+          "] but the model needs ", p.rows, " × ", p.cols);
+    check(quant::supported(t->type), path, ": tensor \"", p.tensor, "\" is ", gguf::to_string(t->type),
+          ", which qkv does not read");
+    if (in_place && p.cols > 1)
+      external.matrices[p.param].push_back(quant::matrix(path + ": " + p.tensor, t->type, t->data, p.rows, p.cols));
+    else
+      fp32.emplace_back(&p, t);
+  }
+  if (in_place) external.owner = std::make_shared<gguf::File>(f);
+  auto model = in_place ? std::make_unique<Model>(c, Model::InferenceOnly{}, std::move(external))
+                        : std::make_unique<Model>(c, Model::InferenceOnly{});
+  for (const auto& [p, t] : fp32) {
+    const View w = model->weight(p->param);
+    const int64_t cols = w.ndim == 2 ? w.shape[1] : 1;
+    quant::dequantize(t->type, t->data, p->rows * cols, &w.data[p->row0 * cols]);
+  }
   return model;
 }
 

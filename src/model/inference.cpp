@@ -78,21 +78,26 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
                                     ln ? weight(name + ".bias").data : nullptr};
     };
     auto linear_of = [&](const std::string& name) {
-      return InferenceBuffers::Linear{weight(name + ".weight"),
-                                      c.bias ? weight(name + ".bias").data : nullptr};
+      const std::vector<quant::Matrix>* q = external(name + ".weight");
+      return InferenceBuffers::Linear{q ? View() : weight(name + ".weight"),
+                                      c.bias ? weight(name + ".bias").data : nullptr, q};
     };
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
       InferenceBuffers::Layer L{.attn = attention_layer(l),
                                 .norm1 = norm_of(p + "norm1"),
                                 .norm2 = norm_of(p + "norm2"),
+                                .qkv = linear_of(p + "attn.qkv"),
+                                .out = linear_of(p + "attn.out"),
                                 .proj = linear_of(p + "mlp.proj")};
       if (c.mlp == MlpKind::gelu) L.fc = linear_of(p + "mlp.fc");
       else L.gate = linear_of(p + "mlp.gate"), L.up = linear_of(p + "mlp.up");
       s.layers.push_back(L);
     }
     s.norm = norm_of("norm");
-    s.head = c.tied_embeddings ? weight("embedding.token") : weight("lm_head.weight");
+    const std::string head = c.tied_embeddings ? "embedding.token" : "lm_head.weight";
+    const std::vector<quant::Matrix>* q = external(head);
+    s.head = InferenceBuffers::Linear{q ? View() : weight(head), nullptr, q};
   }
   float* mean = s.stat.data();
   float* rstd = s.stat.data() + N;
@@ -100,8 +105,12 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     if (ln) layernorm_forward(y, mean, rstd, x, n.w, n.b, c.norm_eps);
     else rmsnorm_forward(y, rstd, x, n.w, c.norm_eps);
   };
+  auto linear_rows = [&](View y, View x, const InferenceBuffers::Linear& f) {
+    if (f.q) quant::linear_forward(y, x, *f.q, f.b);
+    else linear_forward(y, x, f.w, f.b);
+  };
   auto linear = [&](const Tensor& y, const Tensor& x, const InferenceBuffers::Linear& f) {
-    linear_forward(rows(y, N), rows(x, N), f.w, f.b);
+    linear_rows(rows(y, N), rows(x, N), f);
   };
 
   // Embeddings, plus learned or sinusoidal positions.
@@ -116,15 +125,22 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     positions = s.sinusoids;
   }
   const View x = rows(s.x, N);
-  embedding_forward(x, tokens, weight("embedding.token"),
-                    positions.empty() ? nullptr : s.pos.data(), positions);
+  if (const std::vector<quant::Matrix>* q = external("embedding.token")) {
+    check(q->size() == 1 && positions.empty(), where, ": a block-format embedding must be one matrix, without position tables");
+    for (int64_t i = 0; i < N; ++i) {
+      check(tokens[i] >= 0 && tokens[i] < V, where, ": token ", tokens[i], " out of range [0, ", V, ")");
+      quant::dequantize_rows((*q)[0], tokens[i], 1, &x(i, 0));
+    }
+  } else {
+    embedding_forward(x, tokens, weight("embedding.token"), positions.empty() ? nullptr : s.pos.data(), positions);
+  }
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const InferenceBuffers::Layer& L = s.layers[l];
     const MultiHeadAttention& m = L.attn;
     // x += attn(norm(x)), the attention one sequence at a time: each has its own length.
     norm(rows(s.ln, N), x, L.norm1);
-    linear_forward(rows(s.qkv, N), rows(s.ln, N), m.qkv_w, m.qkv_b);
+    linear(s.qkv, s.ln, L.qkv);
     for (int64_t i = 0; i < B; ++i) {
       float* r = s.qkv.data() + i * T * W;
       float* k_new = r + Hq * dh;
@@ -178,7 +194,7 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
       }
       attention(a);
     }
-    linear_forward(rows(s.y, N), rows(s.att, N), m.out_w, m.out_b);
+    linear(s.y, s.att, L.out);
     residual_forward(x, x, rows(s.y, N));
     // x += ffn(norm(x))
     norm(rows(s.ln, N), x, L.norm2);
@@ -204,7 +220,7 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
   }
   norm(last, last, s.norm);
   const View logits = rows(s.logits, logit_rows);
-  linear_forward(logits, last, s.head, nullptr);
+  linear_rows(logits, last, s.head);
   return logits;
 }
 

@@ -22,15 +22,16 @@ struct Model::InferenceBuffers {
   struct Linear {
     View w;
     const float* b = nullptr;
+    const std::vector<quant::Matrix>* q = nullptr;  // the weight in a block format, in place
   };
   struct Layer {
     MultiHeadAttention attn;
     Norm norm1, norm2;
-    Linear fc, gate, up, proj;  // fc for GELU MLPs, gate and up for SwiGLU
+    Linear qkv, out, fc, gate, up, proj;  // fc for GELU MLPs, gate and up for SwiGLU
   };
   std::vector<Layer> layers;
   Norm norm;
-  View head;
+  Linear head;
 };
 
 }  // namespace qkv

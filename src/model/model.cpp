@@ -84,7 +84,25 @@ std::vector<ParamInfo> Model::param_layout(const ModelConfig& c) {
 void Model::lay_out() {
   params_ = param_layout(config_);
   num_params_ = params_.back().offset + params_.back().rows * params_.back().cols;
-  weights_ = Tensor({num_params_});
+  int64_t in_buffer = num_params_;
+  if (!external_.matrices.empty()) {  // the buffer holds the other parameters, in order
+    for (const auto& [name, parts] : external_.matrices) {
+      const ParamInfo& p = param(name);
+      int64_t rows = 0;
+      for (const quant::Matrix& m : parts) {
+        check(m.cols == p.cols, "model: external \"", name, "\" has ", m.cols, " columns, not ", p.cols);
+        rows += m.rows;
+      }
+      check(rows == p.rows, "model: external \"", name, "\" has ", rows, " rows, not ", p.rows);
+    }
+    in_buffer = 0;
+    for (ParamInfo& p : params_) {
+      p.external = external_.matrices.count(p.name) > 0;
+      p.offset = p.external ? -1 : in_buffer;
+      if (!p.external) in_buffer += p.rows * p.cols;
+    }
+  }
+  weights_ = Tensor({in_buffer});
   if (config_.positions == PositionKind::alibi) {
     alibi_.resize(config_.n_heads);
     alibi_slopes(config_.n_heads, alibi_.data());
@@ -93,6 +111,16 @@ void Model::lay_out() {
 }
 
 Model::Model(const ModelConfig& config, InferenceOnly) : config_(config) { lay_out(); }
+
+Model::Model(const ModelConfig& config, InferenceOnly, ExternalWeights external)
+    : config_(config), external_(std::move(external)) {
+  lay_out();
+}
+
+const std::vector<quant::Matrix>* Model::external(const std::string& name) const {
+  const auto it = external_.matrices.find(name);
+  return it == external_.matrices.end() ? nullptr : &it->second;
+}
 
 Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
   lay_out();
@@ -122,11 +150,16 @@ const ParamInfo& Model::param(const std::string& name) const {
 
 View Model::weight(const std::string& name) const {
   const ParamInfo& p = param(name);
+  if (p.external)
+    fail("model: \"", name, "\" is held in its file's block format (",
+        gguf::to_string(external_.matrices.at(name)[0].type), "), not as fp32; this needs the model "
+        "loaded as fp32 (load_gguf's dequantize option)");
   return View(weights_.data() + p.offset, {p.rows, p.cols});
 }
 
 View Model::grad(const std::string& name) const {
   const ParamInfo& p = param(name);
+  if (p.external) return View();
   if (!trainable()) return {};
   return View(grads_.data() + p.offset, {p.rows, p.cols});
 }
@@ -169,8 +202,8 @@ MultiHeadAttention Model::attention_layer(int64_t layer) const {
   m.rotary = c.positions == PositionKind::rotary;
   m.rope_theta = c.rope_theta;
   m.rope_pairs = c.rope_halves ? RopePairs::halves : RopePairs::adjacent;
-  m.qkv_w = weight(p + "qkv.weight");
-  m.out_w = weight(p + "out.weight");
+  if (!external(p + "qkv.weight")) m.qkv_w = weight(p + "qkv.weight");
+  if (!external(p + "out.weight")) m.out_w = weight(p + "out.weight");
   m.d_qkv_w = grad(p + "qkv.weight");
   m.d_out_w = grad(p + "out.weight");
   if (c.bias) {
@@ -185,6 +218,9 @@ MultiHeadAttention Model::attention_layer(int64_t layer) const {
 float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   const ModelConfig& c = config_;
   check(B >= 1 && T >= 1, "model forward: need B, T >= 1, got ", B, ", ", T);
+  check(!has_external_weights(), "model forward: the weights are held quantized in the model file; "
+        "forward_cached (generation) runs them, the full forward (training, attention maps) needs "
+        "the model loaded as fp32 (load_gguf's dequantize option)");
   check(T <= c.context || c.positions != PositionKind::learned, "model forward: T = ", T,
         " is longer than the context of ", c.context, " learned positions");
   const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size;

@@ -137,3 +137,26 @@ void dequantize(TensorType type, const uint8_t* data, int64_t n, float* out) {
 }
 
 }  // namespace qkv::quant
+
+namespace qkv::quant {
+
+int64_t row_bytes(TensorType type, int64_t cols) {
+  const gguf::BlockSize b = *gguf::block_size(static_cast<uint32_t>(type));
+  return cols / b.elements * b.bytes;
+}
+
+Matrix matrix(const std::string& name, TensorType type, const uint8_t* data, int64_t rows, int64_t cols) {
+  check(supported(type), name, ": tensor type ", gguf::to_string(type), " is not supported");
+  const gguf::BlockSize b = *gguf::block_size(static_cast<uint32_t>(type));
+  check(rows >= 1 && cols >= 1 && cols % b.elements == 0, name, ": ", rows, " × ", cols,
+        " is not rows of whole ", gguf::to_string(type), " blocks of ", b.elements);
+  return Matrix{type, data, rows, cols};
+}
+
+void dequantize_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
+  check(row0 >= 0 && n >= 0 && row0 + n <= m.rows, "dequantize_rows: rows [", row0, ", ", row0 + n,
+        ") outside the matrix's ", m.rows);
+  dequantize(m.type, m.data + row0 * row_bytes(m.type, m.cols), n * m.cols, out);
+}
+
+}  // namespace qkv::quant

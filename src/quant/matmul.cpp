@@ -1,0 +1,325 @@
+// quant::linear_forward (include/qkv/quant.h): products with weights in ggml's block formats,
+// compiled once per SIMD target; the entry point dispatches (src/simd/dispatch.h).
+//
+// One row of input (decoding) is bound by how fast the weights stream from memory: each
+// block is decoded in registers (its 4- or 8-bit values widened to fp32) and multiplied into
+// a vector accumulator, the block's fp32 scale applied to the block's partial sum, 4 weight
+// rows side by side for the prefetcher, as the fp32 gemv does. Several rows (a prompt)
+// decode 32 weight rows at a time into an fp32 tile in the thread's scratch and multiply it
+// with all the rows by the GEMM. Output rows are split across threads; each output is one
+// thread's sum in a fixed order, so the bits do not depend on the thread count.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "quant/matmul.cpp"
+#include <hwy/foreach_target.h>
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ops/gemm.h"
+#include "qkv/error.h"
+#include "qkv/quant.h"
+#include "qkv/threads.h"
+#include "simd/dispatch.h"
+#include "simd/simd-inl.h"
+#include "util/scratch.h"
+
+#ifndef QKV_QUANT_MATMUL_ONCE
+#define QKV_QUANT_MATMUL_ONCE
+namespace qkv::quant::detail {
+
+// IEEE half to float by integer arithmetic (no F16C needed, inlined into the loops): a
+// normal half moves its exponent and mantissa into place and rescales by 2^−112; a
+// subnormal is rebuilt as (0.5 + m · 2^−24·…) − 0.5 through a float with a fixed exponent.
+inline float half(const uint8_t* p) {
+  const uint32_t h = static_cast<uint32_t>(p[0] | p[1] << 8);
+  const uint32_t w = h << 16, sign = w & 0x80000000u, two_w = w + w;
+  auto as_float = [](uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
+  auto as_bits = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; };
+  const float normal = as_float((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float subnormal = as_float((two_w >> 17) | (126u << 23)) - 0.5f;
+  return as_float(sign | (two_w < (1u << 27) ? as_bits(subnormal) : as_bits(normal)));
+}
+
+}  // namespace qkv::quant::detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::quant {
+namespace HWY_NAMESPACE {
+namespace simd = ::qkv::simd::HWY_NAMESPACE;
+namespace {
+
+namespace hn = simd::hn;
+using gguf::TensorType;
+using simd::df;
+using simd::Vf;
+using simd::VfSlot;
+// A block's half-precision scale: one instruction where the CPU converts halves (F16C on
+// AVX2 and later, AArch64's fcvt), the integer version elsewhere (SSE4).
+HWY_INLINE float half(const uint8_t* p) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return _cvtsh_ss(static_cast<unsigned short>(p[0] | p[1] << 8));
+#elif HWY_ARCH_ARM_A64
+  __fp16 h;
+  std::memcpy(&h, p, 2);
+  return static_cast<float>(h);
+#else
+  return detail::half(p);
+#endif
+}
+const hn::RebindToSigned<simd::Df> di;
+const hn::Rebind<uint8_t, simd::Df> du8;
+const hn::Rebind<int8_t, simd::Df> di8;
+const hn::Rebind<hwy::float16_t, simd::Df> dh;
+const hn::Rebind<hwy::bfloat16_t, simd::Df> db;
+
+constexpr int kRowsPerStep = 4;  // weight rows decoded side by side
+constexpr int64_t kChunk = 32;   // output rows per unit of work
+
+// Σ q·x over one block, as a vector whose lanes are summed at the end (the caller applies
+// the block's scale). Blocks of 32: Q8_0's int8 values; Q4's 16 bytes hold values 0–15 in
+// their low nibbles and 16–31 in their high ones, less `offset` (8 for Q4_0, 0 for Q4_1).
+HWY_INLINE Vf block_q8(const uint8_t* q, const float* x) {
+  const size_t N = hn::Lanes(df);
+  Vf t = hn::Zero(df);
+  for (size_t j = 0; j < 32; j += N)
+    t = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(q) + j))),
+                   hn::LoadU(df, x + j), t);
+  return t;
+}
+
+HWY_INLINE Vf block_q4(const uint8_t* q, const float* x, int offset) {
+  const size_t N = hn::Lanes(df);
+  const auto low = hn::Set(di, 15), off = hn::Set(di, offset);
+  Vf t = hn::Zero(df);
+  for (size_t j = 0; j < 16; j += N) {
+    const auto v = hn::PromoteTo(di, hn::LoadU(du8, q + j));
+    t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(hn::And(v, low), off)), hn::LoadU(df, x + j), t);
+    t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(v), off)), hn::LoadU(df, x + 16 + j), t);
+  }
+  return t;
+}
+
+// y[r] = row r · x for R rows of a block-format matrix (32-value blocks); xsum[b] is the sum
+// of x over block b (Q4_1's offsets m multiply it).
+template <TensorType T, int R>
+HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const float* x, const float* xsum,
+                           float* y) {
+  constexpr int64_t bytes = T == TensorType::q8_0 ? 34 : T == TensorType::q4_0 ? 18 : 20;
+  VfSlot acc[R];
+  float extra[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df), extra[r] = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + 32 * b;
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w + r * rb + b * bytes;
+      hwy::Prefetch(blk + R * rb);  // the same block of the next R rows
+      if constexpr (T == TensorType::q8_0) {
+        acc[r] = hn::MulAdd(hn::Set(df, half(blk)), block_q8(blk + 2, xb), Vf(acc[r]));
+      } else if constexpr (T == TensorType::q4_0) {
+        acc[r] = hn::MulAdd(hn::Set(df, half(blk)), block_q4(blk + 2, xb, 8), Vf(acc[r]));
+      } else {
+        acc[r] = hn::MulAdd(hn::Set(df, half(blk)), block_q4(blk + 4, xb, 0), Vf(acc[r]));
+        extra[r] += half(blk + 2) * xsum[b];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = hn::GetLane(hn::SumOfLanes(df, Vf(acc[r]))) + extra[r];
+}
+
+// The same for one value per element: F16, BF16 (widened) and F32.
+template <TensorType T>
+HWY_INLINE Vf load_wide(const uint8_t* p) {
+  if constexpr (T == TensorType::f16) return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  else if constexpr (T == TensorType::bf16) return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(p)));
+  else return hn::LoadU(df, reinterpret_cast<const float*>(p));
+}
+
+template <TensorType T>
+float scalar_value(const uint8_t* p) {
+  uint16_t u;
+  std::memcpy(&u, p, 2);
+  if constexpr (T == TensorType::f16) return half(p);
+  else if constexpr (T == TensorType::bf16) return bf16_to_float(u);
+  else {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+}
+
+template <TensorType T, int R>
+HWY_INLINE void dot_elements(const uint8_t* w, int64_t rb, int64_t K, const float* x, float* y) {
+  constexpr int64_t size = T == TensorType::f32 ? 4 : 2;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VfSlot acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
+  int64_t k = 0;
+  for (; k + N <= K; k += N) {
+    const Vf xv = hn::LoadU(df, x + k);
+    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(load_wide<T>(w + r * rb + k * size), xv, Vf(acc[r]));
+  }
+  for (int r = 0; r < R; ++r) {
+    float sum = hn::GetLane(hn::SumOfLanes(df, Vf(acc[r])));
+    for (int64_t t = k; t < K; ++t) sum += scalar_value<T>(w + r * rb + t * size) * x[t];
+    y[r] = sum;
+  }
+}
+
+template <TensorType T, int R>
+HWY_INLINE void dot_rows(const Matrix& m, int64_t row, const float* x, const float* xsum, float* y) {
+  const int64_t rb = row_bytes(m.type, m.cols);
+  const uint8_t* w = m.data + row * rb;
+  if constexpr (T == TensorType::q8_0 || T == TensorType::q4_0 || T == TensorType::q4_1)
+    dot_blocks<T, R>(w, rb, m.cols / 32, x, xsum, y);
+  else
+    dot_elements<T, R>(w, rb, m.cols, x, y);
+}
+
+// y[begin, end) (rows of m) = m · x.
+template <TensorType T>
+void dot_range(const Matrix& m, int64_t begin, int64_t end, const float* x, const float* xsum, float* y) {
+  int64_t r = begin;
+  for (; r + kRowsPerStep <= end; r += kRowsPerStep) dot_rows<T, kRowsPerStep>(m, r, x, xsum, y + r);
+  for (; r < end; ++r) dot_rows<T, 1>(m, r, x, xsum, y + r);
+}
+
+void dot_range_of(const Matrix& m, int64_t begin, int64_t end, const float* x, const float* xsum, float* y) {
+  switch (m.type) {
+    case TensorType::q8_0: return dot_range<TensorType::q8_0>(m, begin, end, x, xsum, y);
+    case TensorType::q4_0: return dot_range<TensorType::q4_0>(m, begin, end, x, xsum, y);
+    case TensorType::q4_1: return dot_range<TensorType::q4_1>(m, begin, end, x, xsum, y);
+    case TensorType::f16: return dot_range<TensorType::f16>(m, begin, end, x, xsum, y);
+    case TensorType::bf16: return dot_range<TensorType::bf16>(m, begin, end, x, xsum, y);
+    case TensorType::f32: return dot_range<TensorType::f32>(m, begin, end, x, xsum, y);
+    default: break;
+  }
+}
+
+bool fused(TensorType t) {
+  return t == TensorType::q8_0 || t == TensorType::q4_0 || t == TensorType::q4_1 || t == TensorType::f16 ||
+         t == TensorType::bf16 || t == TensorType::f32;
+}
+
+// Rows [row0, row0 + n) of m into out (n × cols floats): the fused types decoded by vectors,
+// the others by the reference dequantizer.
+void decode_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
+  const int64_t rb = row_bytes(m.type, m.cols), K = m.cols;
+  const size_t N = hn::Lanes(df);
+  const auto low = hn::Set(di, 15);
+  for (int64_t r = 0; r < n; ++r) {
+    const uint8_t* w = m.data + (row0 + r) * rb;
+    float* y = out + r * K;
+    switch (m.type) {
+      case TensorType::q8_0:
+        for (int64_t b = 0; b < K / 32; ++b) {
+          const uint8_t* blk = w + 34 * b;
+          const Vf d = hn::Set(df, half(blk));
+          for (size_t j = 0; j < 32; j += N)
+            hn::StoreU(hn::Mul(d, hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(blk + 2) + j)))),
+                       df, y + 32 * b + j);
+        }
+        break;
+      case TensorType::q4_0:
+      case TensorType::q4_1: {
+        const bool q40 = m.type == TensorType::q4_0;
+        const int64_t bytes = q40 ? 18 : 20;
+        for (int64_t b = 0; b < K / 32; ++b) {
+          const uint8_t* blk = w + bytes * b;
+          const Vf d = hn::Set(df, half(blk));
+          const Vf mn = hn::Set(df, q40 ? -8.0f * half(blk) : half(blk + 2));
+          const uint8_t* q = blk + (q40 ? 2 : 4);
+          for (size_t j = 0; j < 16; j += N) {
+            const auto v = hn::PromoteTo(di, hn::LoadU(du8, q + j));
+            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, hn::And(v, low)), mn), df, y + 32 * b + j);
+            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, hn::ShiftRight<4>(v)), mn), df, y + 32 * b + 16 + j);
+          }
+        }
+        break;
+      }
+      default:
+        dequantize_rows(m, row0 + r, 1, y);
+    }
+  }
+}
+
+}  // namespace
+
+void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* bias) {
+  const int64_t M = x.shape[0], K = x.shape[1];
+  const float* xd = x.data;
+  const int64_t ldx = x.stride[0], ldy = y.stride[0];
+  int64_t chunks = 0;
+  for (const Matrix& p : parts) chunks += (p.rows + kChunk - 1) / kChunk;
+  // Chunk c as (part, first row, rows, first output column).
+  auto locate = [&](int64_t c, const Matrix*& m, int64_t& row0, int64_t& n, int64_t& col0) {
+    col0 = 0;
+    for (const Matrix& p : parts) {
+      const int64_t here = (p.rows + kChunk - 1) / kChunk;
+      if (c < here) {
+        m = &p, row0 = c * kChunk, n = std::min(kChunk, p.rows - row0);
+        return;
+      }
+      c -= here, col0 += p.rows;
+    }
+  };
+  const int threads = num_threads();
+  if (M == 1 && std::all_of(parts.begin(), parts.end(), [](const Matrix& p) { return fused(p.type); })) {
+    float* xsum = ::qkv::detail::thread_scratch(0, K / 32 + 1);
+    for (int64_t b = 0; b < K / 32; ++b) {
+      float s = 0;
+      for (int j = 0; j < 32; ++j) s += xd[32 * b + j];
+      xsum[b] = s;
+    }
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const Matrix* m = nullptr;
+      int64_t row0 = 0, n = 0, col0 = 0;
+      locate(c, m, row0, n, col0);
+      float* out = y.data + col0;
+      dot_range_of(*m, row0, row0 + n, xd, xsum, out);
+      if (bias)
+        for (int64_t r = row0; r < row0 + n; ++r) out[r] += bias[col0 + r];
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const Matrix* m = nullptr;
+    int64_t row0 = 0, n = 0, col0 = 0;
+    locate(c, m, row0, n, col0);
+    float* tile = ::qkv::detail::thread_scratch(1, n * K);
+    decode_rows(*m, row0, n, tile);
+    float* out = y.data + col0 + row0;
+    ::qkv::detail::gemm(false, true, M, n, K, 1.0f, xd, ldx, tile, K, 0.0f, out, ldy);
+    if (bias)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t r = 0; r < n; ++r) out[i * ldy + r] += bias[col0 + row0 + r];
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv::quant
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::quant {
+
+HWY_EXPORT(linear_forward);
+void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* b) {
+  check(x.ndim == 2 && y.ndim == 2 && !parts.empty(), "quant::linear_forward: need 2-D x, y and a weight");
+  int64_t rows = 0;
+  for (const Matrix& p : parts) {
+    check(p.cols == x.shape[1], "quant::linear_forward: a weight of ", p.cols, " columns for inputs of ", x.shape[1]);
+    rows += p.rows;
+  }
+  check(y.shape[0] == x.shape[0] && y.shape[1] == rows, "quant::linear_forward: output [", y.shape[0], ", ",
+        y.shape[1], "] for ", x.shape[0], " rows of ", rows);
+  check(x.stride[1] == 1 && y.stride[1] == 1, "quant::linear_forward: rows must be contiguous");
+  QKV_DISPATCH(linear_forward)(y, x, parts, b);
+}
+
+}  // namespace qkv::quant
+#endif  // HWY_ONCE
