@@ -142,6 +142,40 @@ TEST(Chat, TemplatesAndLimitsAreClearErrors) {
   EXPECT_EQ(chat.positions(), 0);
 }
 
+// SmolLM2's greedy continuations against a NumPy forward (float64) over the gguf package's
+// dequantized weights (smollm2_greedy.json, from tests/golden/make_smollm2_greedy.py): the
+// same 64 tokens, in place and in fp32, unless the NumPy forward's two best logits were
+// within 1e-3 of each other where they part (a tie that rounding may break either way); and
+// the prompt's last logits within 1e-4 of the largest.
+TEST(SmolLM2, GreedyTextMatchesAnIndependentForward) {
+  std::ifstream in(std::string(QKV_GOLDEN_DIR) + "/../data/smollm2_greedy.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  for (GgufWeights how : {GgufWeights::in_place, GgufWeights::fp32}) {
+    const std::unique_ptr<Model> model = load_gguf(smollm2(), how);
+    const int64_t V = model->config().vocab_size;
+    for (const nlohmann::json& c : golden["cases"]) {
+      const std::vector<int32_t> ids = c["ids"];
+      const std::vector<int32_t> want = c["greedy"];
+      const std::vector<double> gaps = c["gaps"];
+      KVCache cache(model->config(), {.max_seq = static_cast<int64_t>(ids.size() + want.size())});
+      View logits = model->forward_cached(cache, ids.data(), 1, static_cast<int64_t>(ids.size()));
+      const double scale = c["max_abs_logit"];
+      for (size_t i = 0; i < c["top_ids"].size(); ++i)
+        EXPECT_NEAR(logits.data[c["top_ids"][i].get<int>()], c["top_logits"][i].get<double>(), 1e-4 * scale)
+            << c["text"] << " logit " << c["top_ids"][i];
+      for (size_t i = 0; i < want.size(); ++i) {
+        const int32_t got = static_cast<int32_t>(std::max_element(logits.data, logits.data + V) - logits.data);
+        if (got != want[i]) {
+          EXPECT_LT(gaps[i], 1e-3) << c["text"] << ": token " << i << " is " << got << ", NumPy's " << want[i]
+                                   << " by a margin of " << gaps[i] << (how == GgufWeights::fp32 ? " (fp32)" : " (in place)");
+          break;
+        }
+        logits = model->forward_cached(cache, &got, 1, 1);
+      }
+    }
+  }
+}
+
 // The real model, greedy, in a conversation: the second question only makes sense with the
 // first in the cache. The same conversation given at once (add, then respond: one prefill)
 // gives the same answer token for token.

@@ -11,32 +11,16 @@ so: the oracle of qkv::Chat's ChatML.
 import json
 import os
 
-import gguf
 import jinja2
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+import smollm2
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GGUF = os.path.join(HERE, "..", "..", "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 OUT = os.path.join(HERE, "..", "data", "smollm2_tokens.json")
-
-r = gguf.GGUFReader(GGUF)
-
-
-def strings(key):
-    f = r.fields[key]
-    return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-
-
-tokens = strings("tokenizer.ggml.tokens")
-merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
-types = [int(r.fields["tokenizer.ggml.token_type"].parts[i][0]) for i in r.fields["tokenizer.ggml.token_type"].data]
-tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
-tok.pre_tokenizer = pre_tokenizers.Sequence([
-    pre_tokenizers.Digits(individual_digits=True),
-    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-])
-tok.decoder = decoders.ByteLevel()
-tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3])
+r = smollm2.reader()
+tok, tokens, merges = smollm2.tokenizer(r)
+GGUF = smollm2.GGUF
+from tokenizers import Tokenizer, models  # noqa: E402
 
 corpus = [
     "Hello, world!",
