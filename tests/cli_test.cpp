@@ -325,6 +325,54 @@ TEST(CliGenerate, Stories260KGreedyIsExactlyTheReferenceText) {
   std::remove(cut.c_str());
 }
 
+// qkv quantize, then the GGUF file it wrote through qkv generate: the Q8_0 story is the fp32
+// model's (the first 60 positions; Q8_0's rounding parts them later), and a bad type or a GPT-2-style model
+// are clear errors.
+TEST(CliQuantize, Stories260KAsGgufGeneratesTheSameStory) {
+  const std::string dir = stories_dir(), out = ::testing::TempDir() + "s260.gguf";
+  const Result q = run("quantize --model " + dir + "/stories260K.bin --out " + out + " --type q8_0");
+  EXPECT_EQ(q.status, 0);
+  EXPECT_NE(q.output.find("in Q8_0"), std::string::npos) << q.output;
+  EXPECT_NE(q.output.find("with its tokenizer"), std::string::npos) << q.output;
+  const Result g = run("generate --model " + out + " --prompt \"Once upon a time\" -n 60 --temperature 0");
+  EXPECT_EQ(g.status, 0);
+  const std::string reference = read_file(dir + "/greedy_once_upon_a_time.txt");
+  const Result fp32 = run("generate --model " + dir + "/stories260K.bin --prompt \"Once upon a time\" -n 60 --temperature 0");
+  EXPECT_EQ(g.output, fp32.output);
+  ASSERT_GT(fp32.output.size(), 100u);
+  EXPECT_EQ(reference.rfind(fp32.output.substr(0, fp32.output.size() - 1), 0), 0u);  // its beginning
+  const Result bad = run("quantize --model " + dir + "/stories260K.bin --out " + out + " --type q5_k", true);
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("--type must be"), std::string::npos) << bad.output;
+  const Result again = run("quantize --model " + out + " --out " + out + "2", true);
+  EXPECT_EQ(again.status, 2);
+  EXPECT_NE(again.output.find("GGUF file already"), std::string::npos) << again.output;
+  std::remove(out.c_str());
+}
+
+// qkv chat with SmolLM2 as a user types it: two turns on stdin, greedy; the second answer
+// needs the first turn (the cache kept); a non-chat model and a missing file are clear errors.
+TEST(CliChat, SmolLM2AnswersTurnByTurn) {
+  const char* env = std::getenv("QKV_MODELS");
+  const std::string model = (env ? std::string(env) : std::string(QKV_MODELS_DIR)) +
+                            "/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  ASSERT_TRUE(std::filesystem::exists(model)) << model << " not found: run scripts/get-models";
+  const std::string input = ::testing::TempDir() + "chat_input.txt";
+  std::ofstream(input) << "What is the capital of France?\nAnd of Germany?\n/exit\nnot read\n";
+  const Result r = run("chat --model " + model + " --temperature 0 --max-reply 40 < " + input);
+  EXPECT_EQ(r.status, 0);
+  const size_t paris = r.output.find("Paris"), berlin = r.output.find("Berlin");
+  EXPECT_NE(paris, std::string::npos) << r.output;
+  EXPECT_NE(berlin, std::string::npos) << r.output;
+  EXPECT_LT(paris, berlin);
+  const Result stats = run("chat --model " + model + " --temperature 0 --max-reply 8 --system \"Answer in French.\" < " + input, true);
+  EXPECT_NE(stats.output.find("prompt tokens"), std::string::npos) << stats.output;
+  const Result no_chat = run("chat --model " + stories_dir() + "/stories260K.bin < " + input, true);
+  EXPECT_EQ(no_chat.status, 2);
+  EXPECT_NE(no_chat.output.find("GGUF"), std::string::npos) << no_chat.output;
+  std::remove(input.c_str());
+}
+
 TEST(CliGenerate, QkvCheckpointsOfTextAndOfSyntheticTasks) {
   const std::string text = ::testing::TempDir() + "gen_text.txt";
   std::ofstream(text) << std::string(2000, 'a') + "the cat sat on the mat. ";

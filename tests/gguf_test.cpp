@@ -14,6 +14,8 @@
 #include "qkv/error.h"
 #include "qkv/gguf.h"
 #include "qkv/io.h"
+#include "qkv/tokenizer.h"
+#include "qkv/generate.h"
 #include "qkv/kv_cache.h"
 #include "qkv/model.h"
 #include "qkv/quant.h"
@@ -231,6 +233,59 @@ TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
     }
     EXPECT_LE(worst, 1e-4 * scale) << (one_by_one ? "one token at a time" : "the prompt at once");
   }
+}
+
+// save_gguf, read back by load_gguf: stories260K (llama2.c's) in F32 gives the same logits,
+// in Q8_0 the same greedy story (llama.cpp's own reader gives the same too; docs/benchmarks.md);
+// the tokenizer survives; a model that rotates halves (GPT-NeoX order) comes back in GGUF's
+// adjacent order with the same logits.
+TEST(GgufWriter, RoundTripsModelsAndTokenizers) {
+  const std::string dir = std::string(QKV_MODELS_DIR) + "/stories260K/";
+  const auto model = load_llama2c(dir + "stories260K.bin");
+  const Tokenizer tok = Tokenizer::load_llama2c(dir + "tok512.bin", 512);
+  const std::string path = ::testing::TempDir() + "/s260.gguf";
+  const std::vector<int32_t> prompt = tok.encode("Once upon a time, a cat");
+  auto logits_of = [&](Model& m, const std::vector<int32_t>& ids) {
+    KVCache cache(m.config(), {.max_seq = 64});
+    const View l = m.forward_cached(cache, ids.data(), 1, static_cast<int64_t>(ids.size()), nullptr, true);
+    return std::vector<float>(l.data, l.data + l.numel());
+  };
+  auto greedy = [&](Model& m) {
+    GenerateOptions o{.steps = 60, .sampling = {.temperature = 0}};
+    return generate(m, prompt, o).tokens;
+  };
+  const std::vector<float> want = logits_of(*model, prompt);
+  const std::vector<int32_t> story = greedy(*model);
+
+  const GgufSaveStats f32 = save_gguf(path, *model, &tok, TensorType::f32);
+  EXPECT_EQ(f32.kept_f32, 0);
+  const gguf::File file = gguf::File::open(path);
+  const auto back = load_gguf(file);
+  const std::vector<float> got = logits_of(*back, prompt);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])));
+  const Tokenizer tok2 = Tokenizer::from_gguf(file);
+  for (const char* text : {"Once upon a time", "Lily's dog, \"Max\", ran 42 miles!", "  odd   spaces\n"})
+    EXPECT_EQ(tok2.encode(text), tok.encode(text)) << text;
+  EXPECT_EQ(tok2.decode(tok2.bos(), prompt[1]), tok.decode(tok.bos(), prompt[1]));
+
+  const GgufSaveStats q8 = save_gguf(path, *model, &tok, TensorType::q8_0);
+  EXPECT_GT(q8.quantized, 0);
+  EXPECT_LT(q8.bytes, f32.bytes / 2);
+  EXPECT_EQ(greedy(*load_gguf(path)), story);
+
+  ModelConfig c = llama_config(2, 64, 4, 2, 96, 256, 64, /*tied=*/false);
+  c.rope_halves = true;
+  Model halves(c, 3);
+  save_gguf(path, halves, nullptr, TensorType::f32);
+  const std::vector<int32_t> ids{5, 9, 200, 31, 7};
+  const std::vector<float> a = logits_of(halves, ids), b = logits_of(*load_gguf(path), ids);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(b[i], a[i], 1e-5 * (1 + std::abs(a[i])));
+
+  ModelConfig gpt2;  // LayerNorm, GELU, learned positions, biases: not GGUF's llama
+  gpt2.n_layers = 1, gpt2.d_model = 32, gpt2.n_heads = gpt2.n_kv_heads = 2, gpt2.d_head = 16, gpt2.d_ff = 64;
+  gpt2.vocab_size = 64, gpt2.context = 16;
+  EXPECT_THROW(save_gguf(path, Model(gpt2, 1), nullptr, TensorType::q8_0), Error);
+  EXPECT_THROW(save_gguf(path, *model, &tok, TensorType::q4_1), Error);
 }
 
 TEST(GgufModel, UnsupportedFilesAreClearErrors) {

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "qkv/error.h"
@@ -104,6 +107,33 @@ TEST(QuantLinear, BadShapesAreClearErrors) {
   std::vector<float> x(64), y(3);
   EXPECT_THROW(quant::linear_forward(View(y.data(), {1, 3}), View(x.data(), {1, 64}), {m}), Error);
   EXPECT_THROW(quant::linear_forward(View(y.data(), {1, 2}), View(x.data(), {2, 32}), {m}), Error);
+}
+
+// The quantizers against llama.cpp's (tests/golden/make_quantize.py): the same bytes.
+TEST(Quantize, MatchesLlamaCppsQuantizers) {
+  std::ifstream in(std::string(QKV_GOLDEN_DIR) + "/../data/quantize_blocks.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  auto hex = [](const std::vector<uint8_t>& b) {
+    std::string s;
+    char buf[3];
+    for (uint8_t x : b) std::snprintf(buf, sizeof buf, "%02x", x), s += buf;
+    return s;
+  };
+  const std::vector<float> x = golden["values"];
+  for (TensorType t : {TensorType::q8_0, TensorType::q4_0}) {
+    const std::string want = golden[gguf::to_string(t)];
+    const std::string got = hex(quant::quantize(t, x.data(), static_cast<int64_t>(x.size())));
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); i += 2)
+      ASSERT_EQ(got.substr(i, 2), want.substr(i, 2)) << gguf::to_string(t) << " byte " << i / 2;
+  }
+  const std::vector<float> h = golden["f16_values"];
+  const std::string want = golden["F16"];
+  const std::string got = hex(quant::quantize(TensorType::f16, h.data(), static_cast<int64_t>(h.size())));
+  for (size_t i = 0; i < h.size(); ++i)
+    EXPECT_EQ(got.substr(4 * i, 4), want.substr(4 * i, 4)) << "half of " << h[i];
+  EXPECT_THROW(quant::quantize(TensorType::q4_1, x.data(), 32), Error);
+  EXPECT_THROW(quant::quantize(TensorType::q8_0, x.data(), 31), Error);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ void add_bench_train(CLI::App& bench);
 void add_bench_generate(CLI::App& bench);
 void add_generate(CLI::App& app);
 void add_chat(CLI::App& app);
+void add_quantize(CLI::App& app);
 void add_random_model(CLI::App& app);
 
 // The worked example of `qkv explain`, printed as text; `qkv demo` tells it too.

@@ -94,4 +94,33 @@ class File {
   void parse(const uint8_t* data, size_t size);
 };
 
+// Value constructors for writers.
+Value u32_value(uint32_t v);
+Value f32_value(float v);
+Value bool_value(bool v);
+Value string_value(std::string v);
+Value string_array(const std::vector<std::string>& v);
+Value f32_array(const std::vector<float>& v);
+Value i32_array(const std::vector<int32_t>& v);
+
+// Writes a GGUF v3 file: the metadata in the order added, then the tensors, each aligned to
+// 32 bytes. write() goes to path + ".tmp", then renames it: a crash leaves no half file.
+class Writer {
+ public:
+  void add(const std::string& key, Value value);
+  // dims innermost first, as the file lists them; `bytes` is the tensor in its block format.
+  void add_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims, std::vector<uint8_t> bytes);
+  void write(const std::string& path) const;
+
+ private:
+  std::vector<std::pair<std::string, Value>> metadata_;
+  struct Tensor {
+    std::string name;
+    TensorType type;
+    std::vector<int64_t> dims;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Tensor> tensors_;
+};
+
 }  // namespace qkv::gguf

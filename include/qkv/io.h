@@ -19,6 +19,7 @@ namespace qkv {
 
 namespace gguf {
 class File;
+enum class TensorType : uint32_t;
 }
 
 // Writes atomically (to path + ".tmp", then renamed): a crash never leaves half a file.
@@ -61,6 +62,19 @@ ModelConfig gguf_model_config(const gguf::File& file);
 std::unique_ptr<Model> load_gguf(const std::string& path, GgufWeights weights = GgufWeights::in_place);
 // From a parsed file (a File::from_bytes one's bytes must outlive the model).
 std::unique_ptr<Model> load_gguf(const gguf::File& file, GgufWeights weights = GgufWeights::in_place);
+
+// Writes a Llama-style model (RMSNorm, SwiGLU, rotary, no biases) as a GGUF file of the "llama"
+// architecture that llama.cpp and load_gguf read: the matrices in `type` (Q8_0, Q4_0, F16 or
+// F32; a matrix whose rows are not whole blocks stays F32), the norms F32, rotary q and k rows
+// in GGUF's adjacent-pair order, and the tokenizer when given (SentencePiece or qkv's bytes).
+// Written atomically.
+struct GgufSaveStats {
+  int64_t quantized = 0, kept_f32 = 0;  // matrices
+  uint64_t bytes = 0;                   // of tensor data
+};
+class Tokenizer;
+GgufSaveStats save_gguf(const std::string& path, const Model& model, const Tokenizer* tokenizer,
+                        gguf::TensorType type);
 
 std::string config_to_json(const ModelConfig& config);
 ModelConfig config_from_json(const std::string& json);

@@ -52,8 +52,17 @@ bool supported(gguf::TensorType type);
 // Throws qkv::Error for a type it does not read or an n that is not whole blocks.
 void dequantize(gguf::TensorType type, const uint8_t* data, int64_t n, float* out);
 
-// IEEE half and bfloat16 bits as float.
+// IEEE half and bfloat16 bits as float, and float as half (round to nearest even).
 float half_to_float(uint16_t h);
 float bf16_to_float(uint16_t b);
+uint16_t float_to_half(float f);
+
+// n floats (whole blocks) in a block format, as llama.cpp's quantizers write them:
+//   F32, F16  the values (F16 rounded to nearest)
+//   Q8_0      d = max |x| / 127, q = round(x / d)
+//   Q4_0      d = (the x of largest magnitude) / −8, q = min(15, ⌊x / d + 8.5⌋)
+// Throws qkv::Error for another type or an n that is not whole blocks.
+bool can_quantize(gguf::TensorType type);
+std::vector<uint8_t> quantize(gguf::TensorType type, const float* x, int64_t n);
 
 }  // namespace qkv::quant

@@ -29,6 +29,10 @@ namespace gguf {
 class File;
 }
 
+// How GPT-2's byte-level vocabularies spell byte b (UTF-8): the printable Latin-1 bytes as
+// themselves, the others as U+0100 + their rank ("Ġ" for a space).
+std::string gpt2_byte_letter(uint8_t b);
+
 class Tokenizer {
  public:
   enum class Kind { sentencepiece, byte_bpe, bytes };

@@ -112,6 +112,12 @@ size_t match_word(const std::vector<Char>& chars, size_t i, size_t n) {
 
 }  // namespace
 
+std::string gpt2_byte_letter(uint8_t b) {
+  std::string s;
+  append_utf8(s, byte_letter(b));
+  return s;
+}
+
 void Tokenizer::init_byte_bpe(const std::vector<std::string>& merges) {
   byte_ids_.assign(256, -1);
   for (int b = 0; b < 256; ++b) {
