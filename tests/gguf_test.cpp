@@ -288,6 +288,23 @@ TEST(GgufWriter, RoundTripsModelsAndTokenizers) {
   EXPECT_THROW(save_gguf(path, *model, &tok, TensorType::q4_1), Error);
 }
 
+// Tokenizers from GGUF metadata against llama.cpp's own tokenizer on the same files
+// (tests/golden/make_tokenizer_ggufs.py): SentencePiece ("llama") and byte-level BPE ("gpt2",
+// SmolLM2's pre-tokenizer).
+TEST(GgufTokenizer, MatchesLlamaCpp) {
+  std::ifstream in(std::string(QKV_GOLDEN_DIR) + "/../data/tokenizer_ggufs.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  for (const char* name : {"spm_tokenizer.gguf", "bpe_tokenizer.gguf"}) {
+    const Tokenizer t = Tokenizer::from_gguf(gguf::File::open(std::string(QKV_GOLDEN_DIR) + "/../data/" + name));
+    EXPECT_EQ(t.kind(), std::string(name) == "spm_tokenizer.gguf" ? Tokenizer::Kind::sentencepiece : Tokenizer::Kind::byte_bpe);
+    ASSERT_GE(golden[name].size(), 8u);
+    for (const nlohmann::json& c : golden[name]) {
+      const std::string text = c["text"];
+      EXPECT_EQ(t.encode(text), c["ids"].get<std::vector<int32_t>>()) << name << ": \"" << text << "\"";
+    }
+  }
+}
+
 TEST(GgufModel, UnsupportedFilesAreClearErrors) {
   try {
     load_gguf(kFile);  // tiny.gguf: llama, but no model in it
