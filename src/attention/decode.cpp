@@ -25,6 +25,7 @@
 #include <cmath>
 #include <vector>
 
+#include "util/parallel.h"
 #include "attention/kernels.h"
 #include "attention/masks.h"
 #include "simd/simd-inl.h"
@@ -562,23 +563,18 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
   const int64_t units = n.B * n.Hkv * n.chunks;
   float* parts = thread_scratch(6, units * n.R * (n.Dv + 2));
   const int threads = detail::threads_for(units * n.chunk * (n.D + n.Dv) * n.R);
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t u = 0; u < units; ++u) {
+  parallel_for(units, threads, [&](int64_t u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
     if constexpr (std::is_same_v<T, float>)
-      if (keys_in_lanes(n)) {
-        decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
-        continue;
-      }
+      if (keys_in_lanes(n)) return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
     if (n.R >= kTiledDecodeMinRows)
       decode_unit_tiled(a, K, V, bias, scale, n, b, hkv, c, parts);
     else
       decode_unit_rows(a, K, V, bias, scale, n, b, hkv, c, parts);
-  }
+  });
   // Merge the chunks of each row in chunk order.
   const int64_t rows = n.B * n.Hkv * n.R;
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(rows * n.chunks * n.Dv))
-  for (int64_t row = 0; row < rows; ++row) {
+  parallel_for(rows, detail::threads_for(rows * n.chunks * n.Dv), [&](int64_t row) {
     const int64_t r = row % n.R, hkv = (row / n.R) % n.Hkv, b = row / (n.R * n.Hkv);
     const int64_t h = n.head(hkv, r), i = n.query(r);
     const int64_t first = (b * n.Hkv + hkv) * n.chunks;
@@ -606,7 +602,7 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
       for (int64_t e = 0; e < n.Dv; ++e) out[e * os] /= l;
     }
     if (a.lse) a.lse[(b * n.Hq + h) * n.Tq + i] = l == 0 ? simd::kMinusInf : m + std::log(l);
-  }
+  });
 }
 
 }  // namespace

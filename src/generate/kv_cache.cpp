@@ -1,4 +1,5 @@
 // The key/value cache (see include/qkv/kv_cache.h).
+#include "util/parallel.h"
 #include "qkv/kv_cache.h"
 
 #include <algorithm>
@@ -130,13 +131,13 @@ void KVCache::write_and_read(int64_t layer, int64_t seq, int64_t pos0, int64_t c
   };
   // The copy is the cost of a bf16 (or ring) cache's step: the heads in parallel.
   const int64_t old = pos0 - first;
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(kv_heads_ * old * d_head_))
-  for (int64_t h = 0; h < kv_heads_; ++h)
+  detail::parallel_for(kv_heads_, detail::threads_for(kv_heads_ * old * d_head_), [&](int64_t h) {
     for (int64_t t = 0; t < old; ++t) {
       const int64_t at = offset(layer, seq, h, (first + t) % slots_);
       get(false, at, &k(h, t, 0));
       get(true, at, &v(h, t, 0));
     }
+  });
   write(layer, seq, pos0, count, k_rows, v_rows, row_stride);
   // The new rows as they are stored: rounded like the cache rounds them.
   const bool round = type_ == CacheType::bf16;

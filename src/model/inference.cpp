@@ -40,7 +40,11 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
         c.d_head, ")");
   check(B >= 1 && T >= 1, where, ": need B, T >= 1, got ", B, ", ", T);
   check(B <= cache.batch(), where, ": ", B, " sequences but the cache holds ", cache.batch());
-  std::vector<int64_t> seq(B), pos0(B);
+  if (!infer_) infer_ = std::make_unique<InferenceBuffers>();
+  InferenceBuffers& s = *infer_;
+  std::vector<int64_t>& seq = s.seq;
+  std::vector<int64_t>& pos0 = s.pos0;
+  seq.resize(B), pos0.resize(B);
   for (int64_t i = 0; i < B; ++i) {
     seq[i] = seqs ? seqs[i] : i;
     check(seq[i] >= 0 && seq[i] < cache.batch(), where, ": sequence ", seq[i],
@@ -54,8 +58,6 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
   const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size;
   const int64_t Hq = c.n_heads, Hkv = c.n_kv_heads, dh = c.d_head;
   const int64_t W = (Hq + 2 * Hkv) * dh, A = Hq * dh;
-  if (!infer_) infer_ = std::make_unique<InferenceBuffers>();
-  InferenceBuffers& s = *infer_;
   if (s.capacity < N) {
     s.capacity = N;
     grow(s.x, N, C), grow(s.ln, N, C), grow(s.y, N, C), grow(s.qkv, N, W), grow(s.att, N, A);
@@ -95,6 +97,9 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
       s.layers.push_back(L);
     }
     s.norm = norm_of("norm");
+    s.embedding = external("embedding.token");
+    if (!s.embedding) s.token_table = weight("embedding.token");
+    if (c.positions == PositionKind::learned) s.position_table = weight("embedding.position");
     const std::string head = c.tied_embeddings ? "embedding.token" : "lm_head.weight";
     const std::vector<quant::Matrix>* q = external(head);
     s.head = InferenceBuffers::Linear{q ? View() : weight(head), nullptr, q};
@@ -114,8 +119,7 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
   };
 
   // Embeddings, plus learned or sinusoidal positions.
-  View positions;
-  if (c.positions == PositionKind::learned) positions = weight("embedding.position");
+  View positions = s.position_table;
   if (c.positions == PositionKind::sinusoidal) {
     const int64_t need = *std::max_element(s.pos.begin(), s.pos.end()) + 1;
     if (s.sinusoids.ndim() != 2 || s.sinusoids.size(0) < need) {
@@ -125,14 +129,14 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     positions = s.sinusoids;
   }
   const View x = rows(s.x, N);
-  if (const std::vector<quant::Matrix>* q = external("embedding.token")) {
+  if (const std::vector<quant::Matrix>* q = s.embedding) {
     check(q->size() == 1 && positions.empty(), where, ": a block-format embedding must be one matrix, without position tables");
     for (int64_t i = 0; i < N; ++i) {
       check(tokens[i] >= 0 && tokens[i] < V, where, ": token ", tokens[i], " out of range [0, ", V, ")");
       quant::dequantize_rows((*q)[0], tokens[i], 1, &x(i, 0));
     }
   } else {
-    embedding_forward(x, tokens, weight("embedding.token"), positions.empty() ? nullptr : s.pos.data(), positions);
+    embedding_forward(x, tokens, s.token_table, positions.empty() ? nullptr : s.pos.data(), positions);
   }
 
   for (int64_t l = 0; l < c.n_layers; ++l) {

@@ -13,6 +13,7 @@ struct Model::InferenceBuffers {
   int64_t capacity = 0, logit_rows = 0, gathered = 0;
   Tensor x, ln, qkv, att, y, h, u, g, stat, last, logits, k, v, sinusoids;
   std::vector<int32_t> pos;
+  std::vector<int64_t> seq, pos0;  // each row's cache sequence and first position
 
   // The parameters by layer, looked up by name once: a decoded token should not build and
   // search for ~15 names per layer. (The weights never move after construction.)
@@ -32,6 +33,8 @@ struct Model::InferenceBuffers {
   std::vector<Layer> layers;
   Norm norm;
   Linear head;
+  const std::vector<quant::Matrix>* embedding = nullptr;  // the token table in a block format
+  View token_table, position_table;
 };
 
 }  // namespace qkv

@@ -10,6 +10,7 @@
 #include "simd/simd-inl.h"
 #include "ops/rows.h"
 #include "qkv/ops.h"
+#include "util/parallel.h"
 #include "qkv/threads.h"
 #include "simd/dispatch.h"
 
@@ -29,9 +30,9 @@ constexpr float kInvSqrt2 = 0.7071067811865476f;
 // Applies f(n, c) to every element of an [N, C] shape, rows in parallel.
 template <typename F>
 void each(int64_t N, int64_t C, F&& f) {
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N * C))
-  for (int64_t n = 0; n < N; ++n)
+  detail::parallel_for(N, detail::threads_for(N * C), [&](int64_t n) {
     for (int64_t c = 0; c < C; ++c) f(n, c);
+  });
 }
 
 float gelu(float x, Gelu kind) {
@@ -62,12 +63,11 @@ using simd::Vf;
 template <typename Vec, typename One>
 void each_vectorised(int64_t N, int64_t C, Vec&& vec, One&& one) {
   const int64_t L = static_cast<int64_t>(simd::lanes());
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N * C))
-  for (int64_t n = 0; n < N; ++n) {
+  detail::parallel_for(N, detail::threads_for(N * C), [&](int64_t n) {
     int64_t c = 0;
     for (; c + L <= C; c += L) vec(n, c);
     for (; c < C; ++c) one(n, c);
-  }
+  });
 }
 
 Vf vsigmoid(Vf a) {

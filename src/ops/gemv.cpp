@@ -11,6 +11,7 @@
 #include "simd/simd-inl.h"
 #include "qkv/threads.h"
 #include "simd/dispatch.h"
+#include "util/parallel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
@@ -71,8 +72,7 @@ void gemv_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int
   const int threads = N * K < (1 << 16) ? 1 : num_threads();
   constexpr int64_t kChunk = 64;  // output columns per unit of work
   const int64_t chunks = (N + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
+  ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
     const int64_t begin = c * kChunk, end = std::min(N, begin + kChunk);
     switch (M) {
       case 1: columns<1>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
@@ -80,7 +80,7 @@ void gemv_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int
       case 3: columns<3>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
       default: columns<4>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
     }
-  }
+  });
 }
 
 }  // namespace HWY_NAMESPACE

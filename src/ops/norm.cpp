@@ -4,6 +4,7 @@
 
 #include "ops/rows.h"
 #include "qkv/ops.h"
+#include "util/parallel.h"
 #include "qkv/threads.h"
 
 namespace qkv {
@@ -17,8 +18,7 @@ void layernorm_forward(View y, float* mean, float* rstd, View x, const float* w,
   check_rows(x, -1, -1, where, "x [N, C]");
   const int64_t N = x.shape[0], C = x.shape[1];
   check_rows(y, N, C, where, "y [N, C]");
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N * C))
-  for (int64_t n = 0; n < N; ++n) {
+  detail::parallel_for(N, detail::threads_for(N * C), [&](int64_t n) {
     const float* xr = row(x, n);
     double sum = 0, sq = 0;
     for (int64_t c = 0; c < C; ++c) sum += xr[c];
@@ -30,7 +30,7 @@ void layernorm_forward(View y, float* mean, float* rstd, View x, const float* w,
       yr[c] = (xr[c] - static_cast<float>(mu)) * rs * w[c] + (b ? b[c] : 0.0f);
     mean[n] = static_cast<float>(mu);
     rstd[n] = rs;
-  }
+  });
 }
 
 // With x̂ = (x − mean) · rstd and g = dy ⊙ w:
@@ -67,8 +67,7 @@ void rmsnorm_forward(View y, float* rstd, View x, const float* w, float eps) {
   check_rows(x, -1, -1, where, "x [N, C]");
   const int64_t N = x.shape[0], C = x.shape[1];
   check_rows(y, N, C, where, "y [N, C]");
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N * C))
-  for (int64_t n = 0; n < N; ++n) {
+  detail::parallel_for(N, detail::threads_for(N * C), [&](int64_t n) {
     const float* xr = row(x, n);
     double sq = 0;
     for (int64_t c = 0; c < C; ++c) sq += double(xr[c]) * xr[c];
@@ -76,7 +75,7 @@ void rmsnorm_forward(View y, float* rstd, View x, const float* w, float eps) {
     float* yr = row(y, n);
     for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * rs * w[c];
     rstd[n] = rs;
-  }
+  });
 }
 
 // With g = dy ⊙ w:  dx = rstd · (g − x · rstd² · mean(g ⊙ x)),  dw += Σ_n dy ⊙ x · rstd.

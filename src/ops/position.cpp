@@ -1,9 +1,11 @@
 // Where a token is: embeddings (token and learned positions), sinusoidal encodings, rotary
 // embeddings and ALiBi slopes. Attention alone is blind to order; these break the symmetry.
 #include <cmath>
+#include <vector>
 
 #include "ops/rows.h"
 #include "qkv/ops.h"
+#include "util/parallel.h"
 #include "qkv/threads.h"
 
 namespace qkv {
@@ -34,13 +36,12 @@ void embedding_forward(View y, const int32_t* tokens, View table, const int32_t*
     check_rows(positions, -1, C, where, "positions [T, C]");
     check_ids(pos, N, positions.shape[0], where, "pos");
   }
-#pragma omp parallel for schedule(static) num_threads(detail::threads_for(N * C))
-  for (int64_t n = 0; n < N; ++n) {
+  detail::parallel_for(N, detail::threads_for(N * C), [&](int64_t n) {
     const float* e = row(table, tokens[n]);
     const float* p = pos ? row(positions, pos[n]) : nullptr;
     float* yr = row(y, n);
     for (int64_t c = 0; c < C; ++c) yr[c] = e[c] + (p ? p[c] : 0.0f);
-  }
+  });
 }
 
 void embedding_backward(View dtable, const int32_t* tokens, View dy, const int32_t* pos,
@@ -72,31 +73,56 @@ void sinusoidal_table(View table) {
 
 namespace {
 
+// The rotary table for base theta and head dim D: for each position p and pair j,
+// cos(p · θ^(−2j/D)) and sin(…) side by side, the angle in double (positions of tens of
+// thousands times small frequencies lose digits in float). Kept per thread and grown as
+// positions come, so a decoded token's rotation costs no pow, cos or sin.
+const float* rope_table(float theta, int64_t D, int64_t positions) {
+  thread_local struct {
+    float theta = 0;
+    int64_t D = 0, rows = 0;
+    std::vector<float> cs;
+  } t;
+  if (t.theta != theta || t.D != D) t.theta = theta, t.D = D, t.rows = 0, t.cs.clear();
+  if (positions > t.rows) {
+    const int64_t half = D / 2, rows = std::max(positions, 2 * t.rows);
+    t.cs.resize(2 * rows * half);
+    for (int64_t p = t.rows; p < rows; ++p)
+      for (int64_t j = 0; j < half; ++j) {
+        const double angle = p * std::pow(double(theta), -2.0 * j / D);
+        t.cs[2 * (p * half + j)] = static_cast<float>(std::cos(angle));
+        t.cs[2 * (p * half + j) + 1] = static_cast<float>(std::sin(angle));
+      }
+    t.rows = rows;
+  }
+  return t.cs.data();
+}
+
 // Rotates every pair of x [B, T, H, D] by ±angle(pos, j); sign = -1 undoes the rotation.
 void rotate(View x, int64_t pos0, float theta, RopePairs pairs, float sign, const char* where) {
   check_ndim(x, 4, where, "x [B, T, H, D]");
   const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2], D = x.shape[3];
   check(D % 2 == 0, where, ": rotary embeddings need an even head dim, got ", D);
   const int64_t half = D / 2;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(detail::threads_for(B * T * H * D))
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < half; ++j) {
-        // Frequency theta^(−2j/D), angle = position · frequency (in double: positions of
-        // tens of thousands times small frequencies lose digits in float).
-        const double angle = (pos0 + t) * std::pow(double(theta), -2.0 * j / D);
-        const float c = static_cast<float>(std::cos(angle));
-        const float s = sign * static_cast<float>(std::sin(angle));
-        const int64_t i0 = pairs == RopePairs::adjacent ? 2 * j : j;
-        const int64_t i1 = pairs == RopePairs::adjacent ? 2 * j + 1 : j + half;
-        for (int64_t h = 0; h < H; ++h) {
-          float& a = x(b, t, h, i0);
-          float& e = x(b, t, h, i1);
-          const float x0 = a, x1 = e;
-          a = x0 * c - x1 * s;
-          e = x0 * s + x1 * c;
-        }
+  // cos and sin of every (position, pair) this call needs, from the table (its angles in
+  // double, as before: the same bits as computing them here).
+  const float* table = rope_table(theta, D, pos0 + T);
+  detail::parallel_for(B * T, detail::threads_for(B * T * H * D), [&](int64_t bt) {
+    const int64_t b = bt / T, t = bt % T;
+    const float* cs = table + 2 * (pos0 + t) * half;
+    for (int64_t j = 0; j < half; ++j) {
+      const float c = cs[2 * j], s = sign * cs[2 * j + 1];
+      const int64_t i0 = pairs == RopePairs::adjacent ? 2 * j : j;
+      const int64_t i1 = pairs == RopePairs::adjacent ? 2 * j + 1 : j + half;
+      for (int64_t h = 0; h < H; ++h) {
+        float& a = x(b, t, h, i0);
+        float& e = x(b, t, h, i1);
+        const float x0 = a, x1 = e;
+        a = x0 * c - x1 * s;
+        e = x0 * s + x1 * c;
       }
+    }
+  });
 }
 
 }  // namespace

@@ -115,10 +115,11 @@ bool supported(TensorType t) {
 }
 
 void dequantize(TensorType type, const uint8_t* data, int64_t n, float* out) {
-  check(supported(type), "dequantize: tensor type ", gguf::to_string(type), " is not supported");
+  // (Not check(): its message's to_string would run on every call, once per token per row.)
+  if (!supported(type)) fail("dequantize: tensor type ", gguf::to_string(type), " is not supported");
   const gguf::BlockSize block = *gguf::block_size(static_cast<uint32_t>(type));
-  check(n >= 0 && n % block.elements == 0, "dequantize: ", n, " values is not a whole number of ",
-        gguf::to_string(type), " blocks of ", block.elements);
+  if (n < 0 || n % block.elements != 0)
+    fail("dequantize: ", n, " values is not a whole number of ", gguf::to_string(type), " blocks of ", block.elements);
   for (int64_t i = 0; i < n / block.elements; ++i) {
     const uint8_t* b = data + i * block.bytes;
     float* y = out + i * block.elements;

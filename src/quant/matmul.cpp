@@ -23,6 +23,7 @@
 #include "qkv/threads.h"
 #include "simd/dispatch.h"
 #include "simd/simd-inl.h"
+#include "util/parallel.h"
 #include "util/scratch.h"
 
 #ifndef QKV_QUANT_MATMUL_ONCE
@@ -115,7 +116,7 @@ HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const f
     const float* xb = x + 32 * b;
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = w + r * rb + b * bytes;
-      hwy::Prefetch(blk + R * rb);  // the same block of the next R rows
+      hwy::Prefetch(blk + 2 * R * rb);  // the same block two steps of R rows ahead
       if constexpr (T == TensorType::q8_0) {
         acc[r] = hn::MulAdd(hn::Set(df, half(blk)), block_q8(blk + 2, xb), Vf(acc[r]));
       } else if constexpr (T == TensorType::q4_0) {
@@ -273,8 +274,7 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
       for (int j = 0; j < 32; ++j) s += xd[32 * b + j];
       xsum[b] = s;
     }
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
+    ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
       const Matrix* m = nullptr;
       int64_t row0 = 0, n = 0, col0 = 0;
       locate(c, m, row0, n, col0);
@@ -282,11 +282,10 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
       dot_range_of(*m, row0, row0 + n, xd, xsum, out);
       if (bias)
         for (int64_t r = row0; r < row0 + n; ++r) out[r] += bias[col0 + r];
-    }
+    });
     return;
   }
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
+  ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
     const Matrix* m = nullptr;
     int64_t row0 = 0, n = 0, col0 = 0;
     locate(c, m, row0, n, col0);
@@ -297,7 +296,7 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
     if (bias)
       for (int64_t i = 0; i < M; ++i)
         for (int64_t r = 0; r < n; ++r) out[i * ldy + r] += bias[col0 + row0 + r];
-  }
+  });
 }
 
 }  // namespace HWY_NAMESPACE
