@@ -1,5 +1,6 @@
 // The qkv command line, run as a user runs it: output, --json, exit codes, error messages.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -329,7 +330,7 @@ TEST(CliGenerate, Stories260KGreedyIsExactlyTheReferenceText) {
 // model's (the first 60 positions; Q8_0's rounding parts them later), and a bad type or a GPT-2-style model
 // are clear errors.
 TEST(CliQuantize, Stories260KAsGgufGeneratesTheSameStory) {
-  const std::string dir = stories_dir(), out = ::testing::TempDir() + "s260.gguf";
+  const std::string dir = stories_dir(), out = ::testing::TempDir() + "s260_" + std::to_string(getpid()) + ".gguf";
   const Result q = run("quantize --model " + dir + "/stories260K.bin --out " + out + " --type q8_0");
   EXPECT_EQ(q.status, 0);
   EXPECT_NE(q.output.find("in Q8_0"), std::string::npos) << q.output;

@@ -1,6 +1,7 @@
 // The GGUF reader against llama.cpp's own Python writer and reader: tests/data/tiny.gguf and
 // what the `gguf` package read from it (tiny.gguf.json, both from tests/golden/make_gguf.py).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -243,7 +244,8 @@ TEST(GgufWriter, RoundTripsModelsAndTokenizers) {
   const std::string dir = std::string(QKV_MODELS_DIR) + "/stories260K/";
   const auto model = load_llama2c(dir + "stories260K.bin");
   const Tokenizer tok = Tokenizer::load_llama2c(dir + "tok512.bin", 512);
-  const std::string path = ::testing::TempDir() + "/s260.gguf";
+  // Per process: the test runs once per SIMD target, in parallel.
+  const std::string path = ::testing::TempDir() + "/s260_" + std::to_string(getpid()) + ".gguf";
   const std::vector<int32_t> prompt = tok.encode("Once upon a time, a cat");
   auto logits_of = [&](Model& m, const std::vector<int32_t>& ids) {
     KVCache cache(m.config(), {.max_seq = 64});

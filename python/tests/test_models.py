@@ -134,3 +134,25 @@ def test_gguf_models_load():
         np.testing.assert_allclose(m.logits(golden["tokens"]), want, atol=1e-4 * np.abs(want).max())
     with pytest.raises(ValueError, match="not a GGUF file"):
         qkv.load_gguf(qkv.stories260k_path())
+
+
+def smollm2_path():
+    # scripts/get-models puts it here (make test runs it); missing, the test fails.
+    path = os.path.join(source_dir(), "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert os.path.exists(path), f"{path} not found: run scripts/get-models"
+    return path
+
+
+def test_smollm2_generates_with_its_own_tokenizer():
+    m = qkv.load_gguf(smollm2_path())
+    tok = m.tokenizer
+    assert tok.vocab_size == 49152 and tok.eos == 2
+    ids = tok.encode("The capital of France is")
+    assert ids == [504, 3575, 282, 4649, 314]  # llama.cpp's and Hugging Face's tokenization
+    assert tok.encode("<|im_start|>", special=True) == [1]
+    text = "".join(m.generate("The capital of France is", max_tokens=8, temperature=0))
+    assert text.startswith(" Paris"), text
+    # In place and dequantized: the same logits (the fused kernels against the fp32 path).
+    ref = qkv.load_gguf(smollm2_path(), dequantize=True)
+    a, b = m.logits(ids), ref.logits(ids)
+    np.testing.assert_allclose(a, b, atol=1e-4 * np.abs(b).max())
