@@ -1,5 +1,6 @@
 // Where a token is: embeddings (token and learned positions), sinusoidal encodings, rotary
 // embeddings and ALiBi slopes. Attention alone is blind to order; these break the symmetry.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -85,7 +86,7 @@ const float* rope_table(float theta, int64_t D, int64_t positions) {
   } t;
   if (t.theta != theta || t.D != D) t.theta = theta, t.D = D, t.rows = 0, t.cs.clear();
   if (positions > t.rows) {
-    const int64_t half = D / 2, rows = std::max(positions, 2 * t.rows);
+    const int64_t half = D / 2, rows = std::max({positions, 2 * t.rows, int64_t{1024}});
     t.cs.resize(2 * rows * half);
     for (int64_t p = t.rows; p < rows; ++p)
       for (int64_t j = 0; j < half; ++j) {
