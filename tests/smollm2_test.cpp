@@ -92,6 +92,10 @@ TEST(ByteBpe, InvalidUtf8AndLongWordsAreHandled) {
   const std::vector<int32_t> ids = t.encode(std::string(200000, 'z'));
   EXPECT_GT(ids.size(), 1000u);
   EXPECT_LT(ids.size(), 200000u);
+  // So does a text of 20,000 control tokens (each special's next place found once per pass).
+  std::string many;
+  for (int i = 0; i < 20000; ++i) many += i % 2 ? "<|im_end|>" : "a<|im_start|>";
+  EXPECT_EQ(t.encode(many, true, true).size(), 30000u);
 }
 
 TEST(Chat, TokensAreTheTemplatesRendering) {

@@ -129,17 +129,22 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool bos, bool spe
     }
     after_special = false;
   };
+  // Each special's next occurrence, searched again only once the text has moved past it:
+  // a long text with many special tokens costs length × specials, not more.
+  constexpr size_t none = std::string_view::npos;
+  std::vector<size_t> next(specials_.size(), none);
+  for (size_t k = 0; k < specials_.size(); ++k)
+    if (types_[specials_[k]] != 3 || special) next[k] = text.find(pieces_[specials_[k]]);
   size_t at = 0;
   while (at < text.size()) {
-    size_t best = std::string_view::npos, best_len = 0;
+    size_t best = none, best_len = 0;
     int32_t best_id = -1;
-    for (int32_t id : specials_) {
-      if (types_[id] == 3 && !special) continue;
-      const std::string& p = pieces_[id];
-      const size_t found = text.find(p, at);
-      if (found == std::string_view::npos) continue;
-      if (found < best || (found == best && p.size() > best_len))
-        best = found, best_len = p.size(), best_id = id;
+    for (size_t k = 0; k < specials_.size(); ++k) {
+      const std::string& p = pieces_[specials_[k]];
+      if (next[k] != none && next[k] < at) next[k] = text.find(p, at);
+      if (next[k] == none) continue;
+      if (next[k] < best || (next[k] == best && p.size() > best_len))
+        best = next[k], best_len = p.size(), best_id = specials_[k];
     }
     if (best_id < 0) break;
     plain(text.substr(at, best - at));
