@@ -105,7 +105,8 @@ TEST(Chat, TokensAreTheTemplatesRendering) {
   EXPECT_EQ(default_system_prompt(tmpl), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   // The conversation's tokens need only the model's sizes: a tiny one with SmolLM2's vocabulary.
   Model model(llama_config(1, 16, 2, 1, 32, t.vocab_size(), 256), 1);
-  for (const nlohmann::json& c : golden()["chats"]) {
+  const nlohmann::json chats = golden()["chats"];  // (a copy: the temporary dies before the loop)
+  for (const nlohmann::json& c : chats) {
     const nlohmann::json& m = c["messages"];
     const bool system = m[0]["role"] == "system";
     Chat chat(model, t, ChatFormat::chatml,
