@@ -40,7 +40,7 @@ test-python: deps
 	mkdir -p build/pytest && cd build/pytest && QKV_SOURCE_DIR=$(CURDIR) ../venv/bin/python -m pytest -q \
 	  -p no:cacheprovider $(CURDIR)/python/tests
 
-# The library and the attention tests cross-compiled for AArch64 (NEON, SVE) and run under QEMU,
+# The library, the attention tests and the quantized products' tests cross-compiled for AArch64 (NEON, SVE) and run under QEMU,
 # on a NEON-only CPU (Cortex-A72: the NEON code) and on one with 256-bit SVE (both).
 test-arm:
 	@scripts/install-deps --arm
