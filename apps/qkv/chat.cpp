@@ -16,29 +16,25 @@ namespace qkv::cli {
 namespace {
 
 struct ChatCliOptions {
-  std::string model, system, cache = "f32";
+  std::string model, system;
   bool no_system = false, quiet = false;
   int64_t max_reply = 1024, context = 4096;
-  float temperature = 0.7f, top_p = 0.9f;
-  int64_t top_k = 0;
-  uint64_t seed = 0;
+  SamplingFlags sampling{.temperature = 0.7f};
   int threads = 0;
 };
 
 void run_chat(const ChatCliOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
-  check(o.cache == "f32" || o.cache == "bf16", "--cache must be f32 or bf16, got \"", o.cache, "\"");
+  const Sampling sampling = sampling_of(o.sampling);
   ModelFile f = load_model_file(o.model, "", true);
   check(f.format == "gguf", "--model: chat needs a GGUF file with a chat template; \"", o.model,
         "\" is a ", f.format, " model");
   const ChatFormat format = chat_format(f.chat_template);
   ChatOptions c{.system = o.no_system ? "" : o.system.empty() ? default_system_prompt(f.chat_template) : o.system,
-                .sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p,
-                             .seed = o.seed ? o.seed
-                                            : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count())},
+                .sampling = sampling.options,
                 .max_reply = o.max_reply,
                 .context = o.context,
-                .cache = o.cache == "bf16" ? CacheType::bf16 : CacheType::f32};
+                .cache = sampling.cache};
   Chat chat(*f.model, *f.tokenizer, format, c);
   const bool interactive = isatty(STDIN_FILENO) && !o.quiet;
   if (interactive)
@@ -75,11 +71,7 @@ void add_chat(CLI::App& app) {
   cmd->add_flag("--no-system", o->no_system, "No system prompt at all");
   cmd->add_option("-n,--max-reply", o->max_reply, "Tokens per answer, at most")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--context", o->context, "Positions kept for the whole conversation (0 = the model's)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-p", o->top_p, "Nucleus sampling (0 or 1 = off)")->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Random seed (default: from the clock)");
-  cmd->add_option("--cache", o->cache, "KV cache storage: f32 or bf16")->capture_default_str();
+  add_sampling_flags(*cmd, o->sampling);
   cmd->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
   add_threads_option(*cmd, o->threads);
   cmd->callback([o] { run_chat(*o); });

@@ -6,6 +6,9 @@
 #include <ostream>
 #include <string>
 
+#include "qkv/generate.h"
+#include "qkv/kv_cache.h"
+
 namespace qkv::cli {
 
 // Parses argv, runs the chosen subcommand. Errors print "qkv: error: …" to stderr and
@@ -36,6 +39,22 @@ void add_info(CLI::App& app);
 
 // --threads N, 0 to 1024: 0 (the default) means every core.
 void add_threads_option(CLI::App& cmd, int& threads);
+
+// The sampling and KV-cache flags of generate and chat: --temperature, --top-p, --top-k,
+// --seed (0: from the clock) and --cache f32|bf16.
+struct SamplingFlags {
+  float temperature = 1.0f, top_p = 0.9f;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+  std::string cache = "f32";
+};
+void add_sampling_flags(CLI::App& cmd, SamplingFlags& flags);
+// The flags as options: the seed drawn from the clock when none was given, --cache checked.
+struct Sampling {
+  SamplingOptions options;
+  CacheType cache;
+};
+Sampling sampling_of(const SamplingFlags& flags);
 
 // 1234567 -> "1,234,567"
 std::string with_commas(int64_t n);

@@ -15,26 +15,19 @@ namespace qkv::cli {
 namespace {
 
 struct GenerateCliOptions {
-  std::string model, tokenizer, prompt, prompt_ids, cache = "f32";
+  std::string model, tokenizer, prompt, prompt_ids;
   int64_t steps = 256;
-  float temperature = 1.0f, top_p = 0.9f;
-  int64_t top_k = 0;
-  uint64_t seed = 0;
+  SamplingFlags sampling;
   int threads = 0;
 };
 
 void run_generate(const GenerateCliOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
-  check(o.cache == "f32" || o.cache == "bf16", "--cache must be f32 or bf16, got \"", o.cache, "\"");
+  const Sampling sampling = sampling_of(o.sampling);
   ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty());
   Model& model = *f.model;
   const std::vector<int32_t> prompt = prompt_tokens(f, o.prompt, o.prompt_ids);
-  const uint64_t seed = o.seed ? o.seed
-                               : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-  GenerateOptions g{.steps = o.steps,
-                    .sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p,
-                                 .seed = seed},
-                    .cache = o.cache == "bf16" ? CacheType::bf16 : CacheType::f32};
+  GenerateOptions g{.steps = o.steps, .sampling = sampling.options, .cache = sampling.cache};
   g.stop_tokens = stop_tokens(f);
 
   const bool as_text = o.prompt_ids.empty();
@@ -54,7 +47,7 @@ void run_generate(const GenerateCliOptions& o) {
                static_cast<long>(s.prompt_tokens), 1e3 * s.prefill_seconds, s.prefill_tokens_per_s,
                static_cast<long>(s.generated_tokens), 1e3 * s.decode_seconds, s.decode_tokens_per_s,
                f.format.c_str(), short_count(model.num_params()).c_str(), num_threads(),
-               o.cache.c_str(), static_cast<unsigned long long>(seed));
+               o.sampling.cache.c_str(), static_cast<unsigned long long>(g.sampling.seed));
 }
 
 }  // namespace
@@ -67,11 +60,7 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--prompt", o->prompt, "Text to continue");
   cmd->add_option("--prompt-ids", o->prompt_ids, "The prompt as token ids (models of synthetic tasks)");
   cmd->add_option("-n,--steps", o->steps, "Positions in all, prompt included (0 = the model's context)")->capture_default_str();
-  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-p", o->top_p, "Nucleus sampling (0 or 1 = off)")->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Random seed (default: from the clock; printed to stderr)");
-  cmd->add_option("--cache", o->cache, "KV cache storage: f32 or bf16")->capture_default_str();
+  add_sampling_flags(*cmd, o->sampling);
   add_threads_option(*cmd, o->threads);
   cmd->callback([o] { run_generate(*o); });
 }
