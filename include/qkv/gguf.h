@@ -81,6 +81,8 @@ class File {
   const Value& at(const std::string& key) const;             // a qkv::Error when absent
   const TensorInfo* find_tensor(const std::string& name) const;
   const std::string& name() const { return name_; }
+  // Keeps the mapped file alive for whoever holds it (null for from_bytes: the caller's bytes).
+  std::shared_ptr<const void> mapping() const { return mapping_; }
 
  private:
   struct Mapping;

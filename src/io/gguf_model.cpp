@@ -92,7 +92,7 @@ std::unique_ptr<Model> load_gguf(const gguf::File& f, GgufWeights weights) {
     else
       fp32.emplace_back(&p, t);
   }
-  if (in_place) external.owner = std::make_shared<gguf::File>(f);
+  if (in_place) external.owner = f.mapping();  // the tensors' bytes, not the parsed metadata
   auto model = in_place ? std::make_unique<Model>(c, Model::InferenceOnly{}, std::move(external))
                         : std::make_unique<Model>(c, Model::InferenceOnly{});
   for (const auto& [p, t] : fp32) {
