@@ -266,14 +266,18 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
       c -= here, col0 += p.rows;
     }
   };
-  const int threads = num_threads();
+  // As the fp32 gemv: below ~256 KiB of weights (y.shape[1] rows of K) the threads cost more
+  // than they save.
+  const int threads = y.shape[1] * K < (1 << 16) ? 1 : num_threads();
   if (M == 1 && std::all_of(parts.begin(), parts.end(), [](const Matrix& p) { return fused(p.type); })) {
+    // Q4_1's block offsets multiply the sums of x over each block.
     float* xsum = ::qkv::detail::thread_scratch(0, K / 32 + 1);
-    for (int64_t b = 0; b < K / 32; ++b) {
-      float s = 0;
-      for (int j = 0; j < 32; ++j) s += xd[32 * b + j];
-      xsum[b] = s;
-    }
+    if (std::any_of(parts.begin(), parts.end(), [](const Matrix& p) { return p.type == TensorType::q4_1; }))
+      for (int64_t b = 0; b < K / 32; ++b) {
+        float s = 0;
+        for (int j = 0; j < 32; ++j) s += xd[32 * b + j];
+        xsum[b] = s;
+      }
     ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
       const Matrix* m = nullptr;
       int64_t row0 = 0, n = 0, col0 = 0;
