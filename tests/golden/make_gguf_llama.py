@@ -13,6 +13,8 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as T
 
+import llama_numpy
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "data", "tiny_llama.gguf")
 C, L, H, HKV, F, V, CTX = 64, 2, 4, 2, 96, 80, 32
@@ -68,17 +70,11 @@ w.close()
 
 
 def rmsnorm(x, g):
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * g
+    return llama_numpy.rmsnorm(x, g, EPS)
 
 
-def rope(x, pos):  # x [T, heads, D]: pairs (2j, 2j+1) rotated by pos · θ^(-2j/D)
-    j = np.arange(D // 2)
-    angle = pos[:, None] * THETA ** (-2.0 * j / D)
-    cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
-    a, b = x[..., 0::2], x[..., 1::2]
-    out = np.empty_like(x)
-    out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
-    return out
+def rope(x, pos):
+    return llama_numpy.rope(x, pos, THETA)
 
 
 tokens = [1, 7, 42, 3, 79, 0, 15, 15, 60, 2, 33]

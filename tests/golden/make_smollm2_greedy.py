@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+import llama_numpy
 import smollm2
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,17 +37,11 @@ E = W["token_embd.weight"]
 
 
 def rmsnorm(x, g):
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * g
+    return llama_numpy.rmsnorm(x, g, EPS)
 
 
-def rope(x, pos):  # x [T, heads, D]: pairs (2j, 2j+1) rotated by pos · θ^(-2j/D)
-    j = np.arange(D // 2)
-    angle = pos[:, None] * THETA ** (-2.0 * j / D)
-    cos, sin = np.cos(angle)[:, None, :], np.sin(angle)[:, None, :]
-    a, b = x[..., 0::2], x[..., 1::2]
-    out = np.empty_like(x)
-    out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
-    return out
+def rope(x, pos):
+    return llama_numpy.rope(x, pos, THETA)
 
 
 def forward(ids, cache):
