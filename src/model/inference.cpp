@@ -98,7 +98,11 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     }
     s.norm = norm_of("norm");
     s.embedding = external("embedding.token");
-    if (!s.embedding) s.token_table = weight("embedding.token");
+    if (s.embedding)
+      check(s.embedding->size() == 1 && c.positions != PositionKind::learned && c.positions != PositionKind::sinusoidal, where,
+            ": a block-format embedding must be one matrix, with no position table added to it");
+    else
+      s.token_table = weight("embedding.token");
     if (c.positions == PositionKind::learned) s.position_table = weight("embedding.position");
     const std::string head = c.tied_embeddings ? "embedding.token" : "lm_head.weight";
     const std::vector<quant::Matrix>* q = external(head);
@@ -129,8 +133,7 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     positions = s.sinusoids;
   }
   const View x = rows(s.x, N);
-  if (const std::vector<quant::Matrix>* q = s.embedding) {
-    check(q->size() == 1 && positions.empty(), where, ": a block-format embedding must be one matrix, without position tables");
+  if (const std::vector<quant::Matrix>* q = s.embedding) {  // (GGUF's llama: no position table)
     for (int64_t i = 0; i < N; ++i) {
       check(tokens[i] >= 0 && tokens[i] < V, where, ": token ", tokens[i], " out of range [0, ", V, ")");
       quant::dequantize_rows((*q)[0], tokens[i], 1, &x(i, 0));
