@@ -217,6 +217,9 @@ TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
   const auto tokens = golden["tokens"].get<std::vector<int32_t>>();
   const auto T = static_cast<int64_t>(tokens.size());
   EXPECT_THROW(model->forward(tokens.data(), nullptr, 1, T), Error);  // needs fp32 weights
+  EXPECT_THROW(save_checkpoint(::testing::TempDir() + "/in_place_" + std::to_string(getpid()) + ".safetensors",
+                               *model, nullptr, 0),
+               Error);
   // The prompt at once (the tile path), and token by token (the fused one-row kernels).
   for (bool one_by_one : {false, true}) {
     KVCache cache(c, {.max_seq = T});

@@ -72,6 +72,8 @@ ModelConfig config_from_json(const std::string& text) {
 
 void save_checkpoint(const std::string& path, const Model& model, const AdamW* optimizer,
                      int64_t step, const std::map<std::string, std::string>& metadata) {
+  check(!model.has_external_weights(), "save_checkpoint: the model's matrices are held in a GGUF file's "
+        "block formats; load it with GgufWeights::fp32 (Python: dequantize=True) to save it");
   json header;
   int64_t offset = 0;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, int64_t floats) {

@@ -153,7 +153,7 @@ View Model::weight(const std::string& name) const {
   if (p.external)
     fail("model: \"", name, "\" is held in its file's block format (",
         gguf::to_string(external_.matrices.at(name)[0].type), "), not as fp32; this needs the model "
-        "loaded as fp32 (load_gguf's dequantize option)");
+        "loaded as fp32 (load_gguf with GgufWeights::fp32; Python: dequantize=True)");
   return View(weights_.data() + p.offset, {p.rows, p.cols});
 }
 
@@ -220,7 +220,7 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
   check(B >= 1 && T >= 1, "model forward: need B, T >= 1, got ", B, ", ", T);
   check(!has_external_weights(), "model forward: the weights are held quantized in the model file; "
         "forward_cached (generation) runs them, the full forward (training, attention maps) needs "
-        "the model loaded as fp32 (load_gguf's dequantize option)");
+        "the model loaded as fp32 (load_gguf with GgufWeights::fp32; Python: dequantize=True)");
   check(T <= c.context || c.positions != PositionKind::learned, "model forward: T = ", T,
         " is longer than the context of ", c.context, " learned positions");
   const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size;
