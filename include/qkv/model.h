@@ -117,8 +117,9 @@ class Model {
   // (kIgnoreIndex where a position does not count) it returns the mean cross-entropy and
   // keeps what backward needs; without, it returns 0. Logits [B·T, vocab] stay readable.
   float forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
-  // After a forward with targets: grads += ∂loss/∂params.
-  void backward();
+  // After a forward with targets: grads += dloss · ∂loss/∂params (dloss weights this batch's
+  // mean in a larger one: data-parallel training passes its share of the global batch).
+  void backward(float dloss = 1.0f);
   void zero_grad();
   View logits() const;
   // The softmax weights [B, Hq, T, T] of one layer's attention in the last forward, from the

@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/model.h"
@@ -20,16 +21,24 @@ struct AdamWConfig {
 };
 
 // AdamW over a model's flat buffers. m and v live here; `step` counts updates.
+// m and v cover the parameters [shard_begin, shard_begin + m.size()): all of them, or one
+// rank's shard when the optimizer state is split across ranks (ZeRO-1, qkv::dist).
 struct AdamW {
   AdamWConfig config;
   std::vector<float> m, v;
   int64_t step = 0;
+  int64_t shard_begin = 0;
   AdamW(const Model& model, AdamWConfig config = {});
+  // Updates the parameters its state covers (all, or its shard).
   void update(Model& model, float lr);
+  // Keeps only the state of parameters [begin, end).
+  void keep_shard(int64_t begin, int64_t end);
 };
 
 // Scales the gradients so their global L2 norm is at most max_norm; returns the norm before.
 float clip_grad_norm(Model& model, float max_norm);
+// The same over gradients g[0, n) whose squared norm is already known (a shard of them).
+float clip_grads(float* g, int64_t n, double squared_norm, float max_norm);
 
 // Linear warmup over `warmup` steps to max_lr, then cosine decay to min_lr at `total`.
 float learning_rate(int64_t step, int64_t total, int64_t warmup, float max_lr, float min_lr);
@@ -93,12 +102,30 @@ struct TrainResult {
   int64_t steps = 0;
 };
 
+// Where each step's work runs: in this process (the default), or split across the ranks of
+// an MPI job (qkv::dist::DataParallel: each rank a share of every global batch). train()
+// draws the same global batches either way; the runner says which rows this process runs,
+// sums across processes, and makes the optimizer step.
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  // The rows [first, last) of a global batch of B sequences that this process runs.
+  virtual std::pair<int64_t, int64_t> rows(int64_t B) const { return {0, B}; }
+  // The sum of x over the processes (the step's loss).
+  virtual float sum(float x) { return x; }
+  // Gradients summed over the processes, clipped to max_norm (0 = off), then the optimizer
+  // step at learning rate lr. Returns the norm before clipping.
+  virtual float update(Model& model, AdamW& optimizer, float max_norm, float lr);
+};
+
 // Throws qkv::Error naming the first field out of range (steps, batch, grad_accum, warmup,
 // the learning rates, clip); train() calls it first.
 void check_config(const TrainConfig& config);
 
 // Trains `model` on `data`; calls on_step after each step (return false to stop early).
+// `runner`: null for one process.
 TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const TrainConfig& config,
-                  int64_t first_step, const std::function<bool(const TrainProgress&)>& on_step);
+                  int64_t first_step, const std::function<bool(const TrainProgress&)>& on_step,
+                  StepRunner* runner = nullptr);
 
 }  // namespace qkv

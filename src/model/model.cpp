@@ -301,7 +301,7 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
   return cross_entropy_forward(rows(a.probs), rows(a.logits), a.targets.data());
 }
 
-void Model::backward() {
+void Model::backward(float dloss) {
   const ModelConfig& c = config_;
   Activations& a = *acts_;
   check(a.have_targets, "model backward: the last forward had no targets");
@@ -320,7 +320,7 @@ void Model::backward() {
   auto bias_grad = [&](const std::string& name) { return c.bias ? grad(name).data : nullptr; };
 
   // Loss → logits → final norm.
-  cross_entropy_backward_inplace(rows(a.probs), a.targets.data(), 1.0f);  // probs → dlogits
+  cross_entropy_backward_inplace(rows(a.probs), a.targets.data(), dloss);  // probs → dlogits
   zero(a.dlnf);
   const std::string head = c.tied_embeddings ? "embedding.token" : "lm_head.weight";
   linear_backward(rows(a.dlnf), grad(head), nullptr, rows(a.probs), rows(a.lnf), weight(head));

@@ -1,4 +1,5 @@
 // The training loop: sample, forward, backward (with gradient accumulation), clip, step.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -33,11 +34,20 @@ void check_config(const TrainConfig& c) {
   check(std::isfinite(c.clip) && c.clip >= 0, "train: clip must be >= 0 (0 = off), got ", c.clip);
 }
 
+float StepRunner::update(Model& model, AdamW& optimizer, float max_norm, float lr) {
+  const float norm = clip_grad_norm(model, max_norm);
+  optimizer.update(model, lr);
+  return norm;
+}
+
 TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const TrainConfig& cfg,
-                  int64_t first_step, const std::function<bool(const TrainProgress&)>& on_step) {
+                  int64_t first_step, const std::function<bool(const TrainProgress&)>& on_step,
+                  StepRunner* runner) {
   check(data.vocab_size() <= model.config().vocab_size, "train: the data has ",
         data.vocab_size(), " symbols but the model's vocabulary is ", model.config().vocab_size);
   check_config(cfg);
+  StepRunner one_process;
+  StepRunner& run = runner ? *runner : one_process;
   TrainResult result;
   const double start = now();
   int64_t tokens = 0;
@@ -47,11 +57,24 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
     for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
       std::mt19937_64 rng = step_rng(cfg.seed, step, micro);
       const Batch batch = data.sample(cfg.batch, rng);
-      loss += model.forward(batch.tokens.data(), batch.targets.data(), batch.B, batch.T) /
-              cfg.grad_accum;
-      model.backward();
+      // This process's rows, whose mean loss weighs in by its share of the scored positions.
+      const auto [first, last] = run.rows(batch.B);
+      const int32_t* tokens_of = batch.tokens.data() + first * batch.T;
+      const int32_t* targets_of = batch.targets.data() + first * batch.T;
+      const auto scored = [&](const int32_t* t, int64_t n) {
+        return std::count_if(t, t + n, [](int32_t x) { return x != kIgnoreIndex; });
+      };
+      const int64_t all = scored(batch.targets.data(), batch.B * batch.T);
+      const int64_t mine = scored(targets_of, (last - first) * batch.T);
+      if (mine > 0) {
+        const float share = static_cast<float>(mine) / static_cast<float>(all);
+        const float mean = model.forward(tokens_of, targets_of, last - first, batch.T);
+        loss += (share == 1 ? mean : mean * share) / cfg.grad_accum;
+        model.backward(share);
+      }
       tokens += batch.B * batch.T;
     }
+    loss = run.sum(loss);
     if (cfg.grad_accum > 1) {  // the mean over micro-batches
       float* g = model.grads();
       for (int64_t i = 0; i < model.num_params(); ++i) g[i] /= cfg.grad_accum;
@@ -60,9 +83,8 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
     p.step = step + 1;
     p.steps = cfg.steps;
     p.loss = loss;
-    p.grad_norm = clip_grad_norm(model, cfg.clip);
     p.lr = learning_rate(step, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr);
-    optimizer.update(model, p.lr);
+    p.grad_norm = run.update(model, optimizer, cfg.clip, p.lr);
     p.seconds = now() - start;
     p.tokens_per_s = tokens / std::max(p.seconds, 1e-9);
     const bool last = step + 1 == cfg.steps;
