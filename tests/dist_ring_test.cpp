@@ -228,35 +228,3 @@ TEST(RingErrors, UnsupportedOptionsAndShapes) {
 
 }  // namespace
 }  // namespace qkv::dist
-
-// What the other ranks print: their failed assertions, with the rank.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "rank %d: %s:%d: failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
-
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  // Rank 0 prints the whole run; the others print only their failures.
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(rank));
-  }
-  const int failed = RUN_ALL_TESTS();
-  int any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return any;
-}
