@@ -47,12 +47,18 @@ struct TrainedRun {
   std::vector<float> losses, norms, weights;
 };
 
-// Trains a fresh model: dp_mode 0 in one process, 1 data-parallel, 2 data-parallel with ZeRO-1.
-TrainedRun train_run(const TaskData& data, const ModelConfig& mc, const TrainConfig& tc, int dp_mode) {
+enum Mode { alone_mode, dp_mode, zero1_mode, context_mode, context_zero1_mode };
+
+// Trains a fresh model in one process, data-parallel or context-parallel (with ZeRO-1 or not).
+TrainedRun train_run(const TaskData& data, const ModelConfig& mc, const TrainConfig& tc, Mode mode) {
   Model model(mc, 7);
   AdamW opt(model);
   std::unique_ptr<DataParallel> dp;
-  if (dp_mode > 0) dp = std::make_unique<DataParallel>(MPI_COMM_WORLD, model, opt, dp_mode == 2);
+  const bool zero1 = mode == zero1_mode || mode == context_zero1_mode;
+  if (mode == dp_mode || mode == zero1_mode)
+    dp = std::make_unique<DataParallel>(MPI_COMM_WORLD, model, opt, zero1);
+  if (mode == context_mode || mode == context_zero1_mode)
+    dp = std::make_unique<ContextParallel>(MPI_COMM_WORLD, model, opt, data.seq_len(), zero1);
   TrainedRun run;
   train(model, opt, data, tc, 0, [&](const TrainProgress& p) {
     run.losses.push_back(p.loss);
@@ -76,6 +82,8 @@ struct DPCase {
   int64_t accum;
 };
 
+void PrintTo(const DPCase& c, std::ostream* os) { *os << c.name; }
+
 class DataParallelTraining : public ::testing::TestWithParam<DPCase> {};
 
 TEST_P(DataParallelTraining, MatchesOneProcessAndRepeatsBitForBit) {
@@ -83,10 +91,10 @@ TEST_P(DataParallelTraining, MatchesOneProcessAndRepeatsBitForBit) {
   const TaskData data(Task::recall, 4, 12);
   const ModelConfig mc = tiny_config(data, c.llama);
   const TrainConfig tc = config_of(50, c.accum);
-  const TrainedRun alone = train_run(data, mc, tc, 0);
-  const TrainedRun dp = train_run(data, mc, tc, 1);
-  const TrainedRun again = train_run(data, mc, tc, 1);
-  const TrainedRun zero1 = train_run(data, mc, tc, 2);
+  const TrainedRun alone = train_run(data, mc, tc, alone_mode);
+  const TrainedRun dp = train_run(data, mc, tc, dp_mode);
+  const TrainedRun again = train_run(data, mc, tc, dp_mode);
+  const TrainedRun zero1 = train_run(data, mc, tc, zero1_mode);
   ASSERT_EQ(dp.losses.size(), 50u);
   // The losses, step by step, against one process on the whole batches.
   EXPECT_LE(max_relative(dp.losses, alone.losses), 1e-5) << "rank " << rank_of();
@@ -111,6 +119,58 @@ INSTANTIATE_TEST_SUITE_P(Models, DataParallelTraining,
                          ::testing::Values(DPCase{"gpt2", false, 1}, DPCase{"llama_gqa", true, 1},
                                            DPCase{"accumulate", false, 2}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+struct CPCase {
+  const char* name;
+  bool llama;
+  PositionKind positions;
+  int64_t window;
+};
+
+void PrintTo(const CPCase& c, std::ostream* os) { *os << c.name; }
+
+class ContextParallelTraining : public ::testing::TestWithParam<CPCase> {};
+
+// Each rank runs its zigzag positions of every sequence (copy: only the second half is
+// scored, so the ranks' shares of the loss differ) with attention through the ring.
+TEST_P(ContextParallelTraining, MatchesOneProcess) {
+  const CPCase& c = GetParam();
+  const TaskData data(Task::copy, 12, 10);  // 24 positions: 2P chunks for P = 1 … 4
+  ModelConfig mc = tiny_config(data, c.llama);
+  mc.positions = c.positions;
+  mc.window = c.window;
+  const TrainConfig tc = config_of(50, 1);
+  const TrainedRun alone = train_run(data, mc, tc, alone_mode);
+  const TrainedRun cp = train_run(data, mc, tc, context_mode);
+  const TrainedRun again = train_run(data, mc, tc, context_mode);
+  ASSERT_EQ(cp.losses.size(), 50u);
+  EXPECT_LE(max_relative(cp.losses, alone.losses), 1e-5) << "rank " << rank_of();
+  EXPECT_LE(max_relative(cp.norms, alone.norms), 1e-4) << "rank " << rank_of();
+  EXPECT_LT(alone.losses.back(), alone.losses.front());
+  EXPECT_EQ(0, std::memcmp(cp.weights.data(), again.weights.data(), cp.weights.size() * 4));
+  const TrainedRun zero1 = train_run(data, mc, tc, context_zero1_mode);
+  EXPECT_LE(max_relative(zero1.losses, alone.losses), 1e-5) << "rank " << rank_of();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ContextParallelTraining,
+    ::testing::Values(CPCase{"gpt2_learned", false, PositionKind::learned, 0},
+                      CPCase{"llama_rotary_gqa", true, PositionKind::rotary, 0},
+                      CPCase{"sinusoidal_window", false, PositionKind::sinusoidal, 5}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ContextParallelErrors, SequenceThatDoesNotSplit) {
+  const int P = size_of();
+  const TaskData data(Task::copy, 12, 10);
+  Model model(tiny_config(data, false), 3);
+  AdamW opt(model);
+  EXPECT_THROW(ContextParallel(MPI_COMM_WORLD, model, opt, 2 * P + 1, false), Error);
+  ModelConfig alibi = tiny_config(data, false);
+  alibi.positions = PositionKind::alibi;
+  Model alibi_model(alibi, 3);
+  AdamW alibi_opt(alibi_model);
+  EXPECT_THROW(ContextParallel(MPI_COMM_WORLD, alibi_model, alibi_opt, 24, false), Error);
+}
 
 // ZeRO-1 keeps a 1/P slice of m and v on each rank, and gathers the whole state for a
 // checkpoint: the same state as plain data parallelism's.
@@ -154,7 +214,10 @@ TEST(DataParallelErrors, BatchSmallerThanRanks) {
   DataParallel dp(MPI_COMM_WORLD, model, opt, false);
   if (P > 1) {
     try {
-      dp.rows(P - 1);
+      Batch small;
+      small.B = P - 1, small.T = 4;
+      small.tokens.assign(small.B * 4, 0), small.targets.assign(small.B * 4, 0);
+      dp.local(small);
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("--batch >= " + std::to_string(P)), std::string::npos)

@@ -88,8 +88,10 @@ class DataParallel : public StepRunner {
   // Shards `optimizer` (which must hold the whole state, as a fresh or loaded one does)
   // when zero1.
   DataParallel(MPI_Comm comm, const Model& model, AdamW& optimizer, bool zero1);
-  std::pair<int64_t, int64_t> rows(int64_t B) const override;
+  // Rows [B·r/P, B·(r+1)/P) of the global batch (an error when B < P).
+  Batch local(const Batch& global) const override;
   float sum(float x) override;
+  double accuracy(const std::vector<uint8_t>& right, int64_t B) override;  // of all rows
   float update(Model& model, AdamW& optimizer, float max_norm, float lr) override;
 
   // The whole optimizer state, gathered on rank `root` (for its checkpoint); on the other
@@ -101,6 +103,7 @@ class DataParallel : public StepRunner {
   // reduction's receive buffer (activations not counted).
   int64_t state_bytes(const Model& model, const AdamW& optimizer) const;
   int rank() const { return rank_; }
+  MPI_Comm comm() const { return comm_; }
   int size() const { return size_; }
   bool zero1() const { return zero1_; }
 
@@ -112,6 +115,31 @@ class DataParallel : public StepRunner {
   std::vector<int64_t> begin_;          // slice r is [begin_[r], begin_[r+1])
   std::vector<int> counts_;             // the same, as MPI counts
   std::vector<float> received_;         // P × this rank's slice
+};
+
+// ---- context-parallel training -------------------------------------------------------------
+// Each rank runs every sequence of every global batch, but only its positions of each (the
+// sharding's layout: zigzag by default), and the model's attention runs through the ring;
+// everything else in a block is per position and stays local. Gradients are summed and the
+// optimizer steps as in DataParallel. One sequence then needs only 1/P of its activations per
+// rank. Attaches itself to `model` (Model::set_sequence_shard) until destroyed.
+class ContextParallel : public DataParallel {
+ public:
+  ContextParallel(MPI_Comm comm, Model& model, AdamW& optimizer, int64_t seq_len, bool zero1,
+                  Layout layout = Layout::zigzag);
+  ~ContextParallel() override;
+  ContextParallel(const ContextParallel&) = delete;
+  ContextParallel& operator=(const ContextParallel&) = delete;
+  Batch local(const Batch& global) const override;
+  // A sequence is right when it is right at every rank's positions.
+  double accuracy(const std::vector<uint8_t>& right, int64_t B) override;
+  const Sharding& sharding() const { return sharding_; }
+  RingStats ring_stats;  // the ring's time, summed over every attention call so far
+
+ private:
+  Model& model_;
+  Sharding sharding_;
+  SequenceShard shard_;
 };
 
 // ---- failure -------------------------------------------------------------------------------

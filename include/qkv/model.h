@@ -128,6 +128,11 @@ class Model {
   // Layer `layer`'s attention as a MultiHeadAttention over this model's weights and grads.
   MultiHeadAttention attention_layer(int64_t layer) const;
 
+  // Context parallelism: from now on forward() and backward() run this process's positions
+  // `shard` of each sequence (T = shard->local_len()), with attention across processes.
+  // The caller keeps `shard` alive; null returns to whole sequences.
+  void set_sequence_shard(const SequenceShard* shard) { shard_ = shard; }
+
   // Inference with a key/value cache (src/model/inference.cpp). Runs T new tokens of each of
   // B sequences (tokens [B, T]; row i extends cache sequence seqs[i], or i when seqs is null)
   // at the positions their cache has reached, stores their keys and values, and returns the
@@ -147,6 +152,7 @@ class Model {
   Tensor weights_, grads_;
   ExternalWeights external_;
   std::vector<float> alibi_;  // ALiBi slopes, when the model uses them
+  const SequenceShard* shard_ = nullptr;
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<InferenceBuffers> infer_;
 };

@@ -12,17 +12,36 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
 
+#include "qkv/attention.h"
 #include "qkv/ops.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
+
+// Context parallelism: this process holds some positions of every sequence, and attention
+// runs across processes (qkv::dist::ContextParallel fills this in with ring attention).
+// Everything else in a block is per position and runs on the local rows as usual.
+struct SequenceShard {
+  int64_t seq_len = 0;  // positions in a whole sequence
+  // The global positions of this process's rows, in local row order: (first, length) runs.
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  // Attention and its gradients over this process's rows; the args' mask is the whole
+  // sequence's (as qkv::attention would take it for all seq_len positions).
+  std::function<void(const AttentionArgs&)> forward;
+  std::function<void(const AttentionArgs&, View dout, View dq, View dk, View dv)> backward;
+  int64_t local_len() const;
+};
 
 struct MultiHeadAttention {
   int64_t n_heads = 1, n_kv_heads = 1, d_head = 1;
   bool causal = true;
   int64_t window = 0;            // > 0: sliding window, keys in [pos - window, pos]
   const float* alibi = nullptr;  // [n_heads] slopes, or null
+  const SequenceShard* shard = nullptr;  // self-attention across processes, or null
   bool rotary = false;
   float rope_theta = 10000;
   RopePairs rope_pairs = RopePairs::adjacent;

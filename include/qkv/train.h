@@ -3,6 +3,7 @@
 // associative recall), so training works on a fresh machine with no data at all.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -80,6 +81,8 @@ class TaskData {
 // Exact-match accuracy of a synthetic task's answers: the fraction of sequences whose every
 // scored position is predicted (argmax) right.
 double answer_accuracy(Model& model, const Batch& batch);
+// Per sequence: 1 when every scored position is predicted right (or none is scored).
+std::vector<uint8_t> answers_right(Model& model, const Batch& batch);
 
 // ---- the loop ------------------------------------------------------------------------------
 struct TrainConfig {
@@ -103,16 +106,22 @@ struct TrainResult {
 };
 
 // Where each step's work runs: in this process (the default), or split across the ranks of
-// an MPI job (qkv::dist::DataParallel: each rank a share of every global batch). train()
-// draws the same global batches either way; the runner says which rows this process runs,
-// sums across processes, and makes the optimizer step.
+// an MPI job (qkv::dist: DataParallel gives each rank a share of every batch's sequences,
+// ContextParallel a share of every sequence's positions). train() draws the same global
+// batches either way; the runner says which part this process runs, sums across processes,
+// and makes the optimizer step.
 class StepRunner {
  public:
   virtual ~StepRunner() = default;
-  // The rows [first, last) of a global batch of B sequences that this process runs.
-  virtual std::pair<int64_t, int64_t> rows(int64_t B) const { return {0, B}; }
+  // The part of a global batch that this process runs.
+  virtual Batch local(const Batch& global) const { return global; }
   // The sum of x over the processes (the step's loss).
   virtual float sum(float x) { return x; }
+  // The fraction of a global batch's B sequences answered right, from answers_right() of
+  // this process's part.
+  virtual double accuracy(const std::vector<uint8_t>& right, int64_t B) {
+    return double(std::count(right.begin(), right.end(), 1)) / B;
+  }
   // Gradients summed over the processes, clipped to max_norm (0 = off), then the optimizer
   // step at learning rate lr. Returns the norm before clipping.
   virtual float update(Model& model, AdamW& optimizer, float max_norm, float lr);

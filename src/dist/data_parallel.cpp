@@ -25,10 +25,16 @@ DataParallel::DataParallel(MPI_Comm comm, const Model& model, AdamW& optimizer, 
   if (zero1_) optimizer.keep_shard(begin_[rank_], begin_[rank_ + 1]);
 }
 
-std::pair<int64_t, int64_t> DataParallel::rows(int64_t B) const {
+Batch DataParallel::local(const Batch& global) const {
+  const int64_t B = global.B, T = global.T;
   check(B >= size_, "data-parallel training: a batch of ", B, " sequences cannot give each of ",
         size_, " ranks one; use --batch >= ", size_);
-  return {B * rank_ / size_, B * (rank_ + 1) / size_};
+  const int64_t first = B * rank_ / size_, last = B * (rank_ + 1) / size_;
+  Batch part;
+  part.B = last - first, part.T = T;
+  part.tokens.assign(global.tokens.begin() + first * T, global.tokens.begin() + last * T);
+  part.targets.assign(global.targets.begin() + first * T, global.targets.begin() + last * T);
+  return part;
 }
 
 float DataParallel::sum(float x) {
@@ -37,6 +43,12 @@ float DataParallel::sum(float x) {
   float total = 0;
   for (float a : all) total += a;  // rank order: the same bits on every rank
   return total;
+}
+
+double DataParallel::accuracy(const std::vector<uint8_t>& right, int64_t B) {
+  int64_t mine = std::count(right.begin(), right.end(), 1), all = 0;
+  check_mpi(MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_SUM, comm_), "MPI_Allreduce");
+  return double(all) / B;
 }
 
 // Every rank sends slice r of its gradients to rank r, which sums the P copies in rank order.

@@ -199,6 +199,7 @@ MultiHeadAttention Model::attention_layer(int64_t layer) const {
   m.causal = c.causal;
   m.window = c.window;
   m.alibi = c.positions == PositionKind::alibi ? alibi_.data() : nullptr;
+  m.shard = shard_;
   m.rotary = c.positions == PositionKind::rotary;
   m.rope_theta = c.rope_theta;
   m.rope_pairs = c.rope_halves ? RopePairs::halves : RopePairs::adjacent;
@@ -221,8 +222,13 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
   check(!has_external_weights(), "model forward: the weights are held quantized in the model file; "
         "forward_cached (generation) runs them, the full forward (training, attention maps) needs "
         "the model loaded as fp32 (load_gguf with GgufWeights::fp32; Python: dequantize=True)");
-  check(T <= c.context || c.positions != PositionKind::learned, "model forward: T = ", T,
-        " is longer than the context of ", c.context, " learned positions");
+  const int64_t seq_len = shard_ ? shard_->seq_len : T;
+  check(seq_len <= c.context || c.positions != PositionKind::learned, "model forward: T = ",
+        seq_len, " is longer than the context of ", c.context, " learned positions");
+  check(!shard_ || shard_->local_len() == T, "model forward: the sequence shard holds ",
+        shard_ ? shard_->local_len() : 0, " positions of each sequence, the batch ", T);
+  check(!shard_ || c.positions != PositionKind::alibi, "model forward: ALiBi does not run "
+        "with the sequence split across processes");
   const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size;
   Activations& a = *acts_;
   if (a.capacity < N) {  // (re)allocate for a larger batch; smaller ones use the first rows
@@ -251,6 +257,12 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
   a.have_targets = targets != nullptr;
   a.pos.resize(N);
   for (int64_t n = 0; n < N; ++n) a.pos[n] = static_cast<int32_t>(n % T);
+  if (shard_) {  // the global positions of the rows this process holds
+    int64_t row = 0;
+    for (const auto& [first, length] : shard_->runs)
+      for (int64_t i = 0; i < length; ++i, ++row)
+        for (int64_t b = 0; b < B; ++b) a.pos[b * T + row] = static_cast<int32_t>(first + i);
+  }
   auto rows = [N](const Tensor& t) { return t.view().slice(0, 0, N); };
   const bool ln = c.norm == NormKind::layer_norm;
   auto norm = [&](View y, float* mean, float* rstd, View x, const std::string& name) {
@@ -264,7 +276,7 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
   View positions;
   if (c.positions == PositionKind::learned) positions = weight("embedding.position");
   if (c.positions == PositionKind::sinusoidal) {
-    if (sinusoids.numel() < T * C) sinusoids = zeros(std::max(T, c.context), C);
+    if (sinusoids.numel() < seq_len * C) sinusoids = zeros(std::max(seq_len, c.context), C);
     sinusoidal_table(sinusoids);
     positions = sinusoids;
   }

@@ -54,7 +54,28 @@ AttentionArgs args_of(const MultiHeadAttention& m, const Heads& h, float* lse) {
   return a;
 }
 
+// Rotary embeddings (or their gradient) on q and k of self-attention at this process's
+// positions: one run of consecutive positions at a time.
+void rotate(const MultiHeadAttention& m, const Heads& h, bool backward) {
+  auto one = [&](View x, int64_t pos0) {
+    if (backward) rope_backward(x, pos0, m.rope_theta, m.rope_pairs);
+    else rope_forward(x, pos0, m.rope_theta, m.rope_pairs);
+  };
+  int64_t row = 0;
+  for (const auto& [first, length] : m.shard->runs) {
+    one(h.q_bthd.slice(1, row, row + length), first);
+    one(h.k_bthd.slice(1, row, row + length), first);
+    row += length;
+  }
+}
+
 }  // namespace
+
+int64_t SequenceShard::local_len() const {
+  int64_t n = 0;
+  for (const auto& run : runs) n += run.second;
+  return n;
+}
 
 void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, View x,
                        View context, int64_t B, int64_t T, int64_t S) {
@@ -73,6 +94,16 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
   rows_of(s.att, N, Hq * dh);
   rows_of(s.lse, B * Hq * T, 1);
   const Heads h = heads_of(m, s.q, s.kv, s.att, B, T, S);
+  if (m.shard) {
+    check(!m.is_cross() && m.alibi == nullptr, "multihead_forward: across processes only "
+          "self-attention without ALiBi runs");
+    check(m.shard->local_len() == T, "multihead_forward: the sequence shard holds ",
+          m.shard->local_len(), " positions, the input ", T);
+    if (m.rotary) rotate(m, h, false);
+    m.shard->forward(args_of(m, h, s.lse.data()));
+    linear_forward(y, s.att.view().slice(0, 0, N), m.out_w, m.out_b);
+    return;
+  }
   if (m.rotary) {
     rope_forward(h.q_bthd, S - T, m.rope_theta, m.rope_pairs);  // queries are the last T
     rope_forward(h.k_bthd, 0, m.rope_theta, m.rope_pairs);
@@ -93,8 +124,13 @@ void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx,
   else rows_of(s.dq, N, Hq * dh), rows_of(s.dkv, B * S, 2 * Hkv * dh);
   const Heads h = heads_of(m, s.q, s.kv, s.att, B, T, S);
   const Heads d = heads_of(m, s.dq, s.dkv, s.datt, B, T, S);
-  attention_backward(args_of(m, h, s.lse.data()), d.out, d.q, d.k, d.v);  // written, not added
-  if (m.rotary) {
+  if (m.shard) {
+    m.shard->backward(args_of(m, h, s.lse.data()), d.out, d.q, d.k, d.v);
+    if (m.rotary) rotate(m, d, true);
+  } else {
+    attention_backward(args_of(m, h, s.lse.data()), d.out, d.q, d.k, d.v);  // written, not added
+  }
+  if (m.rotary && !m.shard) {
     rope_backward(d.q_bthd, S - T, m.rope_theta, m.rope_pairs);
     rope_backward(d.k_bthd, 0, m.rope_theta, m.rope_pairs);
   }
@@ -109,6 +145,8 @@ void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx,
 
 Tensor multihead_weights(const MultiHeadAttention& m, const MultiHeadState& s, int64_t B,
                          int64_t T, int64_t S) {
+  check(m.shard == nullptr, "attention weights: not of a model whose sequence is split across "
+        "processes");
   if (!m.is_cross()) S = T;
   Tensor out({B, m.n_heads, T, m.d_head}), weights({B, m.n_heads, T, S});
   const Heads h = heads_of(m, s.q, s.kv, s.att, B, T, S);

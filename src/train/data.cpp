@@ -135,9 +135,14 @@ Batch TaskData::sample_eval(int64_t B, std::mt19937_64& rng) const {
 }
 
 double answer_accuracy(Model& model, const Batch& batch) {
+  const std::vector<uint8_t> right = answers_right(model, batch);
+  return double(std::count(right.begin(), right.end(), 1)) / batch.B;
+}
+
+std::vector<uint8_t> answers_right(Model& model, const Batch& batch) {
   model.forward(batch.tokens.data(), nullptr, batch.B, batch.T);
   const View logits = model.logits();
-  int64_t right = 0;
+  std::vector<uint8_t> right(batch.B);
   for (int64_t b = 0; b < batch.B; ++b) {
     bool all = true;
     for (int64_t t = 0; t < batch.T; ++t) {
@@ -149,9 +154,9 @@ double answer_accuracy(Model& model, const Batch& batch) {
         if (logits(n, v) > logits(n, best)) best = v;
       all = all && best == want;
     }
-    right += all;
+    right[b] = all;
   }
-  return double(right) / batch.B;
+  return right;
 }
 
 }  // namespace qkv

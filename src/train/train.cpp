@@ -22,6 +22,17 @@ std::mt19937_64 step_rng(uint64_t seed, int64_t step, uint64_t stream) {
   return std::mt19937_64(seq);
 }
 
+// The fraction of a batch's scored positions that are in `part` of it.
+float share_of(const Batch& part, const Batch& whole) {
+  const auto scored = [](const Batch& b) {
+    return std::count_if(b.targets.begin(), b.targets.end(),
+                         [](int32_t x) { return x != kIgnoreIndex; });
+  };
+  const int64_t all = scored(whole);
+  if (part.targets.size() == whole.targets.size()) return all ? 1.0f : 0.0f;
+  return all ? static_cast<float>(scored(part)) / static_cast<float>(all) : 0.0f;
+}
+
 }  // namespace
 
 void check_config(const TrainConfig& c) {
@@ -57,21 +68,14 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
     for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
       std::mt19937_64 rng = step_rng(cfg.seed, step, micro);
       const Batch batch = data.sample(cfg.batch, rng);
-      // This process's rows, whose mean loss weighs in by its share of the scored positions.
-      const auto [first, last] = run.rows(batch.B);
-      const int32_t* tokens_of = batch.tokens.data() + first * batch.T;
-      const int32_t* targets_of = batch.targets.data() + first * batch.T;
-      const auto scored = [&](const int32_t* t, int64_t n) {
-        return std::count_if(t, t + n, [](int32_t x) { return x != kIgnoreIndex; });
-      };
-      const int64_t all = scored(batch.targets.data(), batch.B * batch.T);
-      const int64_t mine = scored(targets_of, (last - first) * batch.T);
-      if (mine > 0) {
-        const float share = static_cast<float>(mine) / static_cast<float>(all);
-        const float mean = model.forward(tokens_of, targets_of, last - first, batch.T);
-        loss += (share == 1 ? mean : mean * share) / cfg.grad_accum;
-        model.backward(share);
-      }
+      // This process's part, whose mean loss weighs in by its share of the scored positions.
+      // (Every process runs its part even when nothing in it is scored: the forward and
+      // backward of a context-parallel model are collective.)
+      const Batch part = run.local(batch);
+      const float share = share_of(part, batch);
+      const float mean = model.forward(part.tokens.data(), part.targets.data(), part.B, part.T);
+      loss += (share == 1 ? mean : mean * share) / cfg.grad_accum;
+      model.backward(share);
       tokens += batch.B * batch.T;
     }
     loss = run.sum(loss);
@@ -91,8 +95,11 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
     if ((cfg.eval_every > 0 && p.step % cfg.eval_every == 0) || last) {
       std::mt19937_64 rng = step_rng(cfg.seed ^ 0x5eedULL, 0, 0);  // the same held-out set
       const Batch eval = data.sample_eval(256, rng);
-      p.eval_loss = model.forward(eval.tokens.data(), eval.targets.data(), eval.B, eval.T);
-      if (data.task() != Task::text) p.accuracy = answer_accuracy(model, eval);
+      const Batch part = run.local(eval);
+      const float share = share_of(part, eval);
+      const float mean = model.forward(part.tokens.data(), part.targets.data(), part.B, part.T);
+      p.eval_loss = run.sum(share == 1 ? mean : mean * share);
+      if (data.task() != Task::text) p.accuracy = run.accuracy(answers_right(model, part), eval.B);
       result.final_eval_loss = p.eval_loss;
       result.final_accuracy = p.accuracy;
     }
