@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "parallel_job.h"
 #include "qkv/error.h"
 #include "qkv/io.h"
 #include "qkv/params.h"
@@ -40,6 +41,7 @@ struct TrainOptions {
   float weight_decay = 0.1f, init_std = 0;
   int threads = 0;
   bool json = false, quiet = false;
+  ParallelOptions parallel;
 };
 
 // Model sizes by name: width, blocks and heads (d_ff is 4 × width).
@@ -105,43 +107,52 @@ TaskData make_data(const TrainOptions& o) {
   fail("train: unknown --task \"", o.task, "\"; choose recall, copy or reverse (or --text FILE)");
 }
 
-void run_train(const TrainOptions& o) {
+void run_train(const TrainOptions& o, ParallelJob& job) {
   check_config(o.train);  // before the summary line: a bad option is the only output
   if (o.threads > 0) set_num_threads(o.threads);
+  else if (job.default_threads() > 0) set_num_threads(job.default_threads());
   const TaskData data = make_data(o);
   std::unique_ptr<Model> model;
   std::unique_ptr<AdamW> optimizer;
   int64_t first_step = 0;
-  if (!o.resume.empty()) {
+  if (!o.resume.empty()) {  // every rank reads the checkpoint: it holds the whole state
     Checkpoint ck = load_checkpoint(o.resume);
     check(ck.optimizer != nullptr, "train: ", o.resume, " holds no optimizer state to resume");
     model = std::move(ck.model);
     optimizer = std::move(ck.optimizer);
     first_step = ck.step;
-  } else {
+  } else {  // the same seed on every rank: the same initial weights
     model = std::make_unique<Model>(model_config(o, data), o.train.seed);
     AdamWConfig ac = o.train.adamw;
     ac.weight_decay = o.weight_decay;
     optimizer = std::make_unique<AdamW>(*model, ac);
   }
+  const std::unique_ptr<StepRunner> runner = job.runner(*model, *optimizer, data.seq_len());
+  const bool root = job.rank() == 0;  // rank 0 prints and writes the checkpoints
+  const bool quiet = o.quiet || !root;
   const ModelConfig& c = model->config();
   const bool tty = isatty(STDOUT_FILENO) && !o.json;
   std::ostream& log = o.json ? std::cerr : std::cout;
-  if (!o.quiet)
+  if (!quiet) {
     log << "qkv train: " << data.describe() << "\n  model: " << c.n_layers << " layers, d_model "
         << c.d_model << ", " << c.n_heads << " heads, " << with_commas(model->num_params())
         << " parameters; batch " << o.train.batch << " x " << data.seq_len() << " tokens, "
         << o.train.steps << " steps" << (first_step ? ", resumed at step " + std::to_string(first_step) : "")
         << "\n";
+    if (!job.describe().empty())
+      log << "  " << job.describe() << ", " << num_threads() << " threads per rank; "
+          << bytes_str(static_cast<double>(job.state_bytes(*model, *optimizer)))
+          << " of weights, gradients and optimizer state per rank\n";
+  }
 
   interrupted = false;
   std::signal(SIGINT, on_sigint);
-  auto save = [&](int64_t step) {
-    save_checkpoint(o.checkpoint, *model, optimizer.get(), step,
-                    {{"task", data.describe()}});
+  auto save = [&](int64_t step) {  // collective: a sharded optimizer is gathered first
+    const AdamW& whole = job.optimizer_for_checkpoint(*optimizer);
+    if (root) save_checkpoint(o.checkpoint, *model, &whole, step, {{"task", data.describe()}});
   };
   const TrainResult r = train(*model, *optimizer, data, o.train, first_step, [&](const TrainProgress& p) {
-    if (!o.quiet && (tty || p.eval_loss >= 0 || p.step == p.steps)) {
+    if (!quiet && (tty || p.eval_loss >= 0 || p.step == p.steps)) {
       const double eta = p.seconds / std::max<int64_t>(1, p.step - first_step) * (p.steps - p.step);
       char line[256];
       std::snprintf(line, sizeof line, "step %5ld/%ld  loss %.4f  lr %.2e  %.0f tok/s  ETA %.0fs",
@@ -160,16 +171,17 @@ void run_train(const TrainOptions& o) {
       else log << text << "\n";
     }
     if (o.save_every > 0 && p.step % o.save_every == 0) save(p.step);
-    return !interrupted;
-  });
+    return !job.any(interrupted);  // every rank stops at the same step
+  }, runner.get());
   std::signal(SIGINT, SIG_DFL);
   save(r.steps);
 
-  // MFU: training FLOPs over the fp32 FMA peak measured now.
-  const double peak = detail::measure_fma_peak_gflops(num_threads(), 0.1);
+  // MFU: training FLOPs over the fp32 FMA peak measured now (every rank at once, summed).
+  const double peak = job.sum(detail::measure_fma_peak_gflops(num_threads(), 0.1));
   const double flops_per_token =
       training_flops_per_token(c, model->num_params(), data.seq_len());
   const double mfu = r.tokens_per_s * flops_per_token / (peak * 1e9);
+  if (!root) return;
   json summary = {{"final_loss", r.final_loss},
                   {"steps", r.steps},
                   {"tokens_per_s", r.tokens_per_s},
@@ -178,7 +190,9 @@ void run_train(const TrainOptions& o) {
                   {"peak_gflops", peak},
                   {"parameters", model->num_params()},
                   {"checkpoint", o.checkpoint},
-                  {"interrupted", interrupted.load()}};
+                  {"interrupted", interrupted.load()},
+                  {"ranks", job.size()},
+                  {"state_bytes_per_rank", job.state_bytes(*model, *optimizer)}};
   summary["final_eval_loss"] = r.final_eval_loss >= 0 ? json(r.final_eval_loss) : json(nullptr);
   summary["final_accuracy"] = r.final_accuracy >= 0 ? json(r.final_accuracy) : json(nullptr);
   if (!o.quiet) {
@@ -189,6 +203,17 @@ void run_train(const TrainOptions& o) {
         << "%\n  checkpoint: " << o.checkpoint << "\n";
   }
   if (o.json) std::cout << summary.dump() << "\n";
+}
+
+// In an MPI job an error on one rank ends them all, with its message.
+void run_train(const TrainOptions& o) {
+  const std::unique_ptr<ParallelJob> job = ParallelJob::start(o.parallel);
+  if (job->size() == 1 && job->describe().empty()) return run_train(o, *job);
+  try {
+    run_train(o, *job);
+  } catch (const std::exception& e) {
+    job->fail_job(e.what());
+  }
 }
 
 }  // namespace
@@ -225,6 +250,10 @@ void add_train(CLI::App& app) {
   cmd->add_option("--checkpoint", o->checkpoint, "Where to save")->capture_default_str();
   cmd->add_option("--save-every", o->save_every, "Also save every N steps (0 = only at the end)");
   cmd->add_option("--resume", o->resume, "Continue from this checkpoint (same data flags)");
+  cmd->add_flag("--context-parallel", o->parallel.context_parallel,
+                "Under mpirun: split each sequence across the ranks (ring attention) instead of the batch");
+  cmd->add_flag("--zero1", o->parallel.zero1,
+                "Under mpirun: shard the optimizer state across the ranks (ZeRO-1)");
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--quiet", o->quiet, "No progress lines");
   cmd->add_flag("--json", o->json, "Summary as one JSON line on stdout (progress to stderr)");
