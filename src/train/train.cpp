@@ -94,7 +94,10 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
     const bool last = step + 1 == cfg.steps;
     if ((cfg.eval_every > 0 && p.step % cfg.eval_every == 0) || last) {
       std::mt19937_64 rng = step_rng(cfg.seed ^ 0x5eedULL, 0, 0);  // the same held-out set
-      const Batch eval = data.sample_eval(256, rng);
+      // 256 sequences, fewer when they are long (at most 64k positions, as 256 × 256), never
+      // fewer than a training batch.
+      const int64_t eval_batch = std::min<int64_t>(256, std::max(65536 / data.seq_len(), cfg.batch));
+      const Batch eval = data.sample_eval(eval_batch, rng);
       const Batch part = run.local(eval);
       const float share = share_of(part, eval);
       const float mean = model.forward(part.tokens.data(), part.targets.data(), part.B, part.T);
