@@ -242,6 +242,12 @@ void add_bench(CLI::App& app) {
   bench->require_subcommand(1);
   add_bench_train(*bench);
   add_bench_generate(*bench);
+#ifdef QKV_HAVE_MPI
+  add_bench_ring(*bench);
+#else
+  bench->add_subcommand("ring", "Ring attention under mpirun (needs qkv built with MPI)")
+      ->callback([] { fail("bench ring: this qkv was built without MPI (QKV_MPI; Debian: libopenmpi-dev)"); });
+#endif
   CLI::App* cmd = bench->add_subcommand("attention", "Time qkv::attention on one shape");
   cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str();
   cmd->add_option("--heads", o->heads, "Query heads")->capture_default_str();

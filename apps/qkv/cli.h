@@ -22,6 +22,7 @@ void add_bench(CLI::App& app);
 void add_train(CLI::App& app);
 void add_bench_train(CLI::App& bench);
 void add_bench_generate(CLI::App& bench);
+void add_bench_ring(CLI::App& bench);  // apps/qkv/bench_ring.cpp (with MPI)
 void add_generate(CLI::App& app);
 void add_chat(CLI::App& app);
 void add_quantize(CLI::App& app);
