@@ -8,24 +8,12 @@
 #include <string>
 
 #include "arrays.h"
+#include "attention_args.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 
 namespace qkv::python {
-namespace {
 
-using Opt = std::optional<InArray>;
-
-struct Options {
-  bool causal = false;
-  int window_left = -1, window_right = -1;
-  Opt kv_len, bias, alibi, cu_seqlens_q, cu_seqlens_k;
-  float softcap = 0, scale = 0;
-  std::string layout = "bhtd";
-};
-
-// A q/k/v/out-like array as [B, H, T, D]: "bhtd" as it is, "bthd" (FlashAttention's) with T
-// and H swapped in the view; a 3-dim array (a packed batch) gets a batch of one in front.
 View as_bhtd(View v, const Options& o, const char* what) {
   check(o.layout == "bhtd" || o.layout == "bthd", "attention: layout must be \"bhtd\" or \"bthd\", got \"",
         o.layout, "\"");
@@ -40,7 +28,6 @@ View as_bhtd(View v, const Options& o, const char* what) {
   return o.layout == "bthd" ? v.transpose(1, 2) : v;
 }
 
-// `out` is written by the forward and read by the backward, hence taken as a View.
 AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, const View& out,
                         const std::optional<OutArray>& lse, const Options& o) {
   AttentionArgs a;
@@ -83,8 +70,6 @@ AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, co
   }
   return a;
 }
-
-}  // namespace
 
 void bind_attention(nb::module_& m) {
   m.def(

@@ -12,6 +12,7 @@ namespace qkv::python {
 namespace nb = nanobind;
 void bind_attention(nb::module_& m);
 void bind_models(nb::module_& m);
+void bind_dist(nb::module_& m);  // python/src/dist.cpp, with MPI
 }  // namespace qkv::python
 
 NB_MODULE(_qkv, m) {
@@ -35,4 +36,9 @@ NB_MODULE(_qkv, m) {
   m.def("num_threads", &qkv::num_threads);
   qkv::python::bind_attention(m);
   qkv::python::bind_models(m);
+#ifdef QKV_HAVE_MPI
+  qkv::python::bind_dist(m);
+#else
+  m.attr("_has_dist") = false;
+#endif
 }
