@@ -4,6 +4,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "qkv/train.h"
 
@@ -40,6 +42,8 @@ class ParallelJob {
   // Ends every rank of the job with `message` (one rank's error must not leave the others
   // waiting); in one process, throws it as a qkv::Error.
   [[noreturn]] virtual void fail_job(const std::string& message);
+  // What the job's communication cost so far, for the summary: name → value (seconds, bytes).
+  virtual std::vector<std::pair<std::string, double>> communication() const { return {}; }
   // A line for the summary: "2 ranks, data-parallel, ZeRO-1"; empty for one process.
   virtual std::string describe() const { return ""; }
 };

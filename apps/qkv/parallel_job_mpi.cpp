@@ -81,6 +81,19 @@ class MpiJob : public ParallelJob {
   [[noreturn]] void fail_job(const std::string& message) override {
     dist::abort_job(MPI_COMM_WORLD, message.c_str());
   }
+  std::vector<std::pair<std::string, double>> communication() const override {
+    if (!runner_) return {};
+    std::vector<std::pair<std::string, double>> c = {
+        {"exchange_seconds", runner_->exchange_seconds},
+        {"exchange_bytes", static_cast<double>(runner_->exchange_bytes)}};
+    if (auto* cp = dynamic_cast<const dist::ContextParallel*>(runner_)) {
+      c.emplace_back("ring_seconds", cp->ring_stats.seconds);
+      c.emplace_back("ring_compute_seconds", cp->ring_stats.compute_seconds);
+      c.emplace_back("ring_wait_seconds", cp->ring_stats.wait_seconds);
+      c.emplace_back("ring_bytes", static_cast<double>(cp->ring_stats.bytes_sent));
+    }
+    return c;
+  }
   std::string describe() const override {
     std::string s = std::to_string(size_) + (size_ == 1 ? " rank" : " ranks") + ", ";
     s += options_.context_parallel ? "context-parallel (ring attention, zigzag)" : "data-parallel";

@@ -193,6 +193,7 @@ void run_train(const TrainOptions& o, ParallelJob& job) {
                   {"interrupted", interrupted.load()},
                   {"ranks", job.size()},
                   {"state_bytes_per_rank", job.state_bytes(*model, *optimizer)}};
+  for (const auto& [name, value] : job.communication()) summary[name] = value;  // rank 0's
   summary["final_eval_loss"] = r.final_eval_loss >= 0 ? json(r.final_eval_loss) : json(nullptr);
   summary["final_accuracy"] = r.final_accuracy >= 0 ? json(r.final_accuracy) : json(nullptr);
   if (!o.quiet) {

@@ -104,6 +104,10 @@ class DataParallel : public StepRunner {
   int64_t state_bytes(const Model& model, const AdamW& optimizer) const;
   int rank() const { return rank_; }
   MPI_Comm comm() const { return comm_; }
+  // The gradient (or, with ZeRO-1, parameter) exchange so far: time in MPI calls (nothing
+  // overlaps it: it runs after the backward) and bytes this rank sent.
+  double exchange_seconds = 0;
+  int64_t exchange_bytes = 0;
   int size() const { return size_; }
   bool zero1() const { return zero1_; }
 

@@ -1,6 +1,7 @@
 // Data-parallel training over MPI: a share of every batch per rank, gradients summed in a
 // fixed order, optionally the optimizer state sharded (ZeRO-1). See include/qkv/dist.h.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -8,6 +9,12 @@
 #include "qkv/error.h"
 
 namespace qkv::dist {
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
 
 DataParallel::DataParallel(MPI_Comm comm, const Model& model, AdamW& optimizer, bool zero1)
     : comm_(comm), zero1_(zero1) {
@@ -81,13 +88,20 @@ void DataParallel::reduce_scatter(float* g) {
 float DataParallel::update(Model& model, AdamW& optimizer, float max_norm, float lr) {
   float* g = model.grads();
   float* w = model.weights();
+  const double t0 = now();
   reduce_scatter(g);
+  exchange_seconds += now() - t0;
+  const int64_t n = model.num_params(), mine = counts_[rank_];
+  // Sent: the other ranks' slices (reduce-scatter), then this slice to each of them (gather).
+  exchange_bytes += 4 * ((n - mine) + mine * (size_ - 1));
   const int64_t first = begin_[rank_], count = counts_[rank_];
   auto all_gather = [&](float* base) {
     std::vector<int> displs(size_);
     for (int r = 0; r < size_; ++r) displs[r] = static_cast<int>(begin_[r]);
+    const double t = now();
     check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, counts_.data(),
                              displs.data(), MPI_FLOAT, comm_), "MPI_Allgatherv");
+    exchange_seconds += now() - t;
   };
   check(model.num_params() < std::numeric_limits<int>::max(), "data-parallel training: ",
         model.num_params(), " parameters need 64-bit MPI offsets (not built)");
