@@ -20,6 +20,11 @@ models=$src/models/stories260K
 "$work/cmake/generate_example" "$models/stories260K.bin" "$models/tok512.bin" "Once upon a time" |
   grep -q "^Once upon a time, there was a little girl named Lily"
 
+if [[ -x "$work/cmake/ring_example" ]]; then  # qkv::dist, when qkv was built with MPI
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 QKV_NUM_THREADS=1 \
+    mpirun --oversubscribe --mca btl self,vader -np 2 "$work/cmake/ring_example" | grep -q "rank 1 of 2"
+fi
+
 PKG_CONFIG_PATH="$libdir/pkgconfig" \
   g++ -std=c++20 "$src/examples/attention_example.cpp" -o "$work/pc_example" \
   $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs qkv) -Wl,-rpath,"$libdir"
