@@ -205,6 +205,22 @@ TEST(RingErrors, RanksThatDisagreeAllThrow) {
   }
 }
 
+// One rank's bad shape: that rank gets its own error, every other rank one naming it.
+TEST(RingErrors, OneRankWithABadShapeStopsEveryRank) {
+  const int P = size_of(), rank = rank_of();
+  const Sharding s{8 * P, P, Layout::zigzag};
+  Tensor q({1, 2, 8, 8}), k({1, 2, 8, 8}), v({1, 2, 8, 8}), out({1, 2, 8, 8}), short_v({1, 2, 7, 8});
+  AttentionArgs a{.q = q, .k = k, .v = v, .out = out};
+  if (rank == 0) a.v = short_v;
+  try {
+    ring_attention(a, s, MPI_COMM_WORLD);
+    ADD_FAILURE() << "no error on rank " << rank;
+  } catch (const Error& e) {
+    const std::string want = rank == 0 ? "must match k" : "rank 0 rejected its arguments";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+}
+
 TEST(RingErrors, UnsupportedOptionsAndShapes) {
   const int P = size_of();
   const Sharding s{8 * P, P, Layout::zigzag};

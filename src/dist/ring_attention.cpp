@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string>
 
 #include "attention/masks.h"
 #include "qkv/dist.h"
@@ -82,23 +83,36 @@ void check_shard(const AttentionArgs& a, const Sharding& s, const char* where) {
             "] = ", a.mask.kv_len[b], " is outside [0, ", s.seq_len, "] (global positions)");
 }
 
-// Every rank must run the same problem: a mismatch would deadlock or corrupt, so compare.
-void check_agreement(const AttentionArgs& a, const Sharding& s, MPI_Comm comm,
-                     const char* where) {
-  int size = 0;
-  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-  check(size == s.ranks, where, ": the sharding is for ", s.ranks, " ranks, the communicator has ",
-        size);
-  int64_t mine[] = {a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[3], a.v.shape[3],
-                    s.seq_len, static_cast<int64_t>(s.layout), a.mask.causal,
-                    a.mask.window_left, a.mask.window_right};
+// Every rank checks its own arguments (`check_local`), then all compare what they were given:
+// a rank that throws alone would leave the others waiting on the ring, and a mismatch would
+// deadlock or corrupt. So every rank throws when any rank's arguments are wrong.
+template <typename Check>
+void check_agreement(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, const char* where,
+                     Check check_local) {
+  std::string problem;
+  try {
+    check_local();
+    int size = 0;
+    check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    check(size == s.ranks, where, ": the sharding is for ", s.ranks,
+          " ranks, the communicator has ", size);
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  int rank = 0;
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  int64_t mine[] = {problem.empty() ? -1 : rank, a.q.shape[0], a.q.shape[1], a.k.shape[1],
+                    a.q.shape[3], a.v.shape[3], s.seq_len, static_cast<int64_t>(s.layout),
+                    a.mask.causal, a.mask.window_left, a.mask.window_right};
   constexpr int n = sizeof mine / sizeof mine[0];
   int64_t low[n], high[n];
   check_mpi(MPI_Allreduce(mine, low, n, MPI_INT64_T, MPI_MIN, comm), "MPI_Allreduce");
   check_mpi(MPI_Allreduce(mine, high, n, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
-  static const char* names[n] = {"B", "Hq", "Hkv", "D", "Dv", "seq_len", "layout", "causal",
+  if (!problem.empty()) throw Error(problem);
+  check(high[0] < 0, where, ": rank ", high[0], " rejected its arguments (its error says why)");
+  static const char* names[n] = {"", "B", "Hq", "Hkv", "D", "Dv", "seq_len", "layout", "causal",
                                  "window_left", "window_right"};
-  for (int i = 0; i < n; ++i)
+  for (int i = 1; i < n; ++i)
     check(low[i] == high[i], where, ": the ranks disagree on ", names[i], " (from ", low[i],
           " to ", high[i], ")");
 }
@@ -208,8 +222,7 @@ void for_each_block(const std::vector<Chunk>& qchunks, const std::vector<Chunk>&
 
 void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, RingStats* stats) {
   const char* where = "ring_attention";
-  check_shard(a, s, where);
-  check_agreement(a, s, comm, where);
+  check_agreement(a, s, comm, where, [&] { check_shard(a, s, where); });
   const double start = now();
   Ring ring(comm, stats);
   const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tl = s.local_len(), Hkv = a.k.shape[1],
@@ -273,12 +286,13 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
 void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk, View dv,
                              const Sharding& s, MPI_Comm comm, RingStats* stats) {
   const char* where = "ring_attention_backward";
-  check_shard(a, s, where);
-  check(a.lse != nullptr, where, ": needs the forward's lse (AttentionArgs::lse)");
-  AttentionArgs unpadded = a;
-  unpadded.mask.kv_len = nullptr;  // global positions: checked by check_shard
-  validate_backward(unpadded, dout, dq, dk, dv, where);
-  check_agreement(a, s, comm, where);
+  check_agreement(a, s, comm, where, [&] {
+    check_shard(a, s, where);
+    check(a.lse != nullptr, where, ": needs the forward's lse (AttentionArgs::lse)");
+    AttentionArgs unpadded = a;
+    unpadded.mask.kv_len = nullptr;  // global positions: checked by check_shard
+    validate_backward(unpadded, dout, dq, dk, dv, where);
+  });
   const double start = now();
   Ring ring(comm, stats);
   const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tl = s.local_len(), Hkv = a.k.shape[1],
