@@ -90,6 +90,7 @@ class MpiJob : public ParallelJob {
       c.emplace_back("ring_seconds", cp->ring_stats.seconds);
       c.emplace_back("ring_compute_seconds", cp->ring_stats.compute_seconds);
       c.emplace_back("ring_wait_seconds", cp->ring_stats.wait_seconds);
+      c.emplace_back("ring_progress_seconds", cp->ring_stats.progress_seconds);
       c.emplace_back("ring_bytes", static_cast<double>(cp->ring_stats.bytes_sent));
     }
     return c;

@@ -50,10 +50,11 @@ struct Sharding {
 void shard(const View& full, const View& local, int dim, const Sharding& s, int rank);
 void unshard(const View& local, const View& full, int dim, const Sharding& s, int rank);
 
-// Time spent in one call, for benchmarks: kernels, and waiting on the ring (what the
-// transfers did not hide).
+// Time spent in one call, for benchmarks: kernels (and merging), MPI's progress calls between
+// them (on one machine the transfers' copies may run there, on the computing core), and
+// waiting for a step's transfers after its compute (what compute did not hide).
 struct RingStats {
-  double seconds = 0, compute_seconds = 0, wait_seconds = 0;
+  double seconds = 0, compute_seconds = 0, progress_seconds = 0, wait_seconds = 0;
   int64_t bytes_sent = 0;
   int64_t blocks_computed = 0, blocks_skipped = 0;  // (q chunk, k chunk) pairs
 };

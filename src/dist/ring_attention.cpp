@@ -140,10 +140,13 @@ struct Ring {
     if (stats) stats->bytes_sent += count * static_cast<int64_t>(sizeof(float));
   }
   // Lets MPI move pending transfers along between kernel calls (Open MPI progresses large
-  // messages only inside MPI calls).
-  static void poke(MPI_Request req[2]) {
+  // messages only inside MPI calls; on one machine the copy itself may run in here).
+  void poke(MPI_Request req[2]) {
+    if (req[0] == MPI_REQUEST_NULL) return;
+    const double t = now();
     int done = 0;
-    if (req[0] != MPI_REQUEST_NULL) MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE);
+    MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE);
+    if (stats) stats->progress_seconds += now() - t;
   }
   void wait(MPI_Request req[2]) {
     const double t = now();
@@ -244,7 +247,7 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
     const KVBlock& incoming = blocks[(step + 1) % 2];
     if (step + 1 < ring.size) ring.start(cur.ptr(), incoming.ptr(), cur.count(), kTagKV, req);
     const int owner = (ring.rank - step + ring.size) % ring.size;
-    const double t = now();
+    const double t = now(), progress0 = stats ? stats->progress_seconds : 0;
     for_each_block(mine, s.chunks(owner), a.mask, stats,
                    [&](int64_t qrow, const Chunk& qc, int64_t krow, const Chunk& kc,
                        const BlockCall& c) {
@@ -255,7 +258,7 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
       x.out = View(part_out.data(), {B, Hq, n, Dv});
       x.lse = part_lse.data();
       attention(x);
-      Ring::poke(req);
+      ring.poke(req);
       // Merge rows [qrow + q0, qrow + q1) with their log-sum-exps.
       detail::parallel_for(B * Hq * n, detail::threads_for(B * Hq * n * Dv), [&](int64_t r) {
         const int64_t i = r % n, bh = r / n;
@@ -275,7 +278,7 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
         l = m + std::log(sum);
       });
     });
-    if (stats) stats->compute_seconds += now() - t;
+    if (stats) stats->compute_seconds += now() - t - (stats->progress_seconds - progress0);
     if (step + 1 < ring.size) ring.wait(req);
   }
   add_into(a.out, out, true);
@@ -317,7 +320,7 @@ void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk
     if (step + 1 < ring.size)
       ring.start(cur.ptr(), blocks[(step + 1) % 2].ptr(), cur.count(), kTagKV, kv_req);
     const int owner = (ring.rank - step + ring.size) % ring.size;
-    const double t = now();
+    const double t = now(), progress0 = stats ? stats->progress_seconds : 0;
     partial.data.fill(0);
     for_each_block(mine, s.chunks(owner), a.mask, stats,
                    [&](int64_t qrow, const Chunk& qc, int64_t krow, const Chunk& kc,
@@ -334,13 +337,13 @@ void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk
       const View pdk(part_dk.data(), {B, Hkv, nk, D});
       const View pdv(part_dv.data(), {B, Hkv, nk, Dv});
       attention_backward(x, dout.slice(2, qrow + c.q0, qrow + c.q1), pdq, pdk, pdv);
-      Ring::poke(kv_req);
-      Ring::poke(grad_req);
+      ring.poke(kv_req);
+      ring.poke(grad_req);
       add_into(dq_sum.view().slice(2, qrow + c.q0, qrow + c.q1), pdq);
       add_into(partial.k().slice(2, krow + c.k0, krow + c.k1), pdk);
       add_into(partial.v().slice(2, krow + c.k0, krow + c.k1), pdv);
     });
-    if (stats) stats->compute_seconds += now() - t;
+    if (stats) stats->compute_seconds += now() - t - (stats->progress_seconds - progress0);
     // The block's accumulator: what came with it (nothing at its owner, step 0) plus this
     // rank's part, sent on behind the block; the last hop takes it home.
     if (step == 0) {
