@@ -22,7 +22,8 @@ struct RingCase {
   int64_t B = 1, Hq = 4, Hkv = 4, T = 48, D = 16, Dv = 16;
   bool causal = false;
   int window_left = -1, window_right = -1;
-  bool padding = false;
+  bool padding = false;      // kv_len random for batch rows after the first
+  bool empty_row = false;    // the last batch row sees no key at all (out 0, lse −inf)
   float softcap = 0;
   bool seq_major = false;  // q, k, v, out stored [B, T, H, D] and passed as transposed views
   Layout layout = Layout::zigzag;
@@ -93,6 +94,7 @@ TEST_P(RingAttention, MatchesOneProcessForwardAndBackward) {
   std::vector<int32_t> kv_len(c.B, static_cast<int32_t>(c.T));
   if (c.padding)
     for (int64_t b = 1; b < c.B; ++b) kv_len[b] = static_cast<int32_t>(rng() % (c.T + 1));
+  if (c.empty_row) kv_len[c.B - 1] = 0;
   AttentionArgs full{.q = q.view, .k = k.view, .v = v.view, .out = out, .lse = lse.data()};
   full.softcap = c.softcap;
   full.mask.causal = c.causal;
@@ -161,6 +163,7 @@ std::vector<RingCase> cases() {
   add("window_right_only", [](RingCase& c) { c.window_right = 11, c.layout = Layout::contiguous; });
   add("padding", [](RingCase& c) { c.B = 3, c.padding = true; });
   add("causal_padding", [](RingCase& c) { c.B = 3, c.causal = true, c.padding = true; });
+  add("padding_empty_row", [](RingCase& c) { c.B = 2, c.padding = true, c.empty_row = true; });
   add("softcap", [](RingCase& c) { c.causal = true, c.softcap = 5; });
   add("seq_major", [](RingCase& c) { c.causal = true, c.seq_major = true, c.Hkv = 2; });
   add("long_causal", [](RingCase& c) { c.T = 264, c.D = 32, c.Dv = 32, c.causal = true; });
