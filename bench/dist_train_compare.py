@@ -28,7 +28,7 @@ def main():
     p.add_argument("--ranks", type=int, default=2)
     a = p.parse_args()
     P, qkv = a.ranks, a.qkv
-    mpirun = ["mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "-np", str(P)]
+    mpirun = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", "-np", str(P)]
     cores = os.cpu_count()
     tmp = tempfile.mkdtemp()
     text = os.path.join(tmp, "text.txt")

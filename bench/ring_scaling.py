@@ -24,7 +24,7 @@ import sys
 
 def run(qkv, ranks, seq, causal, heads, dim, threads):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd = ["mpirun", "--oversubscribe", "--mca", "btl", "self,vader", "-np", str(ranks), qkv,
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", "-np", str(ranks), qkv,
            "bench", "ring", "--json", "--seq", str(seq), "--heads", str(heads), "--dim", str(dim),
            "--threads", str(threads), "--repeats", "7"]
     if causal:

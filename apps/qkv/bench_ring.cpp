@@ -1,4 +1,4 @@
-// `mpirun -np P qkv bench ring`: ring attention over P ranks (1 thread each by default)
+// `mpirun --bind-to none -np P qkv bench ring`: ring attention over P ranks (1 thread each by default)
 // against one process with P threads on the same whole sequence, timed in the same run; the
 // fraction of the ring's communication hidden behind compute; GFLOP/s and the fraction of the
 // FMA peak of all ranks together, measured in the same run.
@@ -8,6 +8,7 @@
 // time inside MPI's progress calls between kernel calls (on one machine the copies run there,
 // on the computing core): hidden = 1 − (wait + progress) / alone.
 #include <mpi.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -153,7 +154,15 @@ void bench_ring(const RingBenchOptions& o) {
 
     // 4. One process with P × threads on the whole sequence (rank 0; the others sleep).
     double one_s = 0, one_peak = 0, max_err = 0;
+    int rank0_cpus = 0;
     if (rank == 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      if (sched_getaffinity(0, sizeof set, &set) == 0) rank0_cpus = CPU_COUNT(&set);
+      if (rank0_cpus > 0 && rank0_cpus < P * o.threads)
+        std::cerr << "qkv bench ring: rank 0 may run on " << rank0_cpus << " CPU(s), too few for "
+                  << "the one-process run's " << P * o.threads << " threads: Open MPI binds "
+                  << "ranks to cores; run mpirun with --bind-to none\n";
       set_num_threads(P * o.threads);
       auto one = [&] {
         attention(full);
@@ -201,6 +210,7 @@ void bench_ring(const RingBenchOptions& o) {
                      {"ring_fraction_of_peak", flops / ring_s / 1e9 / total_peak},
                      {"peak_gflops_all_ranks", total_peak},
                      {"one_process_ms", one_s * 1e3},
+                     {"rank0_cpus", rank0_cpus},
                      {"one_process_gflops", flops / one_s / 1e9},
                      {"one_process_fraction_of_peak", flops / one_s / 1e9 / one_peak},
                      {"one_process_peak_gflops", one_peak},
