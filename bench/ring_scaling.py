@@ -26,7 +26,7 @@ def run(qkv, ranks, seq, causal, heads, dim, threads):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", "-np", str(ranks), qkv,
            "bench", "ring", "--json", "--seq", str(seq), "--heads", str(heads), "--dim", str(dim),
-           "--threads", str(threads), "--repeats", "7"]
+           "--threads", str(threads), "--repeats", "7", "--min-time", "1"]
     if causal:
         cmd.append("--causal")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
@@ -53,7 +53,10 @@ def main():
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    alpha, beta = max(my - slope * mx, 0.0), 1 / slope
+    beta = 1 / slope
+    # The latency: the hop time of the smallest blocks, less their bytes' share.
+    small = min(range(n), key=lambda i: xs[i])
+    alpha = max(ys[small] - xs[small] / beta, 0.0)
     # The compute rate of one rank: its kernel time on the longest runs (flops it did / time).
     def rank_flops(r):
         Tl = r["seq"] / P
@@ -67,10 +70,11 @@ def main():
     print(f"CPU: {model}; {P} ranks x {a.threads} thread(s), target {runs[0]['target']}")
     print(f"fit: hop latency α = {alpha * 1e6:.1f} µs, loopback bandwidth β = {beta / 1e9:.2f} GB/s, "
           f"compute R = {R / 1e9:.1f} GFLOP/s per rank")
-    print("| mask | T | Tl | compute / step (ms) | link / step (ms) | wait predicted (ms) | wait measured (ms) "
-          "| hidden predicted | hidden measured | ring vs one process |")
-    print("(measured wait: after each step's compute, plus inside MPI progress calls between kernels)")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("(measured unhidden: the wait after each step's compute, plus the time inside MPI progress "
+          "calls between kernels)")
+    print("| mask | T | Tl | compute / step predicted (ms) | measured | link / step predicted (ms) | measured alone "
+          "| unhidden predicted (ms) | measured | hidden predicted | measured | ring vs one process |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in runs:
         Tl = r["seq"] // P
         f = 0.5 if r["causal"] else 1.0
@@ -78,17 +82,34 @@ def main():
         t_l = alpha + 8 * r["batch"] * r["kv_heads"] * Tl * r["dim"] / beta
         wait = (P - 1) * max(0.0, t_l - t_c)
         hidden = 1 - wait / ((P - 1) * t_l)
-        print(f"| {'causal' if r['causal'] else 'full'} | {r['seq']} | {Tl} | {t_c * 1e3:.3f} | {t_l * 1e3:.3f} "
-              f"| {wait * 1e3:.3f} | {r['wait_ms'] + r['progress_ms']:.3f} | {100 * hidden:.0f}% | {100 * r['hidden_fraction']:.0f}% "
-              f"| {r['speed_vs_one_process']:.2f}x |")
+        print(f"| {'causal' if r['causal'] else 'full'} | {r['seq']} | {Tl} | {t_c * 1e3:.3f} "
+              f"| {r['compute_ms_slowest_rank'] / P:.3f} | {t_l * 1e3:.3f} | {r['comm_alone_ms'] / (P - 1):.3f} "
+              f"| {wait * 1e3:.3f} | {r['wait_ms'] + r['progress_ms']:.3f} | {100 * hidden:.0f}% "
+              f"| {100 * r['hidden_fraction']:.0f}% | {r['speed_vs_one_process']:.2f}x |")
 
-    # Past this machine: the shard length below which a link stops hiding, and what it means.
-    print("\nThe model past this machine (R per node as measured here per rank, scaled by cores):")
+    # Past this machine: nodes of 64 cores each at this machine's per-core rate R.
+    cores = 64
+    Rn = cores * R
+    print(f"\nPast this machine: nodes of {cores} cores at R = {R / 1e9:.0f} GFLOP/s per core "
+          f"({Rn / 1e12:.1f} TFLOP/s per node); Tl* = 2 (Hkv/Hq) R / (f β):")
     for gbps in (25, 100):
         b = gbps / 8 * 1e9
+        cells = []
         for f, mask in ((1.0, "full"), (0.5, "causal")):
-            tl = 2 * 1 * R / (f * 1 * b)  # Hkv/Hq = 1 (multi-head)
-            print(f"  {gbps} Gb/s, {mask}: Tl* = {tl:.0f} positions per rank at R = {R / 1e9:.0f} GFLOP/s")
+            for g, heads in ((1, "MHA"), (4, "GQA 4:1")):
+                cells.append(f"{mask} {heads} {2 * Rn / (g * f * b):.0f}")
+        print(f"  {gbps} Gb/s: " + ", ".join(cells))
+    # A GPT-2-small-shaped model (d 768, 12 layers, 12 heads of 64, vocab 50257) on 64 nodes.
+    d, layers, heads, D, V, params = 768, 12, 12, 64, 50257, 124e6
+    per_position = 4 * (layers * (11 * d + 2 * 4 * d) + (layers + 1) * d + 2 * V + 5 * d)
+    print(f"  GPT-2-small shape: {per_position / 1e6:.2f} MB of activations per position in qkv; "
+          "causal training step on 64 nodes:")
+    for L in (2**17, 2**20, 2**22, 2**24):
+        flops = 3.5 * 2 * L * L * D * heads * layers + 6 * params * L
+        tl = L / 64
+        hide25 = tl >= 2 * Rn / (0.5 * 25 / 8 * 1e9)
+        print(f"    L = {L:>9,}: {tl:,.0f} positions and {tl * per_position / 1e9:.0f} GB per node, "
+              f"{flops / (64 * Rn):,.0f} s per step, link {'hidden' if hide25 else 'NOT hidden'} at 25 Gb/s")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"runs": runs, "alpha_s": alpha, "beta_Bps": beta, "R_flops": R, "cpu": model}, f, indent=1)

@@ -37,6 +37,7 @@ struct RingBenchOptions {
   bool causal = false, backward = false, json = false, contiguous = false;
   int window = -1, threads = 1;
   int repeats = 5;
+  double min_time = 1.0;
 };
 
 double median(std::vector<double> x) {
@@ -116,19 +117,27 @@ void bench_ring(const RingBenchOptions& o) {
       if (o.backward) dist::ring_attention_backward(local, ldout, ldq, ldk, ldv, s, comm, st);
     };
     ring_call(nullptr);  // warm-up
-    std::vector<double> ring_times;
-    dist::RingStats stats;
-    for (int r = 0; r < o.repeats; ++r) {
+    // At least --repeats calls and --min-time seconds; medians over calls of the slowest
+    // rank's time, kernel time, wait and progress (a VM's hiccups stay out of the medians).
+    std::vector<double> ring_times, waits, progresses, computes, fastest_computes;
+    const double bench_start = detail::now_seconds();
+    // Every rank must agree on when to stop: rank 0 decides and tells the others.
+    for (int r = 0, more = 1; more; ++r) {
       MPI_Barrier(comm);
+      dist::RingStats st;
       const double t0 = detail::now_seconds();
-      ring_call(&stats);
+      ring_call(&st);
       ring_times.push_back(max_over(detail::now_seconds() - t0, comm));
+      waits.push_back(max_over(st.wait_seconds, comm));
+      progresses.push_back(max_over(st.progress_seconds, comm));
+      computes.push_back(max_over(st.compute_seconds, comm));
+      fastest_computes.push_back(-max_over(-st.compute_seconds, comm));
+      more = r + 1 < o.repeats || detail::now_seconds() - bench_start < o.min_time;
+      MPI_Bcast(&more, 1, MPI_INT, 0, comm);
     }
     const double ring_s = median(ring_times);
-    const double wait_s = max_over(stats.wait_seconds / o.repeats, comm);
-    const double progress_s = max_over(stats.progress_seconds / o.repeats, comm);
-    const double compute_s = max_over(stats.compute_seconds / o.repeats, comm);
-    const double min_compute_s = -max_over(-stats.compute_seconds / o.repeats, comm);
+    const double wait_s = median(waits), progress_s = median(progresses);
+    const double compute_s = median(computes), min_compute_s = median(fastest_computes);
 
     // 2. Communication alone: the same transfers (the K/V block P − 1 times forward; with the
     //    backward, the K/V ring again and the gradient ring's P hops), nothing between them.
@@ -136,7 +145,7 @@ void bench_ring(const RingBenchOptions& o) {
     std::vector<float> send(block, 1.0f), recv(block);
     const int hops = P == 1 ? 0 : (o.backward ? 2 * (P - 1) + P : P - 1);
     std::vector<double> comm_times;
-    for (int r = 0; r < o.repeats; ++r) {
+    for (size_t r = 0; r < ring_times.size(); ++r) {
       MPI_Barrier(comm);
       const double t0 = detail::now_seconds();
       for (int h = 0; h < hops; ++h)
@@ -268,7 +277,8 @@ void add_bench_ring(CLI::App& bench) {
   cmd->add_flag("--contiguous", o->contiguous, "Contiguous shards instead of zigzag");
   cmd->add_flag("--backward", o->backward, "Time forward + backward (counted as 3.5 forwards)");
   cmd->add_option("--threads", o->threads, "Threads per rank")->capture_default_str()->check(CLI::Range(1, 1024));
-  cmd->add_option("--repeats", o->repeats, "Timed calls (medians)")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--repeats", o->repeats, "At least this many timed calls (medians)")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--min-time", o->min_time, "And at least this many seconds of them")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print only the JSON result line");
   cmd->callback([o] { bench_ring(*o); });
 }
