@@ -59,7 +59,11 @@ def main():
         share = par["exchange_seconds"] / par["seconds"]
         ring, hidden = "", ""
         if "ring_bytes" in par:
-            alone = par["ring_bytes"] / beta
+            # The link as it is now (a VM's loopback moves 1-6 GB/s from minute to minute):
+            # the training's own block size through bench ring, right after.
+            link = last_json(mpirun + [qkv, "bench", "ring", "--json", "--batch", "2", "--heads", "4",
+                                       "--dim", "32", "--seq", "4096", "--backward"])
+            alone = par["ring_bytes"] / (link["bytes_sent_per_rank"] / (link["comm_alone_ms"] / 1e3))
             unhidden = par["ring_wait_seconds"] + par["ring_progress_seconds"]
             ring = f"{1e3 * unhidden:.1f} / {1e3 * alone:.1f} ms"
             hidden = f"{100 * max(0.0, 1 - unhidden / alone):.0f}%"
