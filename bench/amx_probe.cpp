@@ -20,7 +20,7 @@
 #include <cstring>
 #include <random>
 
-#include "util/machine.h"
+#include "yardsticks.h"
 
 namespace {
 

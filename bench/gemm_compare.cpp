@@ -19,7 +19,7 @@
 #include "bench/gemm_highway.h"
 #include "ops/gemm.h"
 #include "qkv/threads.h"
-#include "util/machine.h"
+#include "yardsticks.h"
 
 #include <blis.h>
 #include <dnnl.h>

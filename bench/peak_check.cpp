@@ -1,4 +1,4 @@
-// Checks qkv's FMA-peak yardstick (util/machine.cpp, sized per SIMD target) against an
+// Checks qkv's FMA-peak yardstick (yardsticks/yardsticks.cpp, sized per SIMD target) against an
 // independent loop written here with plain intrinsics: 12 chains of FMAs (of mul + add on
 // SSE4, which has no FMA) of each target's width. For every target this CPU runs, both are
 // measured in turns, and the best of several turns of each is printed with their ratio; the
@@ -14,7 +14,7 @@
 #include <string>
 
 #include "qkv/targets.h"
-#include "util/machine.h"
+#include "yardsticks.h"
 
 namespace {
 

@@ -3,12 +3,12 @@
 #include <cstdint>
 #include <string>
 
-#include "cli.h"
+#include "qkv/explain.h"
 #include "qkv/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    qkv::cli::explain_json(std::string(reinterpret_cast<const char*>(data), size), size % 2, "input");
+    qkv::explain::explain_json(std::string(reinterpret_cast<const char*>(data), size), size % 2, "input");
   } catch (const qkv::Error&) {
   }
   return 0;

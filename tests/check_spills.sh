@@ -4,7 +4,7 @@
 #   tests/check_spills.sh OBJECT...
 # Reads, per SIMD target namespace (N_SSE4, N_AVX2, N_AVX3, N_AVX3_DL, N_NEON), the functions
 # spill_probe_* (the micro-kernels; tests/spill_probe.cpp) and fma_loop (the FMA-peak
-# yardstick, src/util/machine.cpp) in the objects given, and counts the vector accesses to
+# yardstick, yardsticks/yardsticks.cpp) in the objects given, and counts the vector accesses to
 # the stack inside their loops.
 set -euo pipefail
 objdump=${OBJDUMP:-objdump}

@@ -53,7 +53,7 @@ enum Mode { alone_mode, dp_mode, zero1_mode, context_mode, context_zero1_mode };
 TrainedRun train_run(const TaskData& data, const ModelConfig& mc, const TrainConfig& tc, Mode mode) {
   Model model(mc, 7);
   AdamW opt(model);
-  std::unique_ptr<DataParallel> dp;
+  std::unique_ptr<StepRunner> dp;
   const bool zero1 = mode == zero1_mode || mode == context_zero1_mode;
   if (mode == dp_mode || mode == zero1_mode)
     dp = std::make_unique<DataParallel>(MPI_COMM_WORLD, model, opt, zero1);

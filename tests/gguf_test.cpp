@@ -165,14 +165,14 @@ TEST(Dequantize, MatchesLlamaCppsPythonDequantizer) {
 }
 
 TEST(Dequantize, HalfAndBfloat16) {
-  EXPECT_EQ(quant::half_to_float(0x3c00), 1.0f);
-  EXPECT_EQ(quant::half_to_float(0xc000), -2.0f);
-  EXPECT_EQ(quant::half_to_float(0x0001), std::ldexp(1.0f, -24));  // the smallest subnormal
-  EXPECT_EQ(quant::half_to_float(0x7bff), 65504.0f);
-  EXPECT_TRUE(std::isinf(quant::half_to_float(0x7c00)));
-  EXPECT_TRUE(std::isnan(quant::half_to_float(0x7e00)));
-  EXPECT_EQ(quant::bf16_to_float(0x3f80), 1.0f);
-  EXPECT_EQ(quant::bf16_to_float(0xc0a0), -5.0f);
+  EXPECT_EQ(half_to_float(0x3c00), 1.0f);
+  EXPECT_EQ(half_to_float(0xc000), -2.0f);
+  EXPECT_EQ(half_to_float(0x0001), std::ldexp(1.0f, -24));  // the smallest subnormal
+  EXPECT_EQ(half_to_float(0x7bff), 65504.0f);
+  EXPECT_TRUE(std::isinf(half_to_float(0x7c00)));
+  EXPECT_TRUE(std::isnan(half_to_float(0x7e00)));
+  EXPECT_EQ(bf16_to_float(0x3f80), 1.0f);
+  EXPECT_EQ(bf16_to_float(0xc0a0), -5.0f);
 }
 
 // A small random Llama written by llama.cpp's writer (quantized matrices of four types):

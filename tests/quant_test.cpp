@@ -16,7 +16,7 @@
 namespace qkv {
 namespace {
 
-using gguf::TensorType;
+using qkv::TensorType;
 
 // Random blocks of `type` with sane half-precision scales (values up to ~±10).
 std::vector<uint8_t> random_blocks(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
@@ -30,7 +30,7 @@ std::vector<uint8_t> random_blocks(TensorType type, int64_t rows, int64_t cols, 
     const uint16_t h = static_cast<uint16_t>((negative ? 0x8000 : 0) | expo(rng) << 10 | mant(rng));
     p[0] = h & 0xff, p[1] = h >> 8;
   };
-  const gguf::BlockSize bs = *gguf::block_size(static_cast<uint32_t>(type));
+  const BlockSize bs = block_of(type);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < cols / bs.elements; ++b) {
       uint8_t* blk = data.data() + r * rb + b * bs.bytes;
@@ -88,7 +88,7 @@ TEST_P(QuantLinear, MatchesTheReferenceDequantizer) {
             size += std::abs(static_cast<double>(w[n * K + k]) * x[i * ldx + k]);
           }
           ASSERT_NEAR(y[i * ldy + n], want, 1e-6 * size + 1e-6)
-              << gguf::to_string(type) << " M " << M << " row " << i << " output " << n;
+              << to_string(type) << " M " << M << " row " << i << " output " << n;
         }
     }
   }
@@ -97,7 +97,7 @@ TEST_P(QuantLinear, MatchesTheReferenceDequantizer) {
 INSTANTIATE_TEST_SUITE_P(Types, QuantLinear,
                          ::testing::Values(TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0,
                                            TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k),
-                         [](const auto& info) { return gguf::to_string(info.param); });
+                         [](const auto& info) { return to_string(info.param); });
 
 TEST(QuantLinear, BadShapesAreClearErrors) {
   std::vector<uint8_t> blocks(34 * 4);
@@ -121,11 +121,11 @@ TEST(Quantize, MatchesLlamaCppsQuantizers) {
   };
   const std::vector<float> x = golden["values"];
   for (TensorType t : {TensorType::q8_0, TensorType::q4_0}) {
-    const std::string want = golden[gguf::to_string(t)];
+    const std::string want = golden[to_string(t)];
     const std::string got = hex(quant::quantize(t, x.data(), static_cast<int64_t>(x.size())));
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); i += 2)
-      ASSERT_EQ(got.substr(i, 2), want.substr(i, 2)) << gguf::to_string(t) << " byte " << i / 2;
+      ASSERT_EQ(got.substr(i, 2), want.substr(i, 2)) << to_string(t) << " byte " << i / 2;
   }
   const std::vector<float> h = golden["f16_values"];
   const std::string want = golden["F16"];

@@ -10,13 +10,12 @@
 #include <span>
 #include <vector>
 
-#include "attention/masks.h"
 #include "cli.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/targets.h"
 #include "qkv/threads.h"
-#include "util/machine.h"
+#include "yardsticks.h"
 
 namespace qkv::cli {
 namespace {
@@ -82,18 +81,6 @@ Timing time_against_peak(F&& f, double flops, int threads, double min_time, doub
   }
   return {median(seconds), median(peaks), median(fractions), median(reads),
           median(read_fractions)};
-}
-
-// (query, key) pairs the mask leaves visible, summed over batches: the work actually done.
-double visible_pairs(const AttentionArgs& a) {
-  const int64_t B = a.q.shape[0], Tq = a.q.shape[2], Tk = a.k.shape[2];
-  double pairs = 0;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < Tq; ++i) {
-      const detail::KeyRange r = detail::visible_keys(a.mask, b, i, Tq, Tk);
-      pairs += std::max<int64_t>(0, r.end - r.begin);
-    }
-  return pairs;
 }
 
 void bench_attention(const BenchOptions& o) {

@@ -9,12 +9,12 @@
 #include <sstream>
 
 #include "cli.h"
-#include "model_file.h"
+#include "qkv/model_file.h"
 #include "qkv/targets.h"
 #include "qkv/error.h"
 #include "qkv/kv_cache.h"
 #include "qkv/threads.h"
-#include "util/machine.h"
+#include "yardsticks.h"
 
 namespace qkv::cli {
 namespace {

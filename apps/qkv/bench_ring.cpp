@@ -19,13 +19,12 @@
 #include <thread>
 #include <vector>
 
-#include "attention/masks.h"
 #include "cli.h"
 #include "qkv/dist.h"
 #include "qkv/error.h"
 #include "qkv/targets.h"
 #include "qkv/threads.h"
-#include "util/machine.h"
+#include "yardsticks.h"
 
 namespace qkv::cli {
 namespace {
@@ -103,11 +102,9 @@ void bench_ring(const RingBenchOptions& o) {
     local.q = lq, local.k = lk, local.v = lv, local.out = lout, local.lse = llse.data();
 
     // Work: the (query, key) pairs the mask leaves visible in the whole sequence.
-    double pairs = 0;
-    for (int64_t i = 0; i < T; ++i) {
-      const detail::KeyRange r = detail::visible_keys(full.mask, 0, i, T, T);
-      pairs += std::max<int64_t>(0, r.end - r.begin);
-    }
+    AttentionArgs one = full;  // one sequence's pairs, times B
+    one.q = full.q.slice(0, 0, 1), one.k = full.k.slice(0, 0, 1);
+    const double pairs = visible_pairs(one);
     const double forward_flops = 4.0 * D * B * Hq * pairs;
     const double flops = o.backward ? 3.5 * forward_flops : forward_flops;
 

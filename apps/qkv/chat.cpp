@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "model_file.h"
+#include "qkv/model_file.h"
 #include "qkv/chat.h"
 #include "qkv/error.h"
 #include "qkv/threads.h"

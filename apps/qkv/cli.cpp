@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "qkv/error.h"
-#include "simd/dispatch.h"
+#include "qkv/targets.h"
 
 namespace qkv::cli {
 
@@ -31,34 +31,6 @@ Sampling sampling_of(const SamplingFlags& f) {
           f.cache == "bf16" ? CacheType::bf16 : CacheType::f32};
 }
 
-std::string with_commas(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
-
-std::string short_count(double n) {
-  const char* suffix[] = {"", "K", "M", "B", "T"};
-  int s = 0;
-  while (std::fabs(n) >= 1000 && s < 4) n /= 1000, ++s;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, s == 0 ? "%.0f%s" : "%.1f%s", n, suffix[s]);
-  return buf;
-}
-
-std::string bytes_str(double bytes) {
-  const char* suffix[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int s = 0;
-  while (bytes >= 1024 && s < 4) bytes /= 1024, ++s;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, s == 0 ? "%.0f %s" : "%.1f %s", bytes, suffix[s]);
-  return buf;
-}
-
 int run(int argc, const char* const* argv) {
   CLI::App app{"qkv: transformer attention, explained and fast.", "qkv"};
   app.require_subcommand(1);
@@ -67,7 +39,7 @@ int run(int argc, const char* const* argv) {
   // hand options they do not know to the app).
   app.fallthrough();
   app.add_option_function<std::string>(
-      "--target", [](const std::string& t) { simd::force_target(t, "--target"); },
+      "--target", [](const std::string& t) { set_target(t, "--target"); },
       "SIMD target to run: sse4, avx2, avx512, avx512_dl (x86-64), neon, sve (AArch64); default "
       "the best this CPU supports, or $QKV_TARGET (see qkv info)");
   add_explain(app);
@@ -82,7 +54,7 @@ int run(int argc, const char* const* argv) {
   add_viz(app);
   add_info(app);
   try {
-    simd::ensure_target();  // QKV_TARGET, before --target
+    check_target_environment();  // QKV_TARGET, before --target
     // CLI11 would report an unknown command as "a subcommand is required"; say what it is.
     if (argc > 1 && argv[1][0] != '-') {
       bool known = false;

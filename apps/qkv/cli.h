@@ -8,6 +8,7 @@
 
 #include "qkv/generate.h"
 #include "qkv/kv_cache.h"
+#include "qkv/text.h"
 
 namespace qkv::cli {
 
@@ -28,13 +29,6 @@ void add_chat(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_random_model(CLI::App& app);
 
-// The worked example of `qkv explain`, printed as text; `qkv demo` tells it too.
-void print_worked_example(std::ostream& out, bool causal);
-// The same as `qkv explain --json` prints it: tokens, q, k, v and every step per query.
-std::string worked_example_json(bool causal);
-// The same for your own q, k, v: `input` is what `qkv explain --input` reads
-// ({"q": [[…]], "k": …, "v": …, "tokens": […]}), `source` names it in errors.
-std::string explain_json(const std::string& input, bool causal, const std::string& source);
 void add_viz(CLI::App& app);
 void add_info(CLI::App& app);
 
@@ -57,11 +51,8 @@ struct Sampling {
 };
 Sampling sampling_of(const SamplingFlags& flags);
 
-// 1234567 -> "1,234,567"
-std::string with_commas(int64_t n);
-// 174591057920 -> "174.6B"; 1572864 -> "1.6M"
-std::string short_count(double n);
-// 4718592 -> "4.5 MiB"
-std::string bytes_str(double bytes);
+using ::qkv::bytes_str;  // qkv/text.h
+using ::qkv::short_count;
+using ::qkv::with_commas;
 
 }  // namespace qkv::cli

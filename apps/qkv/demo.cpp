@@ -19,7 +19,8 @@
 #include "qkv/ops.h"
 #include "qkv/tokenizer.h"
 #include "qkv/train.h"
-#include "viz_html.h"
+#include "qkv/explain.h"
+#include "qkv/viz.h"
 
 namespace qkv::cli {
 namespace {
@@ -202,10 +203,10 @@ void add_demo(CLI::App& app) {
         << "Attention lets each token gather information from the others. Every token has a\n"
         << "query (what it looks for), a key (what it offers) and a value (what it passes on).\n"
         << "Below, three tokens - fluffy, blue, creature - work through it step by step.\n\n";
-    print_worked_example(out, /*causal=*/false);
+    explain::print_worked_example(out, /*causal=*/false);
     out << "\nIn a language model a token may not look ahead. The causal mask sets the scores\n"
         << "of later keys to -inf, so after the softmax they get exactly zero weight:\n\n";
-    print_worked_example(out, /*causal=*/true);
+    explain::print_worked_example(out, /*causal=*/true);
     if (!*skip_training) {
       out << "\n";
       train_and_show(out, *steps);

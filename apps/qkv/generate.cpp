@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "cli.h"
-#include "model_file.h"
+#include "qkv/model_file.h"
 #include "qkv/error.h"
 #include "qkv/generate.h"
 #include "qkv/threads.h"

@@ -13,7 +13,7 @@
 #include "cli.h"
 #include "qkv/targets.h"
 #include "qkv/threads.h"
-#include "util/machine.h"
+#include "yardsticks.h"
 
 namespace qkv::cli {
 namespace {

@@ -38,7 +38,7 @@ class MpiJob : public ParallelJob {
     MPI_Comm_free(&node);
   }
   ~MpiJob() override {
-    runner_ = nullptr;
+    runner_ = nullptr, context_ = nullptr;
     if (owns_mpi_) MPI_Finalize();
   }
 
@@ -49,12 +49,14 @@ class MpiJob : public ParallelJob {
     return std::max(1, cores / ranks_per_node_);
   }
   std::unique_ptr<StepRunner> runner(Model& model, AdamW& optimizer, int64_t seq_len) override {
-    std::unique_ptr<dist::DataParallel> r;
-    if (options_.context_parallel)
-      r = std::make_unique<dist::ContextParallel>(MPI_COMM_WORLD, model, optimizer, seq_len,
-                                                  options_.zero1);
-    else
-      r = std::make_unique<dist::DataParallel>(MPI_COMM_WORLD, model, optimizer, options_.zero1);
+    if (options_.context_parallel) {
+      auto r = std::make_unique<dist::ContextParallel>(MPI_COMM_WORLD, model, optimizer, seq_len,
+                                                       options_.zero1);
+      context_ = r.get();
+      runner_ = &r->exchange();
+      return r;
+    }
+    auto r = std::make_unique<dist::DataParallel>(MPI_COMM_WORLD, model, optimizer, options_.zero1);
     runner_ = r.get();
     return r;
   }
@@ -69,11 +71,7 @@ class MpiJob : public ParallelJob {
     dist::check_mpi(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD), "MPI_Allreduce");
     return all != 0;
   }
-  double sum(double x) override {
-    double all = 0;
-    dist::check_mpi(MPI_Allreduce(&x, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-    return all;
-  }
+  double sum(double x) override { return dist::sum_over_ranks(MPI_COMM_WORLD, x); }
   int64_t state_bytes(const Model& model, const AdamW& optimizer) const override {
     return runner_ ? runner_->state_bytes(model, optimizer)
                    : ParallelJob::state_bytes(model, optimizer);
@@ -86,7 +84,7 @@ class MpiJob : public ParallelJob {
     std::vector<std::pair<std::string, double>> c = {
         {"exchange_seconds", runner_->exchange_seconds},
         {"exchange_bytes", static_cast<double>(runner_->exchange_bytes)}};
-    if (auto* cp = dynamic_cast<const dist::ContextParallel*>(runner_)) {
+    if (const dist::ContextParallel* cp = context_) {
       c.emplace_back("ring_seconds", cp->ring_stats.seconds);
       c.emplace_back("ring_compute_seconds", cp->ring_stats.compute_seconds);
       c.emplace_back("ring_wait_seconds", cp->ring_stats.wait_seconds);
@@ -106,7 +104,10 @@ class MpiJob : public ParallelJob {
   ParallelOptions options_;
   bool owns_mpi_ = false;
   int rank_ = 0, size_ = 1, ranks_per_node_ = 1;
-  dist::DataParallel* runner_ = nullptr;  // owned by the caller of runner()
+  // Owned by the caller of runner(): the gradient exchange, and the context-parallel runner
+  // around it when there is one.
+  dist::DataParallel* runner_ = nullptr;
+  const dist::ContextParallel* context_ = nullptr;
   std::unique_ptr<AdamW> gathered_;
 };
 

@@ -5,7 +5,7 @@
 #include <map>
 
 #include "cli.h"
-#include "model_file.h"
+#include "qkv/model_file.h"
 #include "qkv/error.h"
 #include "qkv/gguf.h"
 #include "qkv/io.h"

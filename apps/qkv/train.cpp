@@ -16,7 +16,7 @@
 #include "qkv/params.h"
 #include "qkv/threads.h"
 #include "qkv/train.h"
-#include "util/machine.h"
+#include "yardsticks.h"
 
 namespace qkv::cli {
 namespace {

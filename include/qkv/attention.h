@@ -26,6 +26,7 @@
 
 #include <cstdint>
 
+#include "qkv/number_format.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -75,10 +76,45 @@ void attention(const AttentionArgs& args);
 // Same bits for any thread count.
 void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv);
 
+// The (query, key) pairs the mask leaves visible, summed over the batch: the work a kernel
+// does (4 · Hq · D flops per pair forward, counting multiplies and adds), for benchmarks.
+double visible_pairs(const AttentionArgs& args);
+
 // Throws qkv::Error naming the first argument whose shape, layout or value is wrong.
 void validate(const AttentionArgs& args, const char* where);
 void validate_backward(const AttentionArgs& args, const View& dout, const View& dq,
                        const View& dk, const View& dv, const char* where);
+
+// ---- attention over stored keys and values (a key/value cache) ----------------------------
+//
+// Keys and values as a cache stores them: positions 0 … length − 1 of B sequences, each a row
+// of `type` elements (F32 or BF16 today). The row of position p, key/value head h, sequence b
+// begins at element b · batch_stride + h · head_stride + slot(p) · row_stride of k (or v):
+// slot(p) = p, or in a ring of `slots` rows (a sliding-window model's cache) p mod slots, and
+// then only the last `slots` positions are held. The queries are the last Tq positions.
+struct StoredKV {
+  TensorType type = TensorType::f32;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t batch_stride = 0, head_stride = 0, row_stride = 0;  // in elements
+  int64_t heads = 0;           // Hkv
+  int64_t dim_k = 0, dim_v = 0;  // D, Dv
+  int64_t length = 0;          // positions so far, the queries' included
+  int64_t slots = 0;           // 0: not a ring
+  // Optional [B, Hkv, n, D] and [B, Hkv, n, Dv] fp32: the keys and values of the last n
+  // positions, given here rather than stored (a ring that storing them would overrun while
+  // earlier queries still see what they overwrite). Read as `type` rounds them.
+  View fresh_k, fresh_v;
+};
+
+// Attention of args.q over stored keys and values: args as for attention() with k and v left
+// empty, and the mask in positions (causal, window_left; ALiBi by position). One road for
+// every cache: it reads the rows in place (fp32; bf16 rows by the decoding kernel for one
+// query; a ring's slots for one query that sees them all), or else gathers the positions the
+// queries see as an fp32 copy and runs attention() on it. Throws qkv::Error for arguments
+// attention() would refuse, a position the queries see that the storage no longer holds, a
+// bias, padding or packed sequences (not supported over a cache).
+void attention(const AttentionArgs& args, const StoredKV& kv);
 
 namespace reference {
 

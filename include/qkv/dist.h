@@ -126,9 +126,10 @@ class DataParallel : public StepRunner {
 // Each rank runs every sequence of every global batch, but only its positions of each (the
 // sharding's layout: zigzag by default), and the model's attention runs through the ring;
 // everything else in a block is per position and stays local. Gradients are summed and the
-// optimizer steps as in DataParallel. One sequence then needs only 1/P of its activations per
-// rank. Attaches itself to `model` (Model::set_sequence_shard) until destroyed.
-class ContextParallel : public DataParallel {
+// optimizer steps through a DataParallel of its own (its `exchange()`). One sequence then needs
+// only 1/P of its activations per rank. Attaches itself to `model` (Model::set_sequence_shard)
+// until destroyed.
+class ContextParallel : public StepRunner {
  public:
   ContextParallel(MPI_Comm comm, Model& model, AdamW& optimizer, int64_t seq_len, bool zero1,
                   Layout layout = Layout::zigzag);
@@ -136,16 +137,29 @@ class ContextParallel : public DataParallel {
   ContextParallel(const ContextParallel&) = delete;
   ContextParallel& operator=(const ContextParallel&) = delete;
   Batch local(const Batch& global) const override;
+  float sum(float x) override { return exchange_.sum(x); }
   // A sequence is right when it is right at every rank's positions.
   double accuracy(const std::vector<uint8_t>& right, int64_t B) override;
+  float update(Model& model, AdamW& optimizer, float max_norm, float lr) override {
+    return exchange_.update(model, optimizer, max_norm, lr);
+  }
   const Sharding& sharding() const { return sharding_; }
+  // The gradient exchange and optimizer step (with its statistics and ZeRO-1 shard).
+  DataParallel& exchange() { return exchange_; }
+  const DataParallel& exchange() const { return exchange_; }
   RingStats ring_stats;  // the ring's time, summed over every attention call so far
 
  private:
+  DataParallel exchange_;
   Model& model_;
   Sharding sharding_;
   SequenceShard shard_;
 };
+
+// x summed over the ranks of `comm` in rank order: the same bits on every rank and every run
+// (the losses of data- and context-parallel training, the job's measurements).
+float sum_over_ranks(MPI_Comm comm, float x);
+double sum_over_ranks(MPI_Comm comm, double x);
 
 // ---- failure -------------------------------------------------------------------------------
 // MPI's default error handler aborts with MPI's code; qkv sets MPI_ERRORS_RETURN on the

@@ -20,6 +20,8 @@
 #include <variant>
 #include <vector>
 
+#include "qkv/number_format.h"
+
 namespace qkv::gguf {
 
 enum class ValueType : uint32_t {
@@ -43,18 +45,11 @@ struct Value {
   const std::vector<Value>& as_array(const std::string& key) const;
 };
 
-// ggml's tensor types (the ones with known block sizes).
-enum class TensorType : uint32_t {
-  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9, q2_k = 10,
-  q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15, i8 = 24, i16 = 25, i32 = 26, i64 = 27,
-  f64 = 28, bf16 = 30,
-};
-std::string to_string(TensorType t);
-// Elements per block and bytes per block; nullopt for a type qkv does not know.
-struct BlockSize {
-  int64_t elements, bytes;
-};
-std::optional<BlockSize> block_size(uint32_t type);
+// The tensor types and their block sizes are qkv's number formats (qkv/number_format.h).
+using ::qkv::BlockSize;
+using ::qkv::block_size;
+using ::qkv::TensorType;
+using ::qkv::to_string;
 
 struct TensorInfo {
   std::string name;

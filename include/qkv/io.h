@@ -13,13 +13,13 @@
 #include <string>
 
 #include "qkv/model.h"
+#include "qkv/number_format.h"
 #include "qkv/train.h"
 
 namespace qkv {
 
 namespace gguf {
 class File;
-enum class TensorType : uint32_t;
 }
 
 // Writes atomically (to path + ".tmp", then renamed): a crash never leaves half a file.
@@ -74,7 +74,7 @@ struct GgufSaveStats {
 };
 class Tokenizer;
 GgufSaveStats save_gguf(const std::string& path, const Model& model, const Tokenizer* tokenizer,
-                        gguf::TensorType type);
+                        TensorType type);
 
 std::string config_to_json(const ModelConfig& config);
 ModelConfig config_from_json(const std::string& json);

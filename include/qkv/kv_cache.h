@@ -3,7 +3,8 @@
 //
 // Per layer, per sequence, per key/value head: `slots` rows of d_head floats for K and for V,
 // allocated once. A sequence's keys are written at the positions it has reached; its length
-// grows by the tokens run through Model::forward_cached. Positions are rotated (RoPE) before
+// grows by the tokens run through Model::forward_cached. attend() is how a model reads it:
+// every cached attention goes through qkv::attention over the cache's StoredKV. Positions are rotated (RoPE) before
 // they are stored, so a cached key never needs touching again.
 //
 // Storage: fp32, or bf16 (half the memory; keys and values are rounded to 8 mantissa bits
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "qkv/attention.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -53,28 +55,22 @@ class KVCache {
   // Throws qkv::Error when `count` more positions would not fit in sequence `seq`.
   void check_room(int64_t seq, int64_t count) const;
 
-  // ---- used by Model::forward_cached ----
-  // Stores the key and value rows of positions [pos0, pos0 + count) of one sequence, head by
-  // head: key t of head h is k_rows[t · row_stride + h · d_head …], same for v.
-  void write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, const float* k_rows,
-             const float* v_rows, int64_t row_stride);
-  // The same store, and the keys and values of positions [first, pos0 + count) in order into
-  // k, v [Hkv, pos0 + count − first, d_head], fp32 — as stored (bf16-rounded in bf16 storage).
-  // The old positions are read before the new ones are written, so a ring can take more new
-  // positions than it has free slots.
-  void write_and_read(int64_t layer, int64_t seq, int64_t pos0, int64_t count,
-                      const float* k_rows, const float* v_rows, int64_t row_stride,
-                      int64_t first, View k, View v);
-  // fp32 storage: the first n slots of a sequence in place, as [1, Hkv, n, d_head] views.
-  // Slot = position, except in ring mode (slot = position mod slots). Empty views for bf16.
-  View key_slots(int64_t layer, int64_t seq, int64_t n) const;
-  View value_slots(int64_t layer, int64_t seq, int64_t n) const;
-  // bf16 storage: the raw bits of a sequence's first key (values: value) slot; heads are
-  // slots · d_head elements apart, slots d_head. Null for fp32.
-  const uint16_t* bf16_slots(bool values, int64_t layer, int64_t seq) const;
+  // Stores the keys and values of sequence `seq`'s next Tq positions (from length(seq) on;
+  // key t of head h at k_rows[t · row_stride + h · d_head …], values alike) at `layer`, and runs
+  // attention of args.q [1, Hq, Tq, d_head] over every position of the sequence so far, these
+  // included, into args.out: qkv::attention(args, StoredKV) over this cache (args as for
+  // qkv::attention, with k and v empty and the mask in positions). The sequence's length
+  // grows when advance() says so, once every layer has run.
+  void attend(int64_t layer, int64_t seq, const AttentionArgs& args, const float* k_rows,
+              const float* v_rows, int64_t row_stride);
   void advance(int64_t seq, int64_t count);  // the sequence has grown by `count` positions
 
  private:
+  // Stores positions [pos0, pos0 + count) of one sequence (rows as attend() takes them).
+  void write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, const float* k_rows,
+             const float* v_rows, int64_t row_stride);
+  // Positions 0 … length − 1 of one sequence at one layer, as attention reads them.
+  StoredKV stored(int64_t layer, int64_t seq, int64_t length) const;
   int64_t offset(int64_t layer, int64_t seq, int64_t head, int64_t slot) const;
   float* f32(bool value) const { return (value ? v_ : k_).data(); }
   uint16_t* bf16(bool value) const { return reinterpret_cast<uint16_t*>((value ? v_ : k_).data()); }

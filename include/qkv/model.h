@@ -145,7 +145,9 @@ class Model {
  private:
   struct Activations;
   struct InferenceBuffers;
-  void lay_out();  // names the parameters, allocates the weights
+  struct Weights;
+  void lay_out();       // names the parameters, allocates the weights
+  void bind_weights();  // the per-layer views of weights and gradients (src/model/weights.h)
   ModelConfig config_;
   std::vector<ParamInfo> params_;
   int64_t num_params_ = 0;
@@ -153,6 +155,7 @@ class Model {
   ExternalWeights external_;
   std::vector<float> alibi_;  // ALiBi slopes, when the model uses them
   const SequenceShard* shard_ = nullptr;
+  std::unique_ptr<Weights> w_;
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<InferenceBuffers> infer_;
 };

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "qkv/gguf.h"
+#include "qkv/number_format.h"
 #include "qkv/tensor.h"
 
 namespace qkv::quant {
@@ -29,13 +29,13 @@ namespace qkv::quant {
 // A [rows, cols] matrix in one of ggml's block formats, row-major: row r's blocks begin at
 // data + r · row_bytes(type, cols). cols is whole blocks.
 struct Matrix {
-  gguf::TensorType type = gguf::TensorType::f32;
+  TensorType type = TensorType::f32;
   const uint8_t* data = nullptr;
   int64_t rows = 0, cols = 0;
 };
-int64_t row_bytes(gguf::TensorType type, int64_t cols);
+int64_t row_bytes(TensorType type, int64_t cols);
 // Checks that `type` is supported and cols whole blocks (a qkv::Error naming `name`).
-Matrix matrix(const std::string& name, gguf::TensorType type, const uint8_t* data, int64_t rows, int64_t cols);
+Matrix matrix(const std::string& name, TensorType type, const uint8_t* data, int64_t rows, int64_t cols);
 
 // Rows [row0, row0 + n) of m as floats, by the reference dequantizer.
 void dequantize_rows(const Matrix& m, int64_t row0, int64_t n, float* out);
@@ -46,23 +46,18 @@ void dequantize_rows(const Matrix& m, int64_t row0, int64_t n, float* out);
 void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* b = nullptr);
 
 // Whether dequantize() reads this type.
-bool supported(gguf::TensorType type);
+bool supported(TensorType type);
 
 // The first `n` values (a multiple of the type's block) of the blocks at `data` into `out`.
 // Throws qkv::Error for a type it does not read or an n that is not whole blocks.
-void dequantize(gguf::TensorType type, const uint8_t* data, int64_t n, float* out);
-
-// IEEE half and bfloat16 bits as float, and float as half (round to nearest even).
-float half_to_float(uint16_t h);
-float bf16_to_float(uint16_t b);
-uint16_t float_to_half(float f);
+void dequantize(TensorType type, const uint8_t* data, int64_t n, float* out);
 
 // n floats (whole blocks) in a block format, as llama.cpp's quantizers write them:
 //   F32, F16  the values (F16 rounded to nearest)
 //   Q8_0      d = max |x| / 127, q = round(x / d)
 //   Q4_0      d = (the x of largest magnitude) / −8, q = min(15, ⌊x / d + 8.5⌋)
 // Throws qkv::Error for another type or an n that is not whole blocks.
-bool can_quantize(gguf::TensorType type);
-std::vector<uint8_t> quantize(gguf::TensorType type, const float* x, int64_t n);
+bool can_quantize(TensorType type);
+std::vector<uint8_t> quantize(TensorType type, const float* x, int64_t n);
 
 }  // namespace qkv::quant

@@ -7,7 +7,7 @@
 //   highest score (leftmost on ties). Decoding drops the leading space of the piece right
 //   after BOS, and byte tokens stand for their byte. These are llama2.c's run.c conventions,
 //   so ids match it exactly.
-// - Byte-level BPE (GPT-2's, GGUF's "gpt2": SmolLM2, Qwen, …; src/generate/byte_bpe.cpp):
+// - Byte-level BPE (GPT-2's, GGUF's "gpt2": SmolLM2, Qwen, …; src/tokenize/byte_bpe.cpp):
 //   special tokens are cut out of the text first, the rest split into words by the
 //   pre-tokenizer's rules (GPT-2's regex; "smollm" first isolates every digit), each word's
 //   UTF-8 bytes spelled with GPT-2's byte alphabet, then merged by the ranked merge list

@@ -1,5 +1,5 @@
 // Models, tokenizers, generation, the worked example and attention maps for Python: thin
-// wrappers over the library and the CLI's own pieces (model files, `qkv explain`, `qkv viz`).
+// wrappers over the library (model files, the worked example, the attention page).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -11,22 +11,21 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
-#include "model_file.h"
+#include "qkv/model_file.h"
 #include "qkv/error.h"
+#include "qkv/explain.h"
 #include "qkv/generate.h"
 #include "qkv/gguf.h"
 #include "qkv/io.h"
 #include "qkv/kv_cache.h"
 #include "qkv/model.h"
 #include "qkv/tokenizer.h"
-#include "viz_html.h"
+#include "qkv/viz.h"
 
 namespace qkv::python {
 namespace nb = nanobind;
 namespace {
 
-using cli::ModelFile;
 
 nb::bytes as_bytes(const std::string& s) { return nb::bytes(s.data(), s.size()); }
 
@@ -88,7 +87,7 @@ void bind_models(nb::module_& m) {
               int64_t top_k, uint64_t seed) {
              GenerateOptions o{.steps = steps, .sampling = {.temperature = temperature, .top_k = top_k,
                                                             .top_p = top_p, .seed = seed}};
-             o.stop_tokens = cli::stop_tokens(f);
+             o.stop_tokens = stop_tokens(f);
              return Generator(*f.model, std::move(prompt), o);
            },
            nb::keep_alive<0, 1>(), nb::arg("prompt"), nb::arg("steps"), nb::arg("temperature"),
@@ -115,10 +114,10 @@ void bind_models(nb::module_& m) {
            nb::arg("tokens"), "The logits [len(tokens), vocab] of one forward over the tokens")
       .def("_attention_maps",
            [](ModelFile& f, const std::string& name, const std::string& prompt, const std::string& prompt_ids) {
-             cli::AttentionMaps maps;
+             AttentionMaps maps;
              {
                nb::gil_scoped_release unlocked;
-               maps = cli::maps_of_model(f, name, prompt, prompt_ids);
+               maps = maps_of_model(f, name, prompt, prompt_ids);
              }
              std::vector<nb::ndarray<nb::numpy, float>> weights;
              for (const Tensor& w : maps.weights)  // [1, H, T, T] per layer
@@ -126,28 +125,24 @@ void bind_models(nb::module_& m) {
              nb::dict d;
              d["tokens"] = maps.tokens;
              d["weights"] = weights;
-             d["html"] = cli::attention_html(maps);
+             d["html"] = attention_html(maps);
              return d;
            });
 
   m.def("_load_model", [](const std::string& path, const std::string& tokenizer, bool need_tokenizer) {
     nb::gil_scoped_release unlocked;
-    return cli::load_model_file(path, tokenizer, need_tokenizer);
+    return load_model_file(path, tokenizer, need_tokenizer);
   }, nb::arg("path"), nb::arg("tokenizer"), nb::arg("need_tokenizer"));
   m.def("_load_checkpoint_file", [](const std::string& path) {
     nb::gil_scoped_release unlocked;
-    ModelFile f;
-    f.format = "qkv";
-    f.model = std::move(load_checkpoint(path).model);
-    if (f.model->config().vocab_size == 256) f.tokenizer = Tokenizer::bytes(), f.tokenizer_path = "bytes";
-    return f;
+    return load_checkpoint_file(path);
   }, nb::arg("path"));
   m.def("_load_gguf_file", [](const std::string& path, bool dequantize) {
     nb::gil_scoped_release unlocked;
-    return cli::load_gguf_file(gguf::File::open(path), false, dequantize ? GgufWeights::fp32 : GgufWeights::in_place);
+    return load_gguf_file(gguf::File::open(path), false, dequantize ? GgufWeights::fp32 : GgufWeights::in_place);
   }, nb::arg("path"), nb::arg("dequantize"));
-  m.def("_explain_json", &cli::explain_json, nb::arg("input"), nb::arg("causal"), nb::arg("source"));
-  m.def("_worked_example_json", &cli::worked_example_json, nb::arg("causal"));
+  m.def("_explain_json", &explain::explain_json, nb::arg("input"), nb::arg("causal"), nb::arg("source"));
+  m.def("_worked_example_json", &explain::worked_example_json, nb::arg("causal"));
 }
 
 }  // namespace qkv::python

@@ -1,4 +1,5 @@
 // qkv::attention (the dispatcher) and the argument checks every kernel shares.
+#include <algorithm>
 #include <cmath>
 
 #include "attention/kernels.h"
@@ -27,6 +28,17 @@ View broadcast_bias(const View& bias, int64_t B, int64_t Hq, int64_t Tq, int64_t
 }
 
 }  // namespace detail
+
+double visible_pairs(const AttentionArgs& a) {
+  const int64_t B = a.q.shape[0], Tq = a.q.shape[2], Tk = a.k.shape[2];
+  double pairs = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Tq; ++i) {
+      const detail::KeyRange r = detail::visible_keys(a.mask, b, i, Tq, Tk);
+      pairs += std::max<int64_t>(0, r.end - r.begin);
+    }
+  return pairs;
+}
 
 void validate(const AttentionArgs& a, const char* where) {
   check_ndim(a.q, 4, where, "q [B, Hq, Tq, D]");

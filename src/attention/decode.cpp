@@ -4,7 +4,7 @@
 // and the cost is reading K and V once: the kernel is memory-bound. So the keys are cut into
 // chunks (of a size set by the cache length alone), every (batch, kv head, chunk) is a unit
 // of work, and the partial results (running max m, sum l, unnormalised output o) are merged
-// with their log-sum-exp afterwards (as FlashDecoding and ggml's split-KV path do):
+// with their log-sum-exp afterwards (merge.h; as FlashDecoding and ggml's split-KV path do):
 //   m = max_c m_c,  l = Σ_c l_c e^(m_c − m),  out = Σ_c o_c e^(m_c − m) / l.
 // The chunk size does not depend on the thread count and the merge runs in chunk order, so
 // the result is the same bits for any number of threads.
@@ -28,6 +28,7 @@
 #include "util/parallel.h"
 #include "attention/kernels.h"
 #include "attention/masks.h"
+#include "attention/merge.h"
 #include "simd/simd-inl.h"
 #include "attention/tiles-inl.h"
 #include "simd/transpose-inl.h"
@@ -218,7 +219,7 @@ const UnitRows& start_unit(const AttentionArgs& a, float scale, const Shape& n, 
   u.unit = (b * n.Hkv + hkv) * n.chunks + c;
   u.lo = u.c1, u.hi = u.c0;
   u.ranges.resize(n.R);
-  u.q = thread_scratch(7, n.R * n.D);
+  u.q = thread_scratch(ForwardSlot::queries, n.R * n.D);
   for (int64_t r = 0; r < n.R; ++r) {
     const int64_t h = n.head(hkv, r), i = n.query(r);
     const KeyRange k = visible_keys(a.mask, b, i, n.Tq, n.Tk);
@@ -256,7 +257,7 @@ void decode_unit_keys_in_lanes(const AttentionArgs& a, const Rows<float>& K,
                                const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
   const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
   if (u.lo >= u.hi) return;
-  float* s = thread_scratch(4, n.R * n.chunk);
+  float* s = thread_scratch(ForwardSlot::scores, n.R * n.chunk);
   // Scores of the keys [c0, hi), -inf where a row may not look.
   scores_keys_in_lanes(K, n, b, hkv, u.c0, u.hi, u.q, u.ranges.data(), s);
   for (int64_t r = 0; r < n.R; ++r)
@@ -389,7 +390,7 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
   const int64_t stride = n.chunk + N;  // a row of scores, and room for a whole vector past it
-  float* s = thread_scratch(4, n.R * stride);
+  float* s = thread_scratch(ForwardSlot::scores, n.R * stride);
   // Rows kPrefetchRows ahead of the first row of [j, j + count), clipped to hi.
   const auto ahead = [&](const Rows<T>& rows, int64_t j, int64_t count, int64_t& ahead_rows) {
     ahead_rows = std::clamp<int64_t>(hi - (j + kPrefetchRows), 0, count);
@@ -454,11 +455,11 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
   if (lo >= hi) return;
   const int64_t Mq = std::min<int64_t>(tiles::kQueryVectors * N, (n.R + N - 1) / N * N);
   const int64_t blocks = (n.R + Mq - 1) / Mq;
-  float* Qt = thread_scratch(0, blocks * n.D * Mq);
-  float* S = thread_scratch(1, kKeyTile * Mq);
-  float* Ot = thread_scratch(2, blocks * n.Dv * Mq);
-  float* state = thread_scratch(3, blocks * 3 * Mq);  // m, l, alpha of each block
-  float* Vt = thread_scratch(4, n.Dv * kKeyTile);
+  float* Qt = thread_scratch(ForwardSlot::q_tiles, blocks * n.D * Mq);
+  float* S = thread_scratch(ForwardSlot::scores, kKeyTile * Mq);
+  float* Ot = thread_scratch(ForwardSlot::out_tiles, blocks * n.Dv * Mq);
+  float* state = thread_scratch(ForwardSlot::softmax_state, blocks * 3 * Mq);  // m, l, alpha
+  float* Vt = thread_scratch(ForwardSlot::v_tiles, n.Dv * kKeyTile);
   thread_local std::vector<tiles::TileMask> masks;  // each row's keys in this chunk
   masks.resize(blocks);
   for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -501,7 +502,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
       k_rows = K.row(b, hkv, j0), ks = K.row_stride;
       v_rows = V.row(b, hkv, j0), vs = V.row_stride;
     } else {
-      float* rows_f32 = thread_scratch(5, kKeyTile * (n.D + n.Dv));
+      float* rows_f32 = thread_scratch(ForwardSlot::bf16_rows, kKeyTile * (n.D + n.Dv));
       for (int64_t jj = 0; jj < nk; ++jj) {
         const T *k = K.row(b, hkv, j0 + jj), *v = V.row(b, hkv, j0 + jj);
         for (int64_t d = 0; d < n.D; ++d) rows_f32[jj * n.D + d] = scalar(k[d]);
@@ -561,7 +562,7 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
   const View bias = full_bias(a, "attention");
   const float scale = effective_scale(a);
   const int64_t units = n.B * n.Hkv * n.chunks;
-  float* parts = thread_scratch(6, units * n.R * (n.Dv + 2));
+  float* parts = thread_scratch(ForwardSlot::partials, units * n.R * (n.Dv + 2));
   const int threads = detail::threads_for(units * n.chunk * (n.D + n.Dv) * n.R);
   parallel_for(units, threads, [&](int64_t u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
@@ -578,30 +579,15 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
     const int64_t r = row % n.R, hkv = (row / n.R) % n.Hkv, b = row / (n.R * n.Hkv);
     const int64_t h = n.head(hkv, r), i = n.query(r);
     const int64_t first = (b * n.Hkv + hkv) * n.chunks;
-    // The largest chunk max. A NaN from NaN inputs (in a chunk's max or sum: some targets'
-    // Max drops NaN) makes the row NaN, as in the reference, never the fully-masked 0.
-    float m = simd::kMinusInf;
-    bool nan = false;
+    thread_local std::vector<PartialRow> rows_of_chunks;
+    rows_of_chunks.resize(n.chunks);
     for (int64_t c = 0; c < n.chunks; ++c) {
       const float* p = partial(parts, n, first + c, r);
-      nan = nan || std::isnan(p[0]) || std::isnan(p[1]);
-      m = std::max(m, p[0]);
+      rows_of_chunks[c] = {p[0], p[1], p + 2};
     }
-    float* out = &a.out(b, h, i, 0);
-    const int64_t os = a.out.stride[3];
-    for (int64_t e = 0; e < n.Dv; ++e) out[e * os] = nan ? NAN : 0;
-    float l = nan ? NAN : 0;
-    if (!nan && m != simd::kMinusInf) {
-      for (int64_t c = 0; c < n.chunks; ++c) {
-        const float* p = partial(parts, n, first + c, r);
-        if (p[0] == simd::kMinusInf) continue;
-        const float w = std::exp(p[0] - m);
-        l += w * p[1];
-        for (int64_t e = 0; e < n.Dv; ++e) out[e * os] += w * p[2 + e];
-      }
-      for (int64_t e = 0; e < n.Dv; ++e) out[e * os] /= l;
-    }
-    if (a.lse) a.lse[(b * n.Hq + h) * n.Tq + i] = l == 0 ? simd::kMinusInf : m + std::log(l);
+    const float lse = merge_partials(rows_of_chunks.data(), n.chunks, n.Dv, &a.out(b, h, i, 0),
+                                     a.out.stride[3]);
+    if (a.lse) a.lse[(b * n.Hq + h) * n.Tq + i] = lse;
   });
 }
 

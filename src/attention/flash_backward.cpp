@@ -79,7 +79,7 @@ struct StepBuffers {
 
 StepBuffers step_buffers(const Shape& n) {
   const int64_t tile = kKeyTile * n.Mq;
-  float* w = thread_scratch(4, 3 * tile + n.D * n.Mq);
+  float* w = thread_scratch(BackwardSlot::tile, 3 * tile + n.D * n.Mq);
   return {w, w + tile, w + 2 * tile, w + 3 * tile};
 }
 
@@ -273,7 +273,7 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
   } else {
     // The threads write the parts of a batch of steps alone; they are then summed in order.
     const int64_t part = n.D * Mq;
-    float* parts = thread_scratch(6, kKeyTilesPerBatch * part);
+    float* parts = thread_scratch(BackwardSlot::partials, kKeyTilesPerBatch * part);
     for (int64_t k0 = 0; k0 < count; k0 += kKeyTilesPerBatch) {
       const int64_t steps = std::min(kKeyTilesPerBatch, count - k0);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
@@ -320,14 +320,14 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   auto unit = [&](int64_t u, bool split_keys) {
     const int64_t b = u / n.Hkv, hkv = u % n.Hkv;
     PackedTile p;
-    p.Qt = thread_scratch(0, n.D * Mq);
-    p.Qr = thread_scratch(1, Mq * Dp);
-    p.dOt = thread_scratch(2, n.Dv * Mq);
-    p.dOr = thread_scratch(3, Mq * Dvp);
-    p.lse = thread_scratch(7, 2 * Mq + n.D * Mq);
+    p.Qt = thread_scratch(BackwardSlot::q_tiles, n.D * Mq);
+    p.Qr = thread_scratch(BackwardSlot::q_rows, Mq * Dp);
+    p.dOt = thread_scratch(BackwardSlot::dout_tiles, n.Dv * Mq);
+    p.dOr = thread_scratch(BackwardSlot::dout_rows, Mq * Dvp);
+    p.lse = thread_scratch(BackwardSlot::lse, 2 * Mq + n.D * Mq);
     p.Di = p.lse + Mq;
     float* dQt = p.Di + Mq;
-    float* dK = thread_scratch(5, n.Tk * (Dp + Dvp));
+    float* dK = thread_scratch(BackwardSlot::dk_dv, n.Tk * (Dp + Dvp));
     float* dV = dK + n.Tk * Dp;
     std::fill(dK, dK + n.Tk * (Dp + Dvp), 0.0f);
     for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h)

@@ -177,11 +177,12 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
                       int64_t b, int64_t h, int64_t first, int64_t count, bool stream_out) {
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq;
-  float* Qt = thread_scratch(0, count * n.D * Mq);
-  float* S = thread_scratch(1, kKeyTile * Mq);
-  float* Ot = thread_scratch(2, count * n.Dv * Mq);
-  float* state = thread_scratch(3, count * 3 * Mq);  // m, l, alpha of each tile, each [Mq]
-  float* Vt = thread_scratch(4, n.Dv * kKeyTile);
+  float* Qt = thread_scratch(ForwardSlot::q_tiles, count * n.D * Mq);
+  float* S = thread_scratch(ForwardSlot::scores, kKeyTile * Mq);
+  float* Ot = thread_scratch(ForwardSlot::out_tiles, count * n.Dv * Mq);
+  // m, l, alpha of each tile, each [Mq]
+  float* state = thread_scratch(ForwardSlot::softmax_state, count * 3 * Mq);
+  float* Vt = thread_scratch(ForwardSlot::v_tiles, n.Dv * kKeyTile);
   thread_local std::vector<QueryTile> group;
   group.resize(count);
   int64_t lo = n.Tk, hi = 0;  // keys some query of the group sees

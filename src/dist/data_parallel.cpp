@@ -1,20 +1,37 @@
 // Data-parallel training over MPI: a share of every batch per rank, gradients summed in a
 // fixed order, optionally the optimizer state sharded (ZeRO-1). See include/qkv/dist.h.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include "qkv/dist.h"
 #include "qkv/error.h"
+#include "qkv/clock.h"
 
 namespace qkv::dist {
 
+
 namespace {
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+
+template <typename T, MPI_Datatype (*type)()>
+T sum_in_rank_order(MPI_Comm comm, T x) {
+  int size = 0;
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  std::vector<T> all(size);
+  check_mpi(MPI_Allgather(&x, 1, type(), all.data(), 1, type(), comm), "MPI_Allgather");
+  T total = 0;
+  for (T a : all) total += a;  // rank order: the same bits on every rank
+  return total;
 }
+MPI_Datatype mpi_float() { return MPI_FLOAT; }
+MPI_Datatype mpi_double() { return MPI_DOUBLE; }
+
 }  // namespace
+
+float sum_over_ranks(MPI_Comm comm, float x) { return sum_in_rank_order<float, mpi_float>(comm, x); }
+double sum_over_ranks(MPI_Comm comm, double x) {
+  return sum_in_rank_order<double, mpi_double>(comm, x);
+}
 
 DataParallel::DataParallel(MPI_Comm comm, const Model& model, AdamW& optimizer, bool zero1)
     : comm_(comm), zero1_(zero1) {
@@ -44,13 +61,7 @@ Batch DataParallel::local(const Batch& global) const {
   return part;
 }
 
-float DataParallel::sum(float x) {
-  std::vector<float> all(size_);
-  check_mpi(MPI_Allgather(&x, 1, MPI_FLOAT, all.data(), 1, MPI_FLOAT, comm_), "MPI_Allgather");
-  float total = 0;
-  for (float a : all) total += a;  // rank order: the same bits on every rank
-  return total;
-}
+float DataParallel::sum(float x) { return sum_over_ranks(comm_, x); }
 
 double DataParallel::accuracy(const std::vector<uint8_t>& right, int64_t B) {
   int64_t mine = std::count(right.begin(), right.end(), 1), all = 0;
@@ -88,9 +99,9 @@ void DataParallel::reduce_scatter(float* g) {
 float DataParallel::update(Model& model, AdamW& optimizer, float max_norm, float lr) {
   float* g = model.grads();
   float* w = model.weights();
-  const double t0 = now();
+  const double t0 = now_seconds();
   reduce_scatter(g);
-  exchange_seconds += now() - t0;
+  exchange_seconds += now_seconds() - t0;
   const int64_t n = model.num_params(), mine = counts_[rank_];
   // Sent: the other ranks' slices (reduce-scatter), then this slice to each of them (gather).
   exchange_bytes += 4 * ((n - mine) + mine * (size_ - 1));
@@ -98,10 +109,10 @@ float DataParallel::update(Model& model, AdamW& optimizer, float max_norm, float
   auto all_gather = [&](float* base) {
     std::vector<int> displs(size_);
     for (int r = 0; r < size_; ++r) displs[r] = static_cast<int>(begin_[r]);
-    const double t = now();
+    const double t = now_seconds();
     check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, counts_.data(),
                              displs.data(), MPI_FLOAT, comm_), "MPI_Allgatherv");
-    exchange_seconds += now() - t;
+    exchange_seconds += now_seconds() - t;
   };
   check(model.num_params() < std::numeric_limits<int>::max(), "data-parallel training: ",
         model.num_params(), " parameters need 64-bit MPI offsets (not built)");

@@ -9,7 +9,6 @@
 // with the global out and lse (so each block's P is already normalised) and sends each
 // block's dK, dV accumulator along behind it: after P hops it is back at its owner.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -17,18 +16,18 @@
 #include <string>
 
 #include "attention/masks.h"
+#include "attention/merge.h"
 #include "qkv/dist.h"
 #include "qkv/error.h"
 #include "qkv/threads.h"
+#include "qkv/clock.h"
 #include "util/parallel.h"
+#include "util/scratch.h"
 
 namespace qkv::dist {
 
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max() / 4;
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
@@ -143,28 +142,25 @@ struct Ring {
   // messages only inside MPI calls; on one machine the copy itself may run in here).
   void poke(MPI_Request req[2]) {
     if (req[0] == MPI_REQUEST_NULL) return;
-    const double t = now();
+    const double t = now_seconds();
     int done = 0;
     MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE);
-    if (stats) stats->progress_seconds += now() - t;
+    if (stats) stats->progress_seconds += now_seconds() - t;
   }
   void wait(MPI_Request req[2]) {
-    const double t = now();
+    const double t = now_seconds();
     check_mpi(MPI_Waitall(2, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
-    if (stats) stats->wait_seconds += now() - t;
+    if (stats) stats->wait_seconds += now_seconds() - t;
   }
 };
 
-// Buffers kept from call to call by the thread that calls the ring, each slot growing to the
-// largest size asked for: a fresh page costs ~11 µs to touch here, so allocating two 16 MB
-// key/value blocks per call cost 90 ms of a 830 ms forward. Contents are not kept.
-enum Slot { kBlock0, kBlock1, kPartial, kIncoming, kOutgoing, kOut, kLse, kPartOut, kPartLse,
-            kPartDq, kPartDk, kPartDv, kSlots };
+// Buffers kept from call to call by the thread that calls the ring (the shared scratch, in
+// the ring's own slots: attention's kernels run while they are held): a fresh page costs
+// ~11 µs to touch here, so allocating two 16 MB key/value blocks per call cost 90 ms of a
+// 830 ms forward. Contents are not kept.
+using Slot = detail::RingSlot;
 float* workspace(Slot slot, int64_t floats) {
-  thread_local std::vector<Tensor> slots(kSlots);
-  Tensor& t = slots[slot];
-  if (t.numel() < floats) t = Tensor({std::max<int64_t>(floats, 1)});
-  return t.data();
+  return detail::thread_scratch(slot, static_cast<size_t>(std::max<int64_t>(floats, 1)));
 }
 
 // A rank's key/value block (or its gradient) packed as one message: K [B, Hkv, Tl, D] then
@@ -239,23 +235,23 @@ void for_each_block(const std::vector<Chunk>& qchunks, const std::vector<Chunk>&
 void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, RingStats* stats) {
   const char* where = "ring_attention";
   check_agreement(a, s, comm, where, [&] { check_shard(a, s, where); });
-  const double start = now();
+  const double start = now_seconds();
   Ring ring(comm, stats);
   const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tl = s.local_len(), Hkv = a.k.shape[1],
                 D = a.k.shape[3], Dv = a.v.shape[3];
   const std::vector<Chunk> mine = s.chunks(ring.rank);
 
-  const KVBlock blocks[2] = {KVBlock(kBlock0, B, Hkv, Tl, D, Dv),
-                             KVBlock(kBlock1, B, Hkv, Tl, D, Dv)};
+  const KVBlock blocks[2] = {KVBlock(Slot::block0, B, Hkv, Tl, D, Dv),
+                             KVBlock(Slot::block1, B, Hkv, Tl, D, Dv)};
   add_into(blocks[0].k(), a.k, true);
   add_into(blocks[0].v(), a.v, true);
   // The merged result so far: out [B, Hq, Tl, Dv] and lse [B, Hq, Tl] (-inf: nothing yet;
   // out is written where lse first becomes finite).
-  const View out(workspace(kOut, B * Hq * Tl * Dv), {B, Hq, Tl, Dv});
-  const View lse(workspace(kLse, B * Hq * Tl), {B, Hq, Tl});
+  const View out(workspace(Slot::out, B * Hq * Tl * Dv), {B, Hq, Tl, Dv});
+  const View lse(workspace(Slot::lse, B * Hq * Tl), {B, Hq, Tl});
   std::fill(lse.data, lse.data + B * Hq * Tl, kMinusInf);
-  float* const part_out = workspace(kPartOut, B * Hq * Tl * Dv);
-  float* const part_lse = workspace(kPartLse, B * Hq * Tl);
+  float* const part_out = workspace(Slot::part_out, B * Hq * Tl * Dv);
+  float* const part_lse = workspace(Slot::part_lse, B * Hq * Tl);
   std::vector<int32_t> kv_len;
 
   MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -264,7 +260,7 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
     const KVBlock& incoming = blocks[(step + 1) % 2];
     if (step + 1 < ring.size) ring.start(cur.ptr(), incoming.ptr(), cur.count(), kTagKV, req);
     const int owner = (ring.rank - step + ring.size) % ring.size;
-    const double t = now(), progress0 = stats ? stats->progress_seconds : 0;
+    const double t = now_seconds(), progress0 = stats ? stats->progress_seconds : 0;
     for_each_block(mine, s.chunks(owner), a.mask, stats,
                    [&](int64_t qrow, const Chunk& qc, int64_t krow, const Chunk& kc,
                        const BlockCall& c) {
@@ -276,26 +272,17 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
       x.lse = part_lse;
       attention(x);
       ring.poke(req);
-      // Merge rows [qrow + q0, qrow + q1) with their log-sum-exps.
+      // Merge rows [qrow + q0, qrow + q1) with their log-sum-exps (this block's hid every key
+      // of a row when its lse is −inf; nothing merged yet when the row's is).
       detail::parallel_for(B * Hq * n, detail::threads_for(B * Hq * n * Dv), [&](int64_t r) {
         const int64_t i = r % n, bh = r / n;
         float& l = lse.data[bh * Tl + qrow + c.q0 + i];
         float* o = out.data + (bh * Tl + qrow + c.q0 + i) * Dv;
-        const float pl = part_lse[r];
-        const float* po = part_out + r * Dv;
-        if (pl == kMinusInf) return;  // this block hid every key of the row
-        if (l == kMinusInf) {
-          std::memcpy(o, po, Dv * sizeof(float));
-          l = pl;
-          return;
-        }
-        const float m = std::max(l, pl), wa = std::exp(l - m), wb = std::exp(pl - m);
-        const float sum = wa + wb;
-        for (int64_t j = 0; j < Dv; ++j) o[j] = (o[j] * wa + po[j] * wb) / sum;
-        l = m + std::log(sum);
+        const detail::PartialRow parts[2] = {{l, 1, o}, {part_lse[r], 1, part_out + r * Dv}};
+        l = detail::merge_partials(parts, 2, Dv, o, 1);
       });
     });
-    if (stats) stats->compute_seconds += now() - t - (stats->progress_seconds - progress0);
+    if (stats) stats->compute_seconds += now_seconds() - t - (stats->progress_seconds - progress0);
     if (step + 1 < ring.size) ring.wait(req);
   }
   // Rows that saw no key anywhere are 0 (the workspace holds an earlier call's values there).
@@ -303,7 +290,7 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
     if (lse.data[r] == kMinusInf) std::fill(out.data + r * Dv, out.data + (r + 1) * Dv, 0.0f);
   add_into(a.out, out, true);
   if (a.lse) std::memcpy(a.lse, lse.data, B * Hq * Tl * sizeof(float));
-  if (stats) stats->seconds += now() - start;
+  if (stats) stats->seconds += now_seconds() - start;
 }
 
 void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk, View dv,
@@ -316,26 +303,26 @@ void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk
     unpadded.mask.kv_len = nullptr;  // global positions: checked by check_shard
     validate_backward(unpadded, dout, dq, dk, dv, where);
   });
-  const double start = now();
+  const double start = now_seconds();
   Ring ring(comm, stats);
   const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tl = s.local_len(), Hkv = a.k.shape[1],
                 D = a.k.shape[3], Dv = a.v.shape[3];
   const std::vector<Chunk> mine = s.chunks(ring.rank);
 
-  const KVBlock blocks[2] = {KVBlock(kBlock0, B, Hkv, Tl, D, Dv),
-                             KVBlock(kBlock1, B, Hkv, Tl, D, Dv)};
+  const KVBlock blocks[2] = {KVBlock(Slot::block0, B, Hkv, Tl, D, Dv),
+                             KVBlock(Slot::block1, B, Hkv, Tl, D, Dv)};
   add_into(blocks[0].k(), a.k, true);
   add_into(blocks[0].v(), a.v, true);
   // This step's gradient for the block held (partial), the accumulator that arrived with it
   // (incoming) and the sum sent on (outgoing).
-  const KVBlock partial(kPartial, B, Hkv, Tl, D, Dv), incoming(kIncoming, B, Hkv, Tl, D, Dv),
-      outgoing(kOutgoing, B, Hkv, Tl, D, Dv);
-  const View dq_sum(workspace(kOut, B * Hq * Tl * D), {B, Hq, Tl, D});
+  const KVBlock partial(Slot::partial, B, Hkv, Tl, D, Dv), incoming(Slot::incoming, B, Hkv, Tl, D, Dv),
+      outgoing(Slot::outgoing, B, Hkv, Tl, D, Dv);
+  const View dq_sum(workspace(Slot::out, B * Hq * Tl * D), {B, Hq, Tl, D});
   std::fill(dq_sum.data, dq_sum.data + B * Hq * Tl * D, 0.0f);
-  float* const part_dq = workspace(kPartDq, B * Hq * Tl * D);
-  float* const part_dk = workspace(kPartDk, B * Hkv * Tl * D);
-  float* const part_dv = workspace(kPartDv, B * Hkv * Tl * Dv);
-  float* const part_lse = workspace(kPartLse, B * Hq * Tl);
+  float* const part_dq = workspace(Slot::part_dq, B * Hq * Tl * D);
+  float* const part_dk = workspace(Slot::part_dk, B * Hkv * Tl * D);
+  float* const part_dv = workspace(Slot::part_dv, B * Hkv * Tl * Dv);
+  float* const part_lse = workspace(Slot::part_lse, B * Hq * Tl);
   std::vector<int32_t> kv_len;
 
   MPI_Request kv_req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -345,7 +332,7 @@ void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk
     if (step + 1 < ring.size)
       ring.start(cur.ptr(), blocks[(step + 1) % 2].ptr(), cur.count(), kTagKV, kv_req);
     const int owner = (ring.rank - step + ring.size) % ring.size;
-    const double t = now(), progress0 = stats ? stats->progress_seconds : 0;
+    const double t = now_seconds(), progress0 = stats ? stats->progress_seconds : 0;
     partial.zero();
     for_each_block(mine, s.chunks(owner), a.mask, stats,
                    [&](int64_t qrow, const Chunk& qc, int64_t krow, const Chunk& kc,
@@ -368,7 +355,7 @@ void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk
       add_into(partial.k().slice(2, krow + c.k0, krow + c.k1), pdk);
       add_into(partial.v().slice(2, krow + c.k0, krow + c.k1), pdv);
     });
-    if (stats) stats->compute_seconds += now() - t - (stats->progress_seconds - progress0);
+    if (stats) stats->compute_seconds += now_seconds() - t - (stats->progress_seconds - progress0);
     // The block's accumulator: what came with it (nothing at its owner, step 0) plus this
     // rank's part, sent on behind the block; the last hop takes it home.
     if (step == 0) {
@@ -388,7 +375,7 @@ void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk
   add_into(dq, dq_sum, true);
   add_into(dk, incoming.k(), true);
   add_into(dv, incoming.v(), true);
-  if (stats) stats->seconds += now() - start;
+  if (stats) stats->seconds += now_seconds() - start;
 }
 
 }  // namespace qkv::dist

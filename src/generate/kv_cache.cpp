@@ -1,5 +1,4 @@
 // The key/value cache (see include/qkv/kv_cache.h).
-#include "util/parallel.h"
 #include "qkv/kv_cache.h"
 
 #include <algorithm>
@@ -8,29 +7,9 @@
 
 #include "qkv/error.h"
 #include "qkv/model.h"
-#include "qkv/threads.h"
+#include "qkv/number_format.h"
 
 namespace qkv {
-
-namespace {
-
-// fp32 → bf16 rounding to nearest, ties to even (NaN stays NaN).
-uint16_t to_bf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  if (std::isnan(x)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  bits += 0x7FFF + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float from_bf16(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float x;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
-
-}  // namespace
 
 KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
     : batch_(o.batch),
@@ -106,75 +85,50 @@ void KVCache::write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, con
         std::copy(v, v + d_head_, f32(true) + at);
       } else {
         for (int64_t d = 0; d < d_head_; ++d) {
-          bf16(false)[at + d] = to_bf16(k[d]);
-          bf16(true)[at + d] = to_bf16(v[d]);
+          bf16(false)[at + d] = float_to_bf16(k[d]);
+          bf16(true)[at + d] = float_to_bf16(v[d]);
         }
       }
     }
   }
 }
 
-void KVCache::write_and_read(int64_t layer, int64_t seq, int64_t pos0, int64_t count,
-                             const float* k_rows, const float* v_rows, int64_t row_stride,
-                             int64_t first, View k, View v) {
-  const int64_t held_from = ring_ ? std::max<int64_t>(0, pos0 - slots_) : 0;
-  check(first >= held_from && first <= pos0, "kv cache: position ", first,
-        " is not held (the cache keeps positions from ", held_from, " to ", pos0, ")");
-  const int64_t n = pos0 + count - first;
-  check(k.ndim == 3 && k.shape[0] == kv_heads_ && k.shape[1] >= n && k.shape[2] == d_head_ &&
-            v.ndim == 3 && v.shape[0] == kv_heads_ && v.shape[1] >= n && v.shape[2] == d_head_,
-        "kv cache: read buffers ", shape_of(k), ", ", shape_of(v), " cannot hold [", kv_heads_,
-        ", ", n, ", ", d_head_, "]");
-  auto get = [&](bool value, int64_t at, float* out) {
-    if (type_ == CacheType::f32) std::copy(f32(value) + at, f32(value) + at + d_head_, out);
-    else for (int64_t d = 0; d < d_head_; ++d) out[d] = from_bf16(bf16(value)[at + d]);
-  };
-  // The copy is the cost of a bf16 (or ring) cache's step: the heads in parallel.
-  const int64_t old = pos0 - first;
-  detail::parallel_for(kv_heads_, detail::threads_for(kv_heads_ * old * d_head_), [&](int64_t h) {
-    for (int64_t t = 0; t < old; ++t) {
-      const int64_t at = offset(layer, seq, h, (first + t) % slots_);
-      get(false, at, &k(h, t, 0));
-      get(true, at, &v(h, t, 0));
-    }
-  });
-  write(layer, seq, pos0, count, k_rows, v_rows, row_stride);
-  // The new rows as they are stored: rounded like the cache rounds them.
-  const bool round = type_ == CacheType::bf16;
-  for (int64_t h = 0; h < kv_heads_; ++h)
-    for (int64_t t = 0; t < count; ++t) {
-      const float* kr = k_rows + t * row_stride + h * d_head_;
-      const float* vr = v_rows + t * row_stride + h * d_head_;
-      float* kd = &k(h, pos0 - first + t, 0);
-      float* vd = &v(h, pos0 - first + t, 0);
-      for (int64_t d = 0; d < d_head_; ++d) {
-        kd[d] = round ? from_bf16(to_bf16(kr[d])) : kr[d];
-        vd[d] = round ? from_bf16(to_bf16(vr[d])) : vr[d];
-      }
-    }
+StoredKV KVCache::stored(int64_t layer, int64_t seq, int64_t length) const {
+  StoredKV kv;
+  kv.type = type_ == CacheType::f32 ? TensorType::f32 : TensorType::bf16;
+  const int64_t at = offset(layer, seq, 0, 0);
+  kv.k = type_ == CacheType::f32 ? static_cast<const void*>(f32(false) + at) : bf16(false) + at;
+  kv.v = type_ == CacheType::f32 ? static_cast<const void*>(f32(true) + at) : bf16(true) + at;
+  kv.batch_stride = kv_heads_ * slots_ * d_head_;
+  kv.head_stride = slots_ * d_head_;
+  kv.row_stride = d_head_;
+  kv.heads = kv_heads_;
+  kv.dim_k = kv.dim_v = d_head_;
+  kv.length = length;
+  kv.slots = ring_ ? slots_ : 0;
+  return kv;
 }
 
-namespace {
-
-View heads_view(float* base, int64_t heads, int64_t rows, int64_t slots, int64_t d_head) {
-  return View(base, {1, heads, rows, d_head}, {heads * slots * d_head, slots * d_head, d_head, 1});
-}
-
-}  // namespace
-
-View KVCache::key_slots(int64_t layer, int64_t seq, int64_t n) const {
-  if (type_ != CacheType::f32) return {};
-  return heads_view(f32(false) + offset(layer, seq, 0, 0), kv_heads_, n, slots_, d_head_);
-}
-
-View KVCache::value_slots(int64_t layer, int64_t seq, int64_t n) const {
-  if (type_ != CacheType::f32) return {};
-  return heads_view(f32(true) + offset(layer, seq, 0, 0), kv_heads_, n, slots_, d_head_);
-}
-
-const uint16_t* KVCache::bf16_slots(bool values, int64_t layer, int64_t seq) const {
-  if (type_ != CacheType::bf16) return nullptr;
-  return bf16(values) + offset(layer, seq, 0, 0);
+void KVCache::attend(int64_t layer, int64_t seq, const AttentionArgs& args, const float* k_rows,
+                     const float* v_rows, int64_t row_stride) {
+  check(layer >= 0 && layer < layers_, "kv cache: layer ", layer, " out of range [0, ", layers_, ")");
+  check_ndim(args.q, 4, "kv cache: attend", "q [1, Hq, T, d_head]");
+  check(args.q.shape[0] == 1, "kv cache: attend runs one sequence, q is ", shape_of(args.q));
+  const int64_t pos0 = length(seq), T = args.q.shape[2], end = pos0 + T;
+  check_room(seq, T);
+  StoredKV kv = stored(layer, seq, end);
+  const int64_t seen = args.mask.window_left >= 0 ? std::max<int64_t>(0, pos0 - args.mask.window_left) : 0;
+  if (ring_ && end - seen > slots_) {
+    // Storing the new rows first would overwrite positions their queries still see: they go
+    // in beside the storage, and are stored after.
+    kv.fresh_k = View(const_cast<float*>(k_rows), {1, kv_heads_, T, d_head_}, {0, d_head_, row_stride, 1});
+    kv.fresh_v = View(const_cast<float*>(v_rows), {1, kv_heads_, T, d_head_}, {0, d_head_, row_stride, 1});
+    attention(args, kv);
+    write(layer, seq, pos0, T, k_rows, v_rows, row_stride);
+    return;
+  }
+  write(layer, seq, pos0, T, k_rows, v_rows, row_stride);
+  attention(args, kv);
 }
 
 }  // namespace qkv

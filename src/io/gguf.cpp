@@ -141,54 +141,6 @@ const std::vector<Value>& Value::as_array(const std::string& key) const {
   fail("gguf: metadata \"", key, "\" should be an array but is ", to_string(type));
 }
 
-std::string to_string(TensorType t) {
-  switch (t) {
-    case TensorType::f32: return "F32";
-    case TensorType::f16: return "F16";
-    case TensorType::q4_0: return "Q4_0";
-    case TensorType::q4_1: return "Q4_1";
-    case TensorType::q5_0: return "Q5_0";
-    case TensorType::q5_1: return "Q5_1";
-    case TensorType::q8_0: return "Q8_0";
-    case TensorType::q8_1: return "Q8_1";
-    case TensorType::q2_k: return "Q2_K";
-    case TensorType::q3_k: return "Q3_K";
-    case TensorType::q4_k: return "Q4_K";
-    case TensorType::q5_k: return "Q5_K";
-    case TensorType::q6_k: return "Q6_K";
-    case TensorType::q8_k: return "Q8_K";
-    case TensorType::i8: return "I8";
-    case TensorType::i16: return "I16";
-    case TensorType::i32: return "I32";
-    case TensorType::i64: return "I64";
-    case TensorType::f64: return "F64";
-    case TensorType::bf16: return "BF16";
-  }
-  return "type " + std::to_string(static_cast<uint32_t>(t));
-}
-
-std::optional<BlockSize> block_size(uint32_t type) {
-  switch (static_cast<TensorType>(type)) {
-    case TensorType::f32: case TensorType::i32: return BlockSize{1, 4};
-    case TensorType::f16: case TensorType::bf16: case TensorType::i16: return BlockSize{1, 2};
-    case TensorType::i8: return BlockSize{1, 1};
-    case TensorType::i64: case TensorType::f64: return BlockSize{1, 8};
-    case TensorType::q4_0: return BlockSize{32, 18};
-    case TensorType::q4_1: return BlockSize{32, 20};
-    case TensorType::q5_0: return BlockSize{32, 22};
-    case TensorType::q5_1: return BlockSize{32, 24};
-    case TensorType::q8_0: return BlockSize{32, 34};
-    case TensorType::q8_1: return BlockSize{32, 40};
-    case TensorType::q2_k: return BlockSize{256, 84};
-    case TensorType::q3_k: return BlockSize{256, 110};
-    case TensorType::q4_k: return BlockSize{256, 144};
-    case TensorType::q5_k: return BlockSize{256, 176};
-    case TensorType::q6_k: return BlockSize{256, 210};
-    case TensorType::q8_k: return BlockSize{256, 292};
-  }
-  return std::nullopt;
-}
-
 int64_t TensorInfo::elements() const {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;

@@ -12,7 +12,7 @@ namespace qkv {
 
 namespace {
 
-using gguf::TensorType;
+using qkv::TensorType;
 
 // The tokenizer as tokenizer.ggml.* metadata: SentencePiece pieces as "llama" (a space
 // written "▁"; byte, control and unknown tokens typed), qkv's byte vocabulary as "gpt2" with
@@ -55,7 +55,7 @@ void add_tokenizer(gguf::Writer& w, const Tokenizer& t) {
 GgufSaveStats save_gguf(const std::string& path, const Model& model, const Tokenizer* tokenizer, TensorType type) {
   const ModelConfig& c = model.config();
   check(type == TensorType::q8_0 || type == TensorType::q4_0 || type == TensorType::f16 || type == TensorType::f32,
-        "save_gguf: the matrices can be Q8_0, Q4_0, F16 or F32, not ", gguf::to_string(type));
+        "save_gguf: the matrices can be Q8_0, Q4_0, F16 or F32, not ", to_string(type));
   check(c.norm == NormKind::rms_norm && c.mlp == MlpKind::swiglu && c.positions == PositionKind::rotary && !c.bias &&
             c.causal && c.window == 0,
         "save_gguf: GGUF's llama architecture is RMSNorm, SwiGLU, rotary positions, no biases, causal, no "
@@ -102,7 +102,7 @@ GgufSaveStats save_gguf(const std::string& path, const Model& model, const Token
         }
       x.swap(y);
     }
-    const gguf::BlockSize b = *gguf::block_size(static_cast<uint32_t>(type));
+    const BlockSize b = block_of(type);
     const TensorType t = cols == 1 ? TensorType::f32 : cols % b.elements == 0 ? type : TensorType::f32;
     if (cols > 1 && t != type) ++stats.kept_f32;
     if (cols > 1 && t == type) ++stats.quantized;

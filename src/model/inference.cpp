@@ -8,13 +8,13 @@
 // Hq/Hkv heads, dh = d_head, W = (Hq + 2 Hkv)·dh, A = Hq·dh, F = d_ff, V = vocab.
 #include <algorithm>
 
-#include "attention/kernels.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/kv_cache.h"
 #include "qkv/model.h"
 #include "qkv/ops.h"
 #include "model/inference_buffers.h"
+#include "model/weights.h"
 
 namespace qkv {
 
@@ -74,56 +74,27 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     for (int64_t t = 0; t < T; ++t) s.pos[i * T + t] = static_cast<int32_t>(pos0[i] + t);
 
   const bool ln = c.norm == NormKind::layer_norm;
-  if (s.layers.empty()) {
-    auto norm_of = [&](const std::string& name) {
-      return InferenceBuffers::Norm{weight(name + ".weight").data,
-                                    ln ? weight(name + ".bias").data : nullptr};
-    };
-    auto linear_of = [&](const std::string& name) {
-      const std::vector<quant::Matrix>* q = external(name + ".weight");
-      return InferenceBuffers::Linear{q ? View() : weight(name + ".weight"),
-                                      c.bias ? weight(name + ".bias").data : nullptr, q};
-    };
-    for (int64_t l = 0; l < c.n_layers; ++l) {
-      const std::string p = "layers." + std::to_string(l) + ".";
-      InferenceBuffers::Layer L{.attn = attention_layer(l),
-                                .norm1 = norm_of(p + "norm1"),
-                                .norm2 = norm_of(p + "norm2"),
-                                .qkv = linear_of(p + "attn.qkv"),
-                                .out = linear_of(p + "attn.out"),
-                                .proj = linear_of(p + "mlp.proj")};
-      if (c.mlp == MlpKind::gelu) L.fc = linear_of(p + "mlp.fc");
-      else L.gate = linear_of(p + "mlp.gate"), L.up = linear_of(p + "mlp.up");
-      s.layers.push_back(L);
-    }
-    s.norm = norm_of("norm");
-    s.embedding = external("embedding.token");
-    if (s.embedding)
-      check(s.embedding->size() == 1 && c.positions != PositionKind::learned && c.positions != PositionKind::sinusoidal, where,
-            ": a block-format embedding must be one matrix, with no position table added to it");
-    else
-      s.token_table = weight("embedding.token");
-    if (c.positions == PositionKind::learned) s.position_table = weight("embedding.position");
-    const std::string head = c.tied_embeddings ? "embedding.token" : "lm_head.weight";
-    const std::vector<quant::Matrix>* q = external(head);
-    s.head = InferenceBuffers::Linear{q ? View() : weight(head), nullptr, q};
-  }
+  const Weights& w = *w_;
+  if (w.token_blocks)
+    check(w.token_blocks->size() == 1 && c.positions != PositionKind::learned &&
+              c.positions != PositionKind::sinusoidal,
+          where, ": a block-format embedding must be one matrix, with no position table added to it");
   float* mean = s.stat.data();
   float* rstd = s.stat.data() + N;
-  auto norm = [&](View y, View x, const InferenceBuffers::Norm& n) {
+  auto norm = [&](View y, View x, const Weights::Norm& n) {
     if (ln) layernorm_forward(y, mean, rstd, x, n.w, n.b, c.norm_eps);
     else rmsnorm_forward(y, rstd, x, n.w, c.norm_eps);
   };
-  auto linear_rows = [&](View y, View x, const InferenceBuffers::Linear& f) {
-    if (f.q) quant::linear_forward(y, x, *f.q, f.b);
+  auto linear_rows = [&](View y, View x, const Weights::Linear& f) {
+    if (f.blocks) quant::linear_forward(y, x, *f.blocks, f.b);
     else linear_forward(y, x, f.w, f.b);
   };
-  auto linear = [&](const Tensor& y, const Tensor& x, const InferenceBuffers::Linear& f) {
+  auto linear = [&](const Tensor& y, const Tensor& x, const Weights::Linear& f) {
     linear_rows(rows(y, N), rows(x, N), f);
   };
 
   // Embeddings, plus learned or sinusoidal positions.
-  View positions = s.position_table;
+  View positions = w.position;
   if (c.positions == PositionKind::sinusoidal) {
     const int64_t need = *std::max_element(s.pos.begin(), s.pos.end()) + 1;
     if (s.sinusoids.ndim() != 2 || s.sinusoids.size(0) < need) {
@@ -133,18 +104,18 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     positions = s.sinusoids;
   }
   const View x = rows(s.x, N);
-  if (const std::vector<quant::Matrix>* q = s.embedding) {  // (GGUF's llama: no position table)
+  if (const std::vector<quant::Matrix>* q = w.token_blocks) {  // (GGUF's llama: no position table)
     for (int64_t i = 0; i < N; ++i) {
       check(tokens[i] >= 0 && tokens[i] < V, where, ": token ", tokens[i], " out of range [0, ", V, ")");
       quant::dequantize_rows((*q)[0], tokens[i], 1, &x(i, 0));
     }
   } else {
-    embedding_forward(x, tokens, s.token_table, positions.empty() ? nullptr : s.pos.data(), positions);
+    embedding_forward(x, tokens, w.token, positions.empty() ? nullptr : s.pos.data(), positions);
   }
 
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const InferenceBuffers::Layer& L = s.layers[l];
-    const MultiHeadAttention& m = L.attn;
+    const Weights::Layer& L = w.layers[l];
+    const MultiHeadAttention m = attention_layer(l);
     // x += attn(norm(x)), the attention one sequence at a time: each has its own length.
     norm(rows(s.ln, N), x, L.norm1);
     linear(s.qkv, s.ln, L.qkv);
@@ -160,46 +131,10 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
       }
       AttentionArgs a{.q = View(r, {1, Hq, T, dh}, {T * W, dh, W, 1}),
                       .out = View(s.att.data() + i * T * A, {1, Hq, T, dh}, {T * A, dh, A, 1})};
+      a.mask.causal = true;
       a.mask.alibi = m.alibi;
-      const int64_t end = pos0[i] + T;
-      if (cache.type() == CacheType::f32 && (!cache.ring() || (T == 1 && !m.alibi))) {
-        // Attend to the cache in place. In a ring of window + 1 slots, one query sees exactly
-        // the slots filled so far, whatever their order.
-        cache.write(l, seq[i], pos0[i], T, k_new, v_new, W);
-        const int64_t n = cache.ring() ? std::min(end, cache.slots()) : end;
-        a.k = cache.key_slots(l, seq[i], n);
-        a.v = cache.value_slots(l, seq[i], n);
-        a.mask.causal = !cache.ring();
-        if (!cache.ring() && m.window > 0) a.mask.window_left = static_cast<int>(m.window);
-      } else if (cache.type() == CacheType::bf16 && T == 1 && (!cache.ring() || !m.alibi)) {
-        // One token over a bf16 cache: the decoding kernel reads the bf16 rows in place.
-        cache.write(l, seq[i], pos0[i], T, k_new, v_new, W);
-        const int64_t n = cache.ring() ? std::min(end, cache.slots()) : end;
-        const int64_t hs = cache.slots() * dh;
-        const detail::Bf16Rows k{cache.bf16_slots(false, l, seq[i]), Hkv * hs, hs, dh};
-        const detail::Bf16Rows v{cache.bf16_slots(true, l, seq[i]), Hkv * hs, hs, dh};
-        a.mask.causal = !cache.ring();
-        if (!cache.ring() && m.window > 0) a.mask.window_left = static_cast<int>(m.window);
-        detail::decode_forward_bf16(a, k, v, Hkv, n, dh);
-        continue;
-      } else {
-        // bf16 storage taking several tokens, or a ring that does: the visible positions in
-        // order, as fp32 copies.
-        const int64_t first = m.window > 0 ? std::max<int64_t>(0, pos0[i] - m.window) : 0;
-        const int64_t n = end - first;
-        if (s.gathered < n) {
-          s.gathered = n;
-          s.k = Tensor({Hkv, n, dh}), s.v = Tensor({Hkv, n, dh});
-        }
-        const View kbuf(s.k.data(), {Hkv, n, dh}, {s.gathered * dh, dh, 1});
-        const View vbuf(s.v.data(), {Hkv, n, dh}, {s.gathered * dh, dh, 1});
-        cache.write_and_read(l, seq[i], pos0[i], T, k_new, v_new, W, first, kbuf, vbuf);
-        a.k = View(kbuf.data, {1, Hkv, n, dh}, {Hkv * s.gathered * dh, s.gathered * dh, dh, 1});
-        a.v = View(vbuf.data, {1, Hkv, n, dh}, {Hkv * s.gathered * dh, s.gathered * dh, dh, 1});
-        a.mask.causal = true;
-        if (m.window > 0) a.mask.window_left = static_cast<int>(m.window);
-      }
-      attention(a);
+      if (m.window > 0) a.mask.window_left = static_cast<int>(m.window);
+      cache.attend(l, seq[i], a, k_new, v_new, W);
     }
     linear(s.y, s.att, L.out);
     residual_forward(x, x, rows(s.y, N));
@@ -225,9 +160,9 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     for (int64_t i = 0; i < B; ++i)
       std::copy(&x(i * T + T - 1, 0), &x(i * T + T - 1, 0) + C, &last(i, 0));
   }
-  norm(last, last, s.norm);
+  norm(last, last, w.norm);
   const View logits = rows(s.logits, logit_rows);
-  linear_rows(logits, last, s.head);
+  linear_rows(logits, last, w.head);
   return logits;
 }
 

@@ -13,6 +13,7 @@
 #include "qkv/multihead.h"
 #include "qkv/ops.h"
 #include "model/inference_buffers.h"
+#include "model/weights.h"
 
 namespace qkv {
 
@@ -110,11 +111,15 @@ void Model::lay_out() {
   acts_ = std::make_unique<Activations>();
 }
 
-Model::Model(const ModelConfig& config, InferenceOnly) : config_(config) { lay_out(); }
+Model::Model(const ModelConfig& config, InferenceOnly) : config_(config) {
+  lay_out();
+  bind_weights();
+}
 
 Model::Model(const ModelConfig& config, InferenceOnly, ExternalWeights external)
     : config_(config), external_(std::move(external)) {
   lay_out();
+  bind_weights();
 }
 
 const std::vector<quant::Matrix>* Model::external(const std::string& name) const {
@@ -126,6 +131,7 @@ Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
   lay_out();
   const ModelConfig& c = config_;
   grads_ = Tensor({num_params_});
+  bind_weights();
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, c.init_std);
   const float residual_scale = 1.0f / std::sqrt(2.0f * c.n_layers);
@@ -152,7 +158,7 @@ View Model::weight(const std::string& name) const {
   const ParamInfo& p = param(name);
   if (p.external)
     fail("model: \"", name, "\" is held in its file's block format (",
-        gguf::to_string(external_.matrices.at(name)[0].type), "), not as fp32; this needs the model "
+        to_string(external_.matrices.at(name)[0].type), "), not as fp32; this needs the model "
         "loaded as fp32 (load_gguf with GgufWeights::fp32; Python: dequantize=True)");
   return View(weights_.data() + p.offset, {p.rows, p.cols});
 }
@@ -162,6 +168,49 @@ View Model::grad(const std::string& name) const {
   if (p.external) return View();
   if (!trainable()) return {};
   return View(grads_.data() + p.offset, {p.rows, p.cols});
+}
+
+void Model::bind_weights() {
+  const ModelConfig& c = config_;
+  const bool ln = c.norm == NormKind::layer_norm;
+  w_ = std::make_unique<Weights>();
+  Weights& w = *w_;
+  auto in_buffer = [&](const std::string& name) {
+    const ParamInfo& p = param(name);
+    return p.external ? View() : View(weights_.data() + p.offset, {p.rows, p.cols});
+  };
+  auto norm_of = [&](const std::string& name) {
+    Weights::Norm n{.w = in_buffer(name + ".weight").data, .dw = grad(name + ".weight").data};
+    if (ln) n.b = in_buffer(name + ".bias").data, n.db = grad(name + ".bias").data;
+    return n;
+  };
+  auto linear_of = [&](const std::string& name, bool bias) {
+    Weights::Linear f{.w = in_buffer(name + ".weight"), .dw = grad(name + ".weight"),
+                      .blocks = external(name + ".weight")};
+    if (bias) f.b = in_buffer(name + ".bias").data, f.db = grad(name + ".bias").data;
+    return f;
+  };
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    Weights::Layer L{.norm1 = norm_of(p + "norm1"),
+                     .norm2 = norm_of(p + "norm2"),
+                     .qkv = linear_of(p + "attn.qkv", c.bias),
+                     .out = linear_of(p + "attn.out", c.bias),
+                     .proj = linear_of(p + "mlp.proj", c.bias)};
+    if (c.mlp == MlpKind::gelu) L.fc = linear_of(p + "mlp.fc", c.bias);
+    else L.gate = linear_of(p + "mlp.gate", c.bias), L.up = linear_of(p + "mlp.up", c.bias);
+    w.layers.push_back(L);
+  }
+  w.token = in_buffer("embedding.token");
+  w.d_token = grad("embedding.token");
+  w.token_blocks = external("embedding.token");
+  if (c.positions == PositionKind::learned) {
+    w.position = in_buffer("embedding.position");
+    w.d_position = grad("embedding.position");
+  }
+  w.norm = norm_of("norm");
+  if (c.tied_embeddings) w.head = {.w = w.token, .dw = w.d_token, .blocks = w.token_blocks};
+  else w.head = linear_of("lm_head", false);
 }
 
 void Model::zero_grad() {
@@ -174,14 +223,6 @@ View Model::logits() const {
   return acts_->logits.view().slice(0, 0, acts_->B * acts_->T);
 }
 
-namespace {
-
-const float* bias_or_null(const Model& m, const std::string& name) {
-  return m.config().bias ? m.weight(name).data : nullptr;
-}
-
-}  // namespace
-
 Tensor Model::attention_weights(int64_t layer) const {
   const Activations& a = *acts_;
   check(!a.layers.empty() && a.B > 0, "model: attention weights before any forward");
@@ -191,7 +232,8 @@ Tensor Model::attention_weights(int64_t layer) const {
 
 MultiHeadAttention Model::attention_layer(int64_t layer) const {
   const ModelConfig& c = config_;
-  const std::string p = "layers." + std::to_string(layer) + ".attn.";
+  check(layer >= 0 && layer < c.n_layers, "model: layer ", layer, " of ", c.n_layers);
+  const Weights::Layer& L = w_->layers[layer];
   MultiHeadAttention m;
   m.n_heads = c.n_heads;
   m.n_kv_heads = c.n_kv_heads;
@@ -203,16 +245,8 @@ MultiHeadAttention Model::attention_layer(int64_t layer) const {
   m.rotary = c.positions == PositionKind::rotary;
   m.rope_theta = c.rope_theta;
   m.rope_pairs = c.rope_halves ? RopePairs::halves : RopePairs::adjacent;
-  if (!external(p + "qkv.weight")) m.qkv_w = weight(p + "qkv.weight");
-  if (!external(p + "out.weight")) m.out_w = weight(p + "out.weight");
-  m.d_qkv_w = grad(p + "qkv.weight");
-  m.d_out_w = grad(p + "out.weight");
-  if (c.bias) {
-    m.qkv_b = weight(p + "qkv.bias").data;
-    m.out_b = weight(p + "out.bias").data;
-    m.d_qkv_b = grad(p + "qkv.bias").data;
-    m.d_out_b = grad(p + "out.bias").data;
-  }
+  m.qkv_w = L.qkv.w, m.qkv_b = L.qkv.b, m.d_qkv_w = L.qkv.dw, m.d_qkv_b = L.qkv.db;
+  m.out_w = L.out.w, m.out_b = L.out.b, m.d_out_w = L.out.dw, m.d_out_b = L.out.db;
   return m;
 }
 
@@ -265,50 +299,45 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
   }
   auto rows = [N](const Tensor& t) { return t.view().slice(0, 0, N); };
   const bool ln = c.norm == NormKind::layer_norm;
-  auto norm = [&](View y, float* mean, float* rstd, View x, const std::string& name) {
-    if (ln) layernorm_forward(y, mean, rstd, x, weight(name + ".weight").data,
-                              weight(name + ".bias").data, c.norm_eps);
-    else rmsnorm_forward(y, rstd, x, weight(name + ".weight").data, c.norm_eps);
+  const Weights& w = *w_;
+  auto norm = [&](View y, float* mean, float* rstd, View x, const Weights::Norm& n) {
+    if (ln) layernorm_forward(y, mean, rstd, x, n.w, n.b, c.norm_eps);
+    else rmsnorm_forward(y, rstd, x, n.w, c.norm_eps);
   };
 
   // Embeddings, plus learned or sinusoidal positions.
   thread_local Tensor sinusoids;
   View positions;
-  if (c.positions == PositionKind::learned) positions = weight("embedding.position");
+  if (c.positions == PositionKind::learned) positions = w.position;
   if (c.positions == PositionKind::sinusoidal) {
     if (sinusoids.numel() < seq_len * C) sinusoids = zeros(std::max(seq_len, c.context), C);
     sinusoidal_table(sinusoids);
     positions = sinusoids;
   }
-  embedding_forward(rows(a.resid[0]), a.tokens.data(), weight("embedding.token"),
+  embedding_forward(rows(a.resid[0]), a.tokens.data(), w.token,
                     positions.empty() ? nullptr : a.pos.data(), positions);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
+    const Weights::Layer& P = w.layers[l];
     auto& L = a.layers[l];
     // x += attn(norm(x))
-    norm(rows(L.ln1), L.mean1.data(), L.rstd1.data(), rows(a.resid[l]), p + "norm1");
+    norm(rows(L.ln1), L.mean1.data(), L.rstd1.data(), rows(a.resid[l]), P.norm1);
     multihead_forward(attention_layer(l), L.attention, rows(L.mid), rows(L.ln1), View{}, B, T, T);
     residual_forward(rows(L.mid), rows(L.mid), rows(a.resid[l]));
     // x += ffn(norm(x))
-    norm(rows(L.ln2), L.mean2.data(), L.rstd2.data(), rows(L.mid), p + "norm2");
+    norm(rows(L.ln2), L.mean2.data(), L.rstd2.data(), rows(L.mid), P.norm2);
     if (c.mlp == MlpKind::gelu) {
-      linear_forward(rows(L.h), rows(L.ln2), weight(p + "mlp.fc.weight"),
-                     bias_or_null(*this, p + "mlp.fc.bias"));
+      linear_forward(rows(L.h), rows(L.ln2), P.fc.w, P.fc.b);
       gelu_forward(rows(L.g), rows(L.h), Gelu::tanh);
     } else {
-      linear_forward(rows(L.h), rows(L.ln2), weight(p + "mlp.gate.weight"),
-                     bias_or_null(*this, p + "mlp.gate.bias"));
-      linear_forward(rows(L.u), rows(L.ln2), weight(p + "mlp.up.weight"),
-                     bias_or_null(*this, p + "mlp.up.bias"));
+      linear_forward(rows(L.h), rows(L.ln2), P.gate.w, P.gate.b);
+      linear_forward(rows(L.u), rows(L.ln2), P.up.w, P.up.b);
       swiglu_forward(rows(L.g), rows(L.h), rows(L.u));
     }
-    linear_forward(rows(a.resid[l + 1]), rows(L.g), weight(p + "mlp.proj.weight"),
-                   bias_or_null(*this, p + "mlp.proj.bias"));
+    linear_forward(rows(a.resid[l + 1]), rows(L.g), P.proj.w, P.proj.b);
     residual_forward(rows(a.resid[l + 1]), rows(a.resid[l + 1]), rows(L.mid));
   }
-  norm(rows(a.lnf), a.meanf.data(), a.rstdf.data(), rows(a.resid[c.n_layers]), "norm");
-  const View head = c.tied_embeddings ? weight("embedding.token") : weight("lm_head.weight");
-  linear_forward(rows(a.logits), rows(a.lnf), head, nullptr);
+  norm(rows(a.lnf), a.meanf.data(), a.rstdf.data(), rows(a.resid[c.n_layers]), w.norm);
+  linear_forward(rows(a.logits), rows(a.lnf), w.head.w, nullptr);
   if (!targets) return 0;
   return cross_entropy_forward(rows(a.probs), rows(a.logits), a.targets.data());
 }
@@ -322,49 +351,45 @@ void Model::backward(float dloss) {
   auto rows = [N](const Tensor& t) { return t.view().slice(0, 0, N); };
   auto zero = [&](const Tensor& t) { std::fill(t.data(), t.data() + rows(t).numel(), 0.0f); };
   const bool ln = c.norm == NormKind::layer_norm;
+  const Weights& w = *w_;
   auto norm_backward = [&](View dx, View dy, View x, const float* mean, const float* rstd,
-                           const std::string& name) {
-    if (ln) layernorm_backward(dx, grad(name + ".weight").data, grad(name + ".bias").data, dy, x,
-                               weight(name + ".weight").data, mean, rstd);
-    else rmsnorm_backward(dx, grad(name + ".weight").data, dy, x, weight(name + ".weight").data,
-                          rstd);
+                           const Weights::Norm& n) {
+    if (ln) layernorm_backward(dx, n.dw, n.db, dy, x, n.w, mean, rstd);
+    else rmsnorm_backward(dx, n.dw, dy, x, n.w, rstd);
   };
-  auto bias_grad = [&](const std::string& name) { return c.bias ? grad(name).data : nullptr; };
+  auto linear_backward_of = [&](View dx, View dy, View x, const Weights::Linear& f) {
+    linear_backward(dx, f.dw, f.db, dy, x, f.w);
+  };
 
   // Loss → logits → final norm.
   cross_entropy_backward_inplace(rows(a.probs), a.targets.data(), dloss);  // probs → dlogits
   zero(a.dlnf);
-  const std::string head = c.tied_embeddings ? "embedding.token" : "lm_head.weight";
-  linear_backward(rows(a.dlnf), grad(head), nullptr, rows(a.probs), rows(a.lnf), weight(head));
+  linear_backward_of(rows(a.dlnf), rows(a.probs), rows(a.lnf), w.head);
   zero(a.dresid);
   norm_backward(rows(a.dresid), rows(a.dlnf), rows(a.resid[c.n_layers]), a.meanf.data(),
-                a.rstdf.data(), "norm");
+                a.rstdf.data(), w.norm);
 
   for (int64_t l = c.n_layers - 1; l >= 0; --l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
+    const Weights::Layer& P = w.layers[l];
     auto& L = a.layers[l];
     // dresid holds ∂loss/∂(output of layer l). Through x_out = mid + proj(g):
     zero(a.dg);
-    linear_backward(rows(a.dg), grad(p + "mlp.proj.weight"), bias_grad(p + "mlp.proj.bias"),
-                    rows(a.dresid), rows(L.g), weight(p + "mlp.proj.weight"));
+    linear_backward_of(rows(a.dg), rows(a.dresid), rows(L.g), P.proj);
     zero(a.dh);
     zero(a.dln);
     if (c.mlp == MlpKind::gelu) {
       gelu_backward(rows(a.dh), rows(a.dg), rows(L.h), Gelu::tanh);
-      linear_backward(rows(a.dln), grad(p + "mlp.fc.weight"), bias_grad(p + "mlp.fc.bias"),
-                      rows(a.dh), rows(L.ln2), weight(p + "mlp.fc.weight"));
+      linear_backward_of(rows(a.dln), rows(a.dh), rows(L.ln2), P.fc);
     } else {
       zero(a.du);
       swiglu_backward(rows(a.dh), rows(a.du), rows(a.dg), rows(L.h), rows(L.u));
-      linear_backward(rows(a.dln), grad(p + "mlp.gate.weight"), bias_grad(p + "mlp.gate.bias"),
-                      rows(a.dh), rows(L.ln2), weight(p + "mlp.gate.weight"));
-      linear_backward(rows(a.dln), grad(p + "mlp.up.weight"), bias_grad(p + "mlp.up.bias"),
-                      rows(a.du), rows(L.ln2), weight(p + "mlp.up.weight"));
+      linear_backward_of(rows(a.dln), rows(a.dh), rows(L.ln2), P.gate);
+      linear_backward_of(rows(a.dln), rows(a.du), rows(L.ln2), P.up);
     }
     // dmid = dresid (residual) + norm2's backward.
     std::copy(a.dresid.data(), a.dresid.data() + N * c.d_model, a.dmid.data());
     norm_backward(rows(a.dmid), rows(a.dln), rows(L.mid), L.mean2.data(), L.rstd2.data(),
-                  p + "norm2");
+                  P.norm2);
     // Through mid = x + attention(norm1(x)):
     zero(a.dln);
     multihead_backward(attention_layer(l), L.attention, rows(a.dln), View{}, rows(a.dmid),
@@ -372,12 +397,11 @@ void Model::backward(float dloss) {
     // dresid(layer input) = dmid (residual) + norm1's backward.
     std::copy(a.dmid.data(), a.dmid.data() + N * c.d_model, a.dresid.data());
     norm_backward(rows(a.dresid), rows(a.dln), rows(a.resid[l]), L.mean1.data(), L.rstd1.data(),
-                  p + "norm1");
+                  P.norm1);
   }
   const bool learned = c.positions == PositionKind::learned;
-  embedding_backward(grad("embedding.token"), a.tokens.data(), rows(a.dresid),
-                     learned ? a.pos.data() : nullptr,
-                     learned ? grad("embedding.position") : View{});
+  embedding_backward(w.d_token, a.tokens.data(), rows(a.dresid), learned ? a.pos.data() : nullptr,
+                     w.d_position);
 }
 
 }  // namespace qkv

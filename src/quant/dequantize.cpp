@@ -8,7 +8,7 @@
 
 namespace qkv::quant {
 
-using gguf::TensorType;
+using qkv::TensorType;
 
 namespace {
 
@@ -88,22 +88,6 @@ void q6_k(const uint8_t* b, float* y) {
 
 }  // namespace
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h >> 15) & 1, exponent = (h >> 10) & 31, mantissa = h & 1023;
-  float magnitude;
-  if (exponent == 0) magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // zero, subnormal
-  else if (exponent == 31) magnitude = mantissa ? NAN : INFINITY;
-  else magnitude = std::ldexp(static_cast<float>(mantissa | 1024), static_cast<int>(exponent) - 25);
-  return sign ? -magnitude : magnitude;
-}
-
-float bf16_to_float(uint16_t b) {
-  const uint32_t bits = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 bool supported(TensorType t) {
   switch (t) {
     case TensorType::f32: case TensorType::f16: case TensorType::bf16: case TensorType::q8_0:
@@ -116,10 +100,10 @@ bool supported(TensorType t) {
 
 void dequantize(TensorType type, const uint8_t* data, int64_t n, float* out) {
   // (Not check(): its message's to_string would run on every call, once per token per row.)
-  if (!supported(type)) fail("dequantize: tensor type ", gguf::to_string(type), " is not supported");
-  const gguf::BlockSize block = *gguf::block_size(static_cast<uint32_t>(type));
+  if (!supported(type)) fail("dequantize: tensor type ", to_string(type), " is not supported");
+  const BlockSize block = block_of(type);
   if (n < 0 || n % block.elements != 0)
-    fail("dequantize: ", n, " values is not a whole number of ", gguf::to_string(type), " blocks of ", block.elements);
+    fail("dequantize: ", n, " values is not a whole number of ", to_string(type), " blocks of ", block.elements);
   for (int64_t i = 0; i < n / block.elements; ++i) {
     const uint8_t* b = data + i * block.bytes;
     float* y = out + i * block.elements;
@@ -141,16 +125,13 @@ void dequantize(TensorType type, const uint8_t* data, int64_t n, float* out) {
 
 namespace qkv::quant {
 
-int64_t row_bytes(TensorType type, int64_t cols) {
-  const gguf::BlockSize b = *gguf::block_size(static_cast<uint32_t>(type));
-  return cols / b.elements * b.bytes;
-}
+int64_t row_bytes(TensorType type, int64_t cols) { return bytes_of(type, cols); }
 
 Matrix matrix(const std::string& name, TensorType type, const uint8_t* data, int64_t rows, int64_t cols) {
-  check(supported(type), name, ": tensor type ", gguf::to_string(type), " is not supported");
-  const gguf::BlockSize b = *gguf::block_size(static_cast<uint32_t>(type));
+  check(supported(type), name, ": tensor type ", to_string(type), " is not supported");
+  const BlockSize b = block_of(type);
   check(rows >= 1 && cols >= 1 && cols % b.elements == 0, name, ": ", rows, " × ", cols,
-        " is not rows of whole ", gguf::to_string(type), " blocks of ", b.elements);
+        " is not rows of whole ", to_string(type), " blocks of ", b.elements);
   return Matrix{type, data, rows, cols};
 }
 

@@ -53,7 +53,7 @@ namespace simd = ::qkv::simd::HWY_NAMESPACE;
 namespace {
 
 namespace hn = simd::hn;
-using gguf::TensorType;
+using qkv::TensorType;
 using simd::df;
 using simd::Vf;
 using simd::VfSlot;
@@ -79,26 +79,36 @@ const hn::Rebind<hwy::bfloat16_t, simd::Df> db;
 constexpr int kRowsPerStep = 4;  // weight rows decoded side by side
 constexpr int64_t kChunk = 32;   // output rows per unit of work
 
-// Σ q·x over one block, as a vector whose lanes are summed at the end (the caller applies
-// the block's scale). Blocks of 32: Q8_0's int8 values; Q4's 16 bytes hold values 0–15 in
-// their low nibbles and 16–31 in their high ones, less `offset` (8 for Q4_0, 0 for Q4_1).
+// Lanes j … j + N of a block's values as int32: Q8_0's int8 values; a Q4 block's 16 bytes
+// hold values 0–15 in their low nibbles and 16–31 in their high ones (before any offset).
+HWY_INLINE auto q8_values(const uint8_t* q, size_t j) {
+  return hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(q) + j));
+}
+struct Q4Values {
+  hn::Vec<decltype(di)> first, second;  // values j … and 16 + j …
+};
+HWY_INLINE Q4Values q4_values(const uint8_t* q, size_t j) {
+  const auto v = hn::PromoteTo(di, hn::LoadU(du8, q + j));
+  return {hn::And(v, hn::Set(di, 15)), hn::ShiftRight<4>(v)};
+}
+
+// Σ q·x over one block of 32, as a vector whose lanes are summed at the end (the caller
+// applies the block's scale); Q4's values less `offset` (8 for Q4_0, 0 for Q4_1).
 HWY_INLINE Vf block_q8(const uint8_t* q, const float* x) {
   const size_t N = hn::Lanes(df);
   Vf t = hn::Zero(df);
-  for (size_t j = 0; j < 32; j += N)
-    t = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(q) + j))),
-                   hn::LoadU(df, x + j), t);
+  for (size_t j = 0; j < 32; j += N) t = hn::MulAdd(hn::ConvertTo(df, q8_values(q, j)), hn::LoadU(df, x + j), t);
   return t;
 }
 
 HWY_INLINE Vf block_q4(const uint8_t* q, const float* x, int offset) {
   const size_t N = hn::Lanes(df);
-  const auto low = hn::Set(di, 15), off = hn::Set(di, offset);
+  const auto off = hn::Set(di, offset);
   Vf t = hn::Zero(df);
   for (size_t j = 0; j < 16; j += N) {
-    const auto v = hn::PromoteTo(di, hn::LoadU(du8, q + j));
-    t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(hn::And(v, low), off)), hn::LoadU(df, x + j), t);
-    t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(v), off)), hn::LoadU(df, x + 16 + j), t);
+    const Q4Values v = q4_values(q, j);
+    t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(v.first, off)), hn::LoadU(df, x + j), t);
+    t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(v.second, off)), hn::LoadU(df, x + 16 + j), t);
   }
   return t;
 }
@@ -108,7 +118,7 @@ HWY_INLINE Vf block_q4(const uint8_t* q, const float* x, int offset) {
 template <TensorType T, int R>
 HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const float* x, const float* xsum,
                            float* y) {
-  constexpr int64_t bytes = T == TensorType::q8_0 ? 34 : T == TensorType::q4_0 ? 18 : 20;
+  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
   VfSlot acc[R];
   float extra[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df), extra[r] = 0;
@@ -209,33 +219,31 @@ bool fused(TensorType t) {
 void decode_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
   const int64_t rb = row_bytes(m.type, m.cols), K = m.cols;
   const size_t N = hn::Lanes(df);
-  const auto low = hn::Set(di, 15);
   for (int64_t r = 0; r < n; ++r) {
     const uint8_t* w = m.data + (row0 + r) * rb;
     float* y = out + r * K;
     switch (m.type) {
       case TensorType::q8_0:
         for (int64_t b = 0; b < K / 32; ++b) {
-          const uint8_t* blk = w + 34 * b;
+          const uint8_t* blk = w + block_of(TensorType::q8_0).bytes * b;
           const Vf d = hn::Set(df, half(blk));
           for (size_t j = 0; j < 32; j += N)
-            hn::StoreU(hn::Mul(d, hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(blk + 2) + j)))),
-                       df, y + 32 * b + j);
+            hn::StoreU(hn::Mul(d, hn::ConvertTo(df, q8_values(blk + 2, j))), df, y + 32 * b + j);
         }
         break;
       case TensorType::q4_0:
       case TensorType::q4_1: {
         const bool q40 = m.type == TensorType::q4_0;
-        const int64_t bytes = q40 ? 18 : 20;
+        const int64_t bytes = block_of(m.type).bytes;
         for (int64_t b = 0; b < K / 32; ++b) {
           const uint8_t* blk = w + bytes * b;
           const Vf d = hn::Set(df, half(blk));
           const Vf mn = hn::Set(df, q40 ? -8.0f * half(blk) : half(blk + 2));
           const uint8_t* q = blk + (q40 ? 2 : 4);
           for (size_t j = 0; j < 16; j += N) {
-            const auto v = hn::PromoteTo(di, hn::LoadU(du8, q + j));
-            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, hn::And(v, low)), mn), df, y + 32 * b + j);
-            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, hn::ShiftRight<4>(v)), mn), df, y + 32 * b + 16 + j);
+            const Q4Values v = q4_values(q, j);
+            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.first), mn), df, y + 32 * b + j);
+            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.second), mn), df, y + 32 * b + 16 + j);
           }
         }
         break;
@@ -271,7 +279,7 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   const int threads = y.shape[1] * K < (1 << 16) ? 1 : num_threads();
   if (M == 1 && std::all_of(parts.begin(), parts.end(), [](const Matrix& p) { return fused(p.type); })) {
     // Q4_1's block offsets multiply the sums of x over each block.
-    float* xsum = ::qkv::detail::thread_scratch(0, K / 32 + 1);
+    float* xsum = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::block_sums, K / 32 + 1);
     if (std::any_of(parts.begin(), parts.end(), [](const Matrix& p) { return p.type == TensorType::q4_1; }))
       for (int64_t b = 0; b < K / 32; ++b) {
         float s = 0;
@@ -293,7 +301,7 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
     const Matrix* m = nullptr;
     int64_t row0 = 0, n = 0, col0 = 0;
     locate(c, m, row0, n, col0);
-    float* tile = ::qkv::detail::thread_scratch(1, n * K);
+    float* tile = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::tile, n * K);
     decode_rows(*m, row0, n, tile);
     float* out = y.data + col0 + row0;
     ::qkv::detail::gemm(false, true, M, n, K, 1.0f, xd, ldx, tile, K, 0.0f, out, ldy);

@@ -8,33 +8,16 @@
 
 namespace qkv::quant {
 
-using gguf::TensorType;
-
-uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00 : 0x7c00);  // NaN, ±inf
-  if (abs >= 0x477ff000u) return sign | 0x7c00;  // ≥ 65520 rounds past the largest half
-  if (abs < 0x38800000u) {  // below 2^-14: a subnormal half, m · 2^-24 (m = 1024 is 2^-14)
-    float a;
-    std::memcpy(&a, &abs, 4);
-    return sign | static_cast<uint16_t>(std::nearbyint(a * 0x1.0p24f));  // ties to even
-  }
-  // Normal: rebias the exponent (127 → 15) and round the mantissa's 13 dropped bits to even;
-  // a carry moves into the exponent, as it should.
-  return sign | static_cast<uint16_t>((abs - (112u << 23) + 0xfffu + ((abs >> 13) & 1)) >> 13);
-}
+using qkv::TensorType;
 
 bool can_quantize(TensorType t) {
   return t == TensorType::f32 || t == TensorType::f16 || t == TensorType::q8_0 || t == TensorType::q4_0;
 }
 
 std::vector<uint8_t> quantize(TensorType type, const float* x, int64_t n) {
-  check(can_quantize(type), "quantize: qkv writes F32, F16, Q8_0 and Q4_0, not ", gguf::to_string(type));
-  const gguf::BlockSize b = *gguf::block_size(static_cast<uint32_t>(type));
-  check(n >= 0 && n % b.elements == 0, "quantize: ", n, " values is not whole ", gguf::to_string(type),
+  check(can_quantize(type), "quantize: qkv writes F32, F16, Q8_0 and Q4_0, not ", to_string(type));
+  const BlockSize b = block_of(type);
+  check(n >= 0 && n % b.elements == 0, "quantize: ", n, " values is not whole ", to_string(type),
         " blocks of ", b.elements);
   std::vector<uint8_t> out(n / b.elements * b.bytes);
   uint8_t* o = out.data();

@@ -143,10 +143,14 @@ std::string current_target() {
   return names.empty() ? "unknown" : names[0];
 }
 
-void set_target(const std::string& name) {
+void set_target(const std::string& name) { set_target(name, "set_target"); }
+
+void set_target(const std::string& name, const char* where) {
   simd::ensure_target();  // QKV_TARGET first, so that it cannot undo this later
-  simd::force_target(name, "set_target");
+  simd::force_target(name, where);
 }
+
+void check_target_environment() { simd::ensure_target(); }
 
 int target_vector_bits() { return simd::current_vector_bits(); }
 int target_vector_registers() { return simd::current_vector_registers(); }

@@ -1,8 +1,8 @@
 // The training loop: sample, forward, backward (with gradient accumulation), clip, step.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
+#include "qkv/clock.h"
 #include "qkv/error.h"
 #include "qkv/ops.h"
 #include "qkv/train.h"
@@ -11,9 +11,6 @@ namespace qkv {
 
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Every step draws from its own generator, seeded by (seed, step): a run resumed at step s
 // sees exactly the batches an uninterrupted run would.
@@ -60,7 +57,7 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
   StepRunner one_process;
   StepRunner& run = runner ? *runner : one_process;
   TrainResult result;
-  const double start = now();
+  const double start = now_seconds();
   int64_t tokens = 0;
   for (int64_t step = first_step; step < cfg.steps; ++step) {
     model.zero_grad();
@@ -89,7 +86,7 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
     p.loss = loss;
     p.lr = learning_rate(step, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr);
     p.grad_norm = run.update(model, optimizer, cfg.clip, p.lr);
-    p.seconds = now() - start;
+    p.seconds = now_seconds() - start;
     p.tokens_per_s = tokens / std::max(p.seconds, 1e-9);
     const bool last = step + 1 == cfg.steps;
     if ((cfg.eval_every > 0 && p.step % cfg.eval_every == 0) || last) {

@@ -17,7 +17,7 @@ struct Buffer {
 
 }  // namespace
 
-float* thread_scratch(int slot, size_t floats) {
+float* thread_scratch_at(int slot, size_t floats) {
   thread_local std::array<Buffer, kScratchSlots> buffers;
   Buffer& b = buffers[slot];
   if (b.floats < floats) {

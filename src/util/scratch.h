@@ -2,17 +2,36 @@
 // 64-byte-aligned buffers that grow to the largest size asked for and are then reused.
 // (A fresh 4 KiB page costs ~11 µs to touch here, so reuse matters; large buffers ask for
 // transparent huge pages.)
+//
+// Each kernel family names its slots below. Kernels of one family never run inside one another
+// on a thread, so they share the family's slots; a family that calls another while it holds
+// buffers (attention over a cache gathers keys and then runs attention; the ring holds its
+// blocks across attention calls) has slots of its own.
 #pragma once
 
 #include <cstddef>
 
 namespace qkv::detail {
 
-inline constexpr int kScratchSlots = 8;
+// The tiled forward and split-KV decoding (src/attention/flash_forward.cpp, decode.cpp).
+enum class ForwardSlot { q_tiles, scores, out_tiles, softmax_state, v_tiles, bf16_rows, partials, queries };
+// The tiled backward (src/attention/flash_backward.cpp): the same eight buffers, its own uses.
+enum class BackwardSlot { q_tiles, q_rows, dout_tiles, dout_rows, tile, dk_dv, partials, lse };
+// Attention over a cache: the visible keys and values gathered as fp32 (src/attention/stored.cpp).
+enum class StoredSlot { keys = 8, values };
+// Products with block-format weights (src/quant/matmul.cpp).
+enum class QuantSlot { block_sums = 10, tile };
+// Ring attention (src/dist/ring_attention.cpp), kept across the attention calls it makes.
+enum class RingSlot { block0 = 12, block1, partial, incoming, outgoing, out, lse, part_out, part_lse,
+                      part_dq, part_dk, part_dv };
+inline constexpr int kScratchSlots = 24;
 
-// A buffer of at least `floats` floats for the calling thread; `slot` < kScratchSlots picks
-// one of its buffers, so a kernel can hold several at once. Contents are not preserved when
-// it grows. Throws std::bad_alloc if memory runs out.
-float* thread_scratch(int slot, size_t floats);
+// A buffer of at least `floats` floats for the calling thread, in slot `slot`. Contents are
+// not preserved when it grows. Throws std::bad_alloc if memory runs out.
+float* thread_scratch_at(int slot, size_t floats);
+template <typename Slot>
+float* thread_scratch(Slot slot, size_t floats) {
+  return thread_scratch_at(static_cast<int>(slot), floats);
+}
 
 }  // namespace qkv::detail

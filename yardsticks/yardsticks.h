@@ -1,11 +1,14 @@
-// Yardsticks measured on the machine itself, for benchmarks: the fp32 FMA peak and the
-// memory read bandwidth. Benchmarks divide by these, measured in the same run, because the
-// clock of these machines wanders (3.0–3.3 GHz).
+// Yardsticks measured on the machine itself, for the tool and the benchmarks (library
+// qkv_yardsticks, not part of libqkv): the fp32 FMA peak and the memory read bandwidth.
+// Benchmarks divide by these, measured in the same run, because the clock of these machines
+// wanders (3.0–3.3 GHz).
 #pragma once
 
 #include <cstddef>
 #include <initializer_list>
 #include <span>
+
+#include "qkv/clock.h"
 
 namespace qkv::detail {
 
@@ -24,7 +27,6 @@ double measure_read_gbps(size_t bytes, int threads, double seconds = 0.3);
 // Peak resident set size of this process so far, in MiB.
 double peak_rss_mb();
 
-// Seconds since an arbitrary start, monotonic.
-double now_seconds();
+using ::qkv::now_seconds;  // qkv/clock.h
 
 }  // namespace qkv::detail

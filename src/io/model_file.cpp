@@ -1,4 +1,5 @@
-#include "model_file.h"
+// Opening a model file of any supported format with its tokenizer (see include/qkv/model_file.h).
+#include "qkv/model_file.h"
 
 #include <filesystem>
 #include <fstream>
@@ -9,7 +10,7 @@
 #include "qkv/gguf.h"
 #include "qkv/io.h"
 
-namespace qkv::cli {
+namespace qkv {
 
 namespace fs = std::filesystem;
 
@@ -47,6 +48,14 @@ ModelFile load_gguf_file(const gguf::File& file, bool need_tokenizer, GgufWeight
   return f;
 }
 
+ModelFile load_checkpoint_file(const std::string& path) {
+  ModelFile f;
+  f.format = "qkv";
+  f.model = std::move(load_checkpoint(path).model);
+  if (f.model->config().vocab_size == 256) f.tokenizer = Tokenizer::bytes(), f.tokenizer_path = "bytes";
+  return f;
+}
+
 ModelFile load_model_file(const std::string& model_path, const std::string& tokenizer_path,
                           bool need_tokenizer, GgufWeights gguf) {
   check(fs::exists(model_path), "model file \"", model_path, "\" not found");
@@ -56,15 +65,11 @@ ModelFile load_model_file(const std::string& model_path, const std::string& toke
     return load_gguf_file(gguf::File::open(model_path), need_tokenizer, gguf);
   }
   if (is_safetensors(model_path)) {
+    if (tokenizer_path.empty()) return load_checkpoint_file(model_path);
     f.format = "qkv";
     f.model = std::move(load_checkpoint(model_path).model);
-    if (!tokenizer_path.empty()) {
-      f.tokenizer = Tokenizer::load_llama2c(tokenizer_path, f.model->config().vocab_size);
-      f.tokenizer_path = tokenizer_path;
-    } else if (f.model->config().vocab_size == 256) {
-      f.tokenizer = Tokenizer::bytes();
-      f.tokenizer_path = "bytes";
-    }
+    f.tokenizer = Tokenizer::load_llama2c(tokenizer_path, f.model->config().vocab_size);
+    f.tokenizer_path = tokenizer_path;
     return f;
   }
   f.format = "llama2.c";
@@ -116,4 +121,4 @@ std::vector<int32_t> stop_tokens(const ModelFile& f) {
   return stop >= 0 ? std::vector<int32_t>{stop} : std::vector<int32_t>{};
 }
 
-}  // namespace qkv::cli
+}  // namespace qkv

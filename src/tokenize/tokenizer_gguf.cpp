@@ -61,8 +61,14 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
   if (model == "llama") {
     // SentencePiece writes a space as "▁" (U+2581); qkv's SentencePiece code, as llama2.c's
     // tokenizer.bin, uses a plain space.
-    for (std::string& p : t.pieces_)
-      for (size_t at; (at = p.find("\xE2\x96\x81")) != std::string::npos;) p.replace(at, 3, " ");
+    // (Built anew rather than replaced in place: GCC 12 warns falsely on string::replace.)
+    for (std::string& p : t.pieces_) {
+      std::string plain;
+      for (size_t i = 0; i < p.size();)
+        if (p.compare(i, 3, "\xE2\x96\x81") == 0) plain += ' ', i += 3;
+        else plain += p[i++];
+      p = std::move(plain);
+    }
     t.kind_ = Kind::sentencepiece;
     t.bos_ = token("tokenizer.ggml.bos_token_id", 1);
     t.eos_ = token("tokenizer.ggml.eos_token_id", 2);

@@ -1,7 +1,7 @@
 // Yardsticks. The loops are compiled once per SIMD target and sized for its register file;
 // a benchmark divides by the peak of the target its kernels ran (see src/simd/dispatch.h).
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "util/machine.cpp"
+#define HWY_TARGET_INCLUDE "yardsticks.cpp"
 #include <hwy/foreach_target.h>
 #include <hwy/highway.h>
 
@@ -17,7 +17,7 @@
 
 #include "simd/dispatch.h"
 #include "simd/simd-inl.h"
-#include "util/machine.h"
+#include "yardsticks.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
@@ -74,11 +74,6 @@ HWY_EXPORT(fma_flops);
 HWY_EXPORT(fma_loop);
 HWY_EXPORT(read_block);
 HWY_EXPORT(read_sum);
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 double measure_fma_peak_gflops(int threads, double seconds) {
   const int64_t chunk = 1 << 20;

@@ -2,7 +2,7 @@
 // splits text into words, GPT-2's byte alphabet, and the ranked merges.
 #include <queue>
 
-#include "generate/unicode_classes.h"
+#include "tokenize/unicode_classes.h"
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
 

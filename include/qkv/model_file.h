@@ -1,6 +1,7 @@
-// A model file as the commands take it: a llama2.c checkpoint (.bin) with its tokenizer, one
-// of qkv's own checkpoints (.safetensors from `qkv train`), or a GGUF file (llama.cpp's, its
-// tokenizer and chat template inside).
+// A model file of any format qkv reads, with its tokenizer: a llama2.c checkpoint (.bin) with
+// its tokenizer, one of qkv's own checkpoints (.safetensors from `qkv train`), or a GGUF file
+// (llama.cpp's, its tokenizer and chat template inside). The one place for the rules of
+// formats and tokenizers: the CLI, the Python package and the examples open models here.
 #pragma once
 
 #include <memory>
@@ -13,7 +14,7 @@
 #include "qkv/model.h"
 #include "qkv/tokenizer.h"
 
-namespace qkv::cli {
+namespace qkv {
 
 struct ModelFile {
   std::unique_ptr<Model> model;
@@ -34,7 +35,11 @@ ModelFile load_model_file(const std::string& model_path, const std::string& toke
 
 ModelFile load_gguf_file(const gguf::File& file, bool need_tokenizer, GgufWeights weights);
 
-// The prompt as token ids: `prompt_ids` ("3 7 1") when given, else `prompt` through the model
+// One of qkv's own checkpoints (safetensors): with the byte tokenizer when its vocabulary has
+// 256 tokens (it was trained on bytes), else with none.
+ModelFile load_checkpoint_file(const std::string& path);
+
+// The prompt as token ids: `prompt_ids` ("3 7 1", the CLI's --prompt-ids) when given, else `prompt` through the model
 // file's tokenizer. Errors name the flag: a word that is not an id, a synthetic-task model
 // given text, an empty prompt with no BOS to start from.
 std::vector<int32_t> prompt_tokens(const ModelFile& f, const std::string& prompt,
@@ -44,4 +49,4 @@ std::vector<int32_t> prompt_tokens(const ModelFile& f, const std::string& prompt
 // training stories); GGUF models end with EOS.
 std::vector<int32_t> stop_tokens(const ModelFile& f);
 
-}  // namespace qkv::cli
+}  // namespace qkv

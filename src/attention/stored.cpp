@@ -1,0 +1,159 @@
+// Attention over stored keys and values (see include/qkv/attention.h): the one road from a
+// key/value cache to the kernels. It reads the cache in place where the kernels can, and
+// gathers an fp32 copy of the positions the queries see where they cannot.
+#include <algorithm>
+
+#include "attention/kernels.h"
+#include "qkv/attention.h"
+#include "qkv/error.h"
+#include "qkv/number_format.h"
+#include "qkv/threads.h"
+#include "util/parallel.h"
+#include "util/scratch.h"
+
+namespace qkv {
+namespace {
+
+constexpr const char* kWhere = "attention over a cache";
+
+// The first position any query sees (the queries are the last Tq of `length`).
+int64_t first_seen(const Mask& m, int64_t length, int64_t Tq) {
+  return m.window_left >= 0 ? std::max<int64_t>(0, length - Tq - m.window_left) : 0;
+}
+
+int64_t fresh_rows(const StoredKV& kv) { return kv.fresh_k.empty() ? 0 : kv.fresh_k.shape[2]; }
+
+void validate(const AttentionArgs& a, const StoredKV& kv) {
+  check(a.k.empty() && a.v.empty(), kWhere, ": k and v are read from the storage; leave args.k "
+        "and args.v empty");
+  check(kv.type == TensorType::f32 || kv.type == TensorType::bf16, kWhere, ": keys and values "
+        "stored as ", to_string(kv.type), " (F32 and BF16 are read)");
+  check(kv.k != nullptr && kv.v != nullptr, kWhere, ": no stored keys or values (null)");
+  check(kv.heads > 0 && kv.dim_k > 0 && kv.dim_v > 0, kWhere, ": heads, dim_k and dim_v must be "
+        "> 0, got ", kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
+  check(kv.slots >= 0 && kv.batch_stride >= 0 && kv.head_stride >= 0 && kv.row_stride >= 0,
+        kWhere, ": slots and strides must be >= 0");
+  check(a.mask.bias.empty(), kWhere, ": an additive bias is not supported");
+  check(a.mask.kv_len == nullptr, kWhere, ": padding (kv_len) is not supported: the cache's "
+        "length is every sequence's");
+  check(a.packed.num_seqs == 0, kWhere, ": packed sequences are not supported");
+  check_ndim(a.q, 4, kWhere, "q [B, Hq, Tq, D]");
+  const int64_t B = a.q.shape[0], Tq = a.q.shape[2];
+  check(kv.length >= Tq, kWhere, ": the cache holds ", kv.length, " positions, fewer than the ",
+        Tq, " queries (the queries' own positions are stored first)");
+  // The checks of attention(), on the shapes the stored keys and values have (views of
+  // those shapes that nothing reads).
+  AttentionArgs shapes = a;
+  shapes.k = View(a.q.data, {B, kv.heads, kv.length, kv.dim_k});
+  shapes.v = View(a.q.data, {B, kv.heads, kv.length, kv.dim_v});
+  qkv::validate(shapes, kWhere);
+  const int64_t n = fresh_rows(kv);
+  if (n > 0 || !kv.fresh_v.empty()) {
+    const View& fk = kv.fresh_k;
+    const View& fv = kv.fresh_v;
+    check(!fk.empty() && !fv.empty() && fk.ndim == 4 && fv.ndim == 4 && fk.shape[0] == B &&
+              fk.shape[1] == kv.heads && fk.shape[3] == kv.dim_k && fv.shape[0] == B &&
+              fv.shape[1] == kv.heads && fv.shape[2] == n && fv.shape[3] == kv.dim_v &&
+              n <= kv.length,
+          kWhere, ": fresh_k ", shape_of(fk), " and fresh_v ", shape_of(fv), " must be [", B,
+          ", ", kv.heads, ", n <= ", kv.length, ", ", kv.dim_k, " and ", kv.dim_v, "]");
+  }
+  const int64_t stored_end = kv.length - n;
+  const int64_t held_from = kv.slots > 0 ? std::max<int64_t>(0, stored_end - kv.slots) : 0;
+  const int64_t seen = first_seen(a.mask, kv.length, Tq);
+  check(seen >= held_from, kWhere, ": the queries see position ", seen, ", but the ring of ",
+        kv.slots, " slots holds positions from ", held_from, " on");
+}
+
+// The keys (or values) of one (sequence, head), position p at row(p) · row_stride.
+template <typename T>
+const T* rows_of(const StoredKV& kv, const void* base, int64_t b, int64_t h) {
+  return static_cast<const T*>(base) + b * kv.batch_stride + h * kv.head_stride;
+}
+
+int64_t slot_of(const StoredKV& kv, int64_t p) { return kv.slots > 0 ? p % kv.slots : p; }
+
+// Positions [first, length) of every (sequence, head) into K [B, Hkv, n, D] and V (fp32,
+// contiguous): from the storage, or from the fresh rows rounded as the storage would.
+void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
+  const int64_t n = kv.length - first, D = kv.dim_k, Dv = kv.dim_v;
+  const int64_t fresh_from = kv.length - fresh_rows(kv);
+  const bool bf16 = kv.type == TensorType::bf16;
+  auto stored_row = [&](const void* base, int64_t b, int64_t h, int64_t p, int64_t dim, float* out) {
+    const int64_t at = slot_of(kv, p) * kv.row_stride;
+    if (bf16) {
+      const uint16_t* r = rows_of<uint16_t>(kv, base, b, h) + at;
+      for (int64_t d = 0; d < dim; ++d) out[d] = bf16_to_float(r[d]);
+    } else {
+      const float* r = rows_of<float>(kv, base, b, h) + at;
+      std::copy(r, r + dim, out);
+    }
+  };
+  auto fresh_row = [&](const View& fresh, int64_t b, int64_t h, int64_t t, int64_t dim, float* out) {
+    for (int64_t d = 0; d < dim; ++d) {
+      const float x = fresh(b, h, t, d);
+      out[d] = bf16 ? bf16_to_float(float_to_bf16(x)) : x;
+    }
+  };
+  const int64_t heads = B * kv.heads;
+  // The copy is the cost of a bf16 (or ring) cache's step: the heads in parallel.
+  detail::parallel_for(heads, detail::threads_for(heads * n * (D + Dv)), [&](int64_t bh) {
+    const int64_t b = bh / kv.heads, h = bh % kv.heads;
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t p = first + t;
+      float* k = K + (bh * n + t) * D;
+      float* v = V + (bh * n + t) * Dv;
+      if (p < fresh_from) {
+        stored_row(kv.k, b, h, p, D, k);
+        stored_row(kv.v, b, h, p, Dv, v);
+      } else {
+        fresh_row(kv.fresh_k, b, h, p - fresh_from, D, k);
+        fresh_row(kv.fresh_v, b, h, p - fresh_from, Dv, v);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void attention(const AttentionArgs& args, const StoredKV& kv) {
+  validate(args, kv);
+  const int64_t B = args.q.shape[0], Tq = args.q.shape[2], Hkv = kv.heads;
+  const int64_t D = kv.dim_k, Dv = kv.dim_v;
+  const bool wrapped = kv.slots > 0 && kv.length > kv.slots;  // a ring whose slots are out of order
+  // One query that sees every slot of a ring: their order does not matter to it (ALiBi aside).
+  const bool sees_all_slots = wrapped && Tq == 1 && args.mask.alibi == nullptr &&
+                              first_seen(args.mask, kv.length, Tq) == kv.length - kv.slots;
+  if (fresh_rows(kv) == 0 && (!wrapped || sees_all_slots)) {
+    const int64_t rows = wrapped ? kv.slots : kv.length;
+    AttentionArgs x = args;
+    if (wrapped) x.mask = Mask{.alibi = args.mask.alibi};  // every slot is visible
+    if (kv.type == TensorType::f32) {
+      auto view = [&](const void* p, int64_t dim) {
+        return View(static_cast<float*>(const_cast<void*>(p)), {B, Hkv, rows, dim},
+                    {kv.batch_stride, kv.head_stride, kv.row_stride, 1});
+      };
+      x.k = view(kv.k, D);
+      x.v = view(kv.v, Dv);
+      return attention(x);
+    }
+    if (Tq == 1) {  // the decoding kernel converts the bf16 rows as it reads them
+      auto rows_of = [&](const void* p) {
+        return detail::Bf16Rows{static_cast<const uint16_t*>(p), kv.batch_stride, kv.head_stride,
+                                kv.row_stride};
+      };
+      return detail::decode_forward_bf16(x, rows_of(kv.k), rows_of(kv.v), Hkv, rows, Dv);
+    }
+  }
+  // The positions the queries see, in order, as fp32.
+  const int64_t first = first_seen(args.mask, kv.length, Tq), n = kv.length - first;
+  float* K = detail::thread_scratch(detail::StoredSlot::keys, B * Hkv * n * D);
+  float* V = detail::thread_scratch(detail::StoredSlot::values, B * Hkv * n * Dv);
+  gather(kv, B, first, K, V);
+  AttentionArgs x = args;
+  x.k = View(K, {B, Hkv, n, D});
+  x.v = View(V, {B, Hkv, n, Dv});
+  attention(x);
+}
+
+}  // namespace qkv

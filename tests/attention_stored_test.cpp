@@ -1,0 +1,166 @@
+// Attention over stored keys and values (qkv::attention with a StoredKV): every storage a cache
+// uses — fp32 or bf16 rows, in order or in a ring, with or without fresh rows beside it —
+// against the reference kernel over the same keys and values laid out plainly. Slots the
+// storage does not hold are NaN, so a read of one shows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "qkv/attention.h"
+#include "qkv/error.h"
+#include "qkv/number_format.h"
+
+namespace qkv {
+namespace {
+
+struct StoredCase {
+  TensorType type = TensorType::f32;
+  int64_t slots = 0;   // 0: rows in order; else a ring of that many slots
+  int64_t Tq = 1;
+  int window = -1;     // window_left; -1: the whole prefix
+  bool alibi = false;
+  bool fresh = false;  // the queries' own keys and values given beside the storage
+};
+
+std::string name_of(const StoredCase& c) {
+  std::string s = c.type == TensorType::f32 ? "f32" : "bf16";
+  s += c.slots ? "_ring" + std::to_string(c.slots) : "_rows";
+  s += "_Tq" + std::to_string(c.Tq) + "_win" + std::to_string(c.window + 1);
+  if (c.alibi) s += "_alibi";
+  if (c.fresh) s += "_fresh";
+  return s;
+}
+
+void PrintTo(const StoredCase& c, std::ostream* os) { *os << name_of(c); }
+
+class StoredAttention : public ::testing::TestWithParam<StoredCase> {};
+
+TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
+  const StoredCase c = GetParam();
+  const int64_t Hq = 4, Hkv = 2, D = 16, L = 37;  // L positions, the queries the last Tq
+  const bool bf16 = c.type == TensorType::bf16;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  // The keys and values of every position, as the storage will hold them (bf16-rounded).
+  Tensor k({1, Hkv, L, D}), v({1, Hkv, L, D}), q({1, Hq, c.Tq, D});
+  for (Tensor* t : {&k, &v, &q})
+    for (int64_t i = 0; i < t->numel(); ++i) {
+      const float x = u(rng);
+      t->data()[i] = bf16 && t != &q ? bf16_to_float(float_to_bf16(x)) : x;
+    }
+  // The storage: [Hkv, rows, D] per tensor, NaN where nothing is held.
+  const int64_t rows = c.slots ? c.slots : L;
+  const int64_t stored_end = c.fresh ? L - c.Tq : L;
+  const int64_t held_from = c.slots ? std::max<int64_t>(0, stored_end - c.slots) : 0;
+  std::vector<float> kf(Hkv * rows * D, NAN), vf(Hkv * rows * D, NAN);
+  std::vector<uint16_t> kb(Hkv * rows * D, float_to_bf16(NAN)), vb(Hkv * rows * D, float_to_bf16(NAN));
+  for (int64_t h = 0; h < Hkv; ++h)
+    for (int64_t p = held_from; p < stored_end; ++p)
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t at = (h * rows + (c.slots ? p % c.slots : p)) * D + d;
+        kf[at] = k.view()(0, h, p, d), vf[at] = v.view()(0, h, p, d);
+        kb[at] = float_to_bf16(kf[at]), vb[at] = float_to_bf16(vf[at]);
+      }
+  // Fresh rows as the model has them: fp32, not yet rounded.
+  Tensor fk({1, Hkv, c.Tq, D}), fv({1, Hkv, c.Tq, D});
+  for (int64_t h = 0; h < Hkv; ++h)
+    for (int64_t t = 0; t < c.Tq; ++t)
+      for (int64_t d = 0; d < D; ++d) {
+        fk.view()(0, h, t, d) = k.view()(0, h, L - c.Tq + t, d);
+        fv.view()(0, h, t, d) = v.view()(0, h, L - c.Tq + t, d);
+      }
+  StoredKV kv{.type = c.type,
+              .k = bf16 ? static_cast<const void*>(kb.data()) : kf.data(),
+              .v = bf16 ? static_cast<const void*>(vb.data()) : vf.data(),
+              .batch_stride = Hkv * rows * D,
+              .head_stride = rows * D,
+              .row_stride = D,
+              .heads = Hkv,
+              .dim_k = D,
+              .dim_v = D,
+              .length = L,
+              .slots = c.slots};
+  if (c.fresh) kv.fresh_k = fk, kv.fresh_v = fv;
+  std::vector<float> slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+  Tensor out({1, Hq, c.Tq, D}), expected({1, Hq, c.Tq, D});
+  std::vector<float> lse(Hq * c.Tq), expected_lse(Hq * c.Tq);
+  AttentionArgs a{.q = q, .out = out, .lse = lse.data()};
+  a.mask.causal = true;
+  a.mask.window_left = c.window;
+  if (c.alibi) a.mask.alibi = slopes.data();
+  attention(a, kv);
+
+  AttentionArgs r = a;
+  r.k = k, r.v = v, r.out = expected, r.lse = expected_lse.data();
+  reference::attention(r);
+  for (int64_t i = 0; i < out.numel(); ++i)
+    ASSERT_NEAR(out.data()[i], expected.data()[i], 2e-5) << "element " << i;
+  for (int64_t i = 0; i < Hq * c.Tq; ++i) ASSERT_NEAR(lse[i], expected_lse[i], 2e-5) << "row " << i;
+}
+
+std::vector<StoredCase> stored_cases() {
+  std::vector<StoredCase> cases;
+  for (TensorType type : {TensorType::f32, TensorType::bf16})
+    for (int64_t Tq : {1, 3}) {
+      cases.push_back({.type = type, .Tq = Tq});                              // rows in order
+      cases.push_back({.type = type, .Tq = Tq, .window = 5});                 // a window over them
+      cases.push_back({.type = type, .Tq = Tq, .alibi = true});
+      // A ring, wrapped: exactly the slots the queries see, more, with ALiBi (order matters),
+      // not yet full, and one the new positions would overrun (they come as fresh rows).
+      const int64_t seen = 5 + Tq;
+      cases.push_back({.type = type, .slots = seen, .Tq = Tq, .window = 5});
+      cases.push_back({.type = type, .slots = seen + 3, .Tq = Tq, .window = 5});
+      cases.push_back({.type = type, .slots = seen, .Tq = Tq, .window = 5, .alibi = true});
+      cases.push_back({.type = type, .slots = 64, .Tq = Tq, .window = 5});
+      cases.push_back({.type = type, .slots = 6, .Tq = Tq, .window = 5, .fresh = true});
+      cases.push_back({.type = type, .Tq = Tq, .fresh = true});
+    }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage, StoredAttention, ::testing::ValuesIn(stored_cases()),
+                         [](const auto& info) { return name_of(info.param); });
+
+// The mistakes a caller can make get errors that name them.
+TEST(StoredAttentionErrors, NameWhatIsWrong) {
+  std::vector<float> rows(2 * 8 * 4, 0.5f);
+  Tensor q({1, 2, 1, 4}), out({1, 2, 1, 4});
+  StoredKV kv{.k = rows.data(), .v = rows.data(), .batch_stride = 2 * 8 * 4, .head_stride = 8 * 4,
+              .row_stride = 4, .heads = 2, .dim_k = 4, .dim_v = 4, .length = 8};
+  AttentionArgs a{.q = q, .out = out};
+  EXPECT_NO_THROW(attention(a, kv));
+  auto fails = [&](AttentionArgs x, StoredKV s, const std::string& words) {
+    try {
+      attention(x, s);
+      ADD_FAILURE() << "no error; expected one naming " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  AttentionArgs with_k = a;
+  with_k.k = q;
+  fails(with_k, kv, "leave args.k");
+  StoredKV q8 = kv;
+  q8.type = TensorType::q8_0;
+  fails(a, q8, "Q8_0");
+  AttentionArgs biased = a;
+  biased.mask.bias = View(rows.data(), {1, 8});
+  fails(biased, kv, "bias");
+  StoredKV ring = kv;
+  ring.slots = 3;  // holds positions 5 … 7; a query at 7 with a window of 4 sees 3 …
+  AttentionArgs windowed = a;
+  windowed.mask.window_left = 4;
+  fails(windowed, ring, "holds positions from 5");
+  StoredKV short_cache = kv;
+  short_cache.length = 0;
+  fails(a, short_cache, "fewer than the 1 queries");
+  StoredKV wide = kv;
+  wide.dim_k = 8;
+  fails(a, wide, "head dim");
+}
+
+}  // namespace
+}  // namespace qkv
