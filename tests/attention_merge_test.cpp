@@ -58,16 +58,19 @@ TEST(MergePartials, EqualsOneSoftmaxOverEveryKey) {
   for (size_t c = 0; c + 1 < std::size(cuts); ++c) parts.push_back(part_of(s, v, cuts[c], cuts[c + 1], Dv));
   for (const Part& p : parts) rows.push_back({p.m, p.l, p.o.data()});
   std::vector<float> out(2 * Dv, -1);  // every other element: out_stride 2
-  const float lse = merge_partials(rows.data(), rows.size(), Dv, out.data(), 2);
+  auto part = [&](int64_t c) { return rows[c]; };
+  float lse = 0;
+  merge_partials(static_cast<int64_t>(rows.size()), part, Dv, out.data(), 2, &lse);
   EXPECT_NEAR(lse, top + std::log(z), 1e-5);
   for (size_t e = 0; e < Dv; ++e) {
     EXPECT_NEAR(out[2 * e], want[e] / z, 1e-5) << e;
     EXPECT_EQ(out[2 * e + 1], -1) << "wrote between the strided elements";
   }
-  // Into one of the parts' own output (the ring merges in place): the same numbers.
+  // Into the first part's own output (the ring merges into its running result): the same
+  // numbers.
   std::vector<float> expected(Dv);
   for (size_t e = 0; e < Dv; ++e) expected[e] = out[2 * e];
-  merge_partials(rows.data(), rows.size(), Dv, parts[0].o.data(), 1);
+  merge_partials(static_cast<int64_t>(rows.size()), part, Dv, parts[0].o.data(), 1, nullptr);
   for (size_t e = 0; e < Dv; ++e) EXPECT_EQ(parts[0].o[e], expected[e]) << e;
 }
 
@@ -75,7 +78,9 @@ TEST(MergePartials, RowThatNoPartSawIsZeroWithMinusInfinity) {
   const float o[2] = {NAN, 5};  // never read: the part saw nothing
   const PartialRow rows[2] = {{kMinusInf, 0, o}, {kMinusInf, 0, o}};
   float out[2] = {7, 7};
-  EXPECT_EQ(merge_partials(rows, 2, 2, out, 1), kMinusInf);
+  float lse = 0;
+  merge_partials(2, [&](int64_t c) { return rows[c]; }, 2, out, 1, &lse);
+  EXPECT_EQ(lse, kMinusInf);
   EXPECT_EQ(out[0], 0);
   EXPECT_EQ(out[1], 0);
 }
@@ -84,7 +89,9 @@ TEST(MergePartials, NanInAPartMakesTheRowNan) {
   const float o[2] = {1, 2};
   const PartialRow rows[2] = {{0.5f, 1, o}, {NAN, 1, o}};
   float out[2] = {0, 0};
-  EXPECT_TRUE(std::isnan(merge_partials(rows, 2, 2, out, 1)));
+  float lse = 0;
+  merge_partials(2, [&](int64_t c) { return rows[c]; }, 2, out, 1, &lse);
+  EXPECT_TRUE(std::isnan(lse));
   EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1]));
 }
 

@@ -105,7 +105,7 @@ void validate_backward(const AttentionArgs& a, const View& dout, const View& dq,
 namespace {
 
 // Forward for one (unpacked) problem: the kernel that suits its shape.
-void forward(const AttentionArgs& args) {
+void forward_one(const AttentionArgs& args) {
   // A few queries (decoding against a cache): split the keys instead of the queries, so
   // every core streams its share of K and V.
   if (detail::decodes(args.q.shape[2], args.k.shape[2], args.q.shape[1] / args.k.shape[1]))
@@ -116,12 +116,16 @@ void forward(const AttentionArgs& args) {
 
 }  // namespace
 
+void detail::forward_validated(const AttentionArgs& args) {
+  if (args.packed.num_seqs > 0)
+    run_packed_forward(args, [](const AttentionArgs& seq, int) { forward_one(seq); });
+  else
+    forward_one(args);
+}
+
 void attention(const AttentionArgs& args) {
   validate(args, "attention");
-  if (args.packed.num_seqs > 0)
-    detail::run_packed_forward(args, [](const AttentionArgs& seq, int) { forward(seq); });
-  else
-    forward(args);
+  detail::forward_validated(args);
 }
 
 void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv) {

@@ -579,15 +579,12 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
     const int64_t r = row % n.R, hkv = (row / n.R) % n.Hkv, b = row / (n.R * n.Hkv);
     const int64_t h = n.head(hkv, r), i = n.query(r);
     const int64_t first = (b * n.Hkv + hkv) * n.chunks;
-    thread_local std::vector<PartialRow> rows_of_chunks;
-    rows_of_chunks.resize(n.chunks);
-    for (int64_t c = 0; c < n.chunks; ++c) {
+    const auto chunk = [&](int64_t c) {
       const float* p = partial(parts, n, first + c, r);
-      rows_of_chunks[c] = {p[0], p[1], p + 2};
-    }
-    const float lse = merge_partials(rows_of_chunks.data(), n.chunks, n.Dv, &a.out(b, h, i, 0),
-                                     a.out.stride[3]);
-    if (a.lse) a.lse[(b * n.Hq + h) * n.Tq + i] = lse;
+      return PartialRow{p[0], p[1], p + 2};
+    };
+    merge_partials(n.chunks, chunk, n.Dv, &a.out(b, h, i, 0), a.out.stride[3],
+                   a.lse ? &a.lse[(b * n.Hq + h) * n.Tq + i] : nullptr);
   });
 }
 

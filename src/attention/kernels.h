@@ -7,6 +7,10 @@
 
 namespace qkv::detail {
 
+// qkv::attention after its checks: the kernel that suits the shape (packed sequences one by
+// one). For callers that have validated the arguments themselves (attention over a cache).
+void forward_validated(const AttentionArgs& a);
+
 // Tiled FlashAttention-2 forward (flash_forward.cpp): any Tq.
 void flash_forward(const AttentionArgs& a);
 

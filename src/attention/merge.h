@@ -3,7 +3,9 @@
 // (src/dist/ring_attention.cpp).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace qkv::detail {
 
@@ -15,12 +17,44 @@ struct PartialRow {
   const float* o;  // [Dv], contiguous
 };
 
-// out[e · out_stride] = Σ_c e^(m_c − M) o_c[e] / Σ_c e^(m_c − M) l_c with M = max_c m_c;
-// returns the row's log-sum-exp M + log Σ_c e^(m_c − M) l_c. Sums run in the parts' order
-// (the same bits for any thread count). A row no part saw gets out = 0 and −inf; a NaN in
-// any part's m or l makes out and the result NaN, as in the reference. `out` may be one of
-// the parts' o.
-float merge_partials(const PartialRow* parts, int64_t count, int64_t Dv, float* out,
-                     int64_t out_stride);
+// out[e · out_stride] = Σ_c e^(m_c − M) o_c[e] / Σ_c e^(m_c − M) l_c with M = max_c m_c, over
+// parts part(0) … part(count − 1); *lse (when not null) = M + log Σ_c e^(m_c − M) l_c.
+// Sums run in the parts' order (the same bits for any thread count). A row no part saw gets
+// out = 0 and lse −inf; a NaN in any part's m or l makes out and lse NaN, as in the
+// reference. `out` may be the o of part(0) (merging into a running result).
+template <typename Part>
+void merge_partials(int64_t count, Part part, int64_t Dv, float* out, int64_t out_stride,
+                    float* lse) {
+  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+  // The largest part max. A NaN from NaN inputs (in a part's max or sum: some targets' Max
+  // drops NaN) makes the row NaN, never the fully-masked 0.
+  float m = kMinusInf;
+  bool nan = false;
+  for (int64_t c = 0; c < count; ++c) {
+    const PartialRow p = part(c);
+    nan = nan || std::isnan(p.m) || std::isnan(p.l);
+    m = p.m > m ? p.m : m;
+  }
+  if (nan || m == kMinusInf) {
+    for (int64_t e = 0; e < Dv; ++e) out[e * out_stride] = nan ? NAN : 0;
+    if (lse) *lse = nan ? NAN : kMinusInf;
+    return;
+  }
+  float l = 0;
+  bool first = true;  // the first part seen is written, the others added (out may alias it)
+  for (int64_t c = 0; c < count; ++c) {
+    const PartialRow p = part(c);
+    if (p.m == kMinusInf) continue;
+    const float w = std::exp(p.m - m);
+    l += w * p.l;
+    if (first)
+      for (int64_t e = 0; e < Dv; ++e) out[e * out_stride] = w * p.o[e];
+    else
+      for (int64_t e = 0; e < Dv; ++e) out[e * out_stride] += w * p.o[e];
+    first = false;
+  }
+  for (int64_t e = 0; e < Dv; ++e) out[e * out_stride] /= l;
+  if (lse) *lse = m + std::log(l);
+}
 
 }  // namespace qkv::detail

@@ -26,8 +26,8 @@ int64_t fresh_rows(const StoredKV& kv) { return kv.fresh_k.empty() ? 0 : kv.fres
 void validate(const AttentionArgs& a, const StoredKV& kv) {
   check(a.k.empty() && a.v.empty(), kWhere, ": k and v are read from the storage; leave args.k "
         "and args.v empty");
-  check(kv.type == TensorType::f32 || kv.type == TensorType::bf16, kWhere, ": keys and values "
-        "stored as ", to_string(kv.type), " (F32 and BF16 are read)");
+  if (kv.type != TensorType::f32 && kv.type != TensorType::bf16)  // (to_string only on failure)
+    fail(kWhere, ": keys and values stored as ", to_string(kv.type), " (F32 and BF16 are read)");
   check(kv.k != nullptr && kv.v != nullptr, kWhere, ": no stored keys or values (null)");
   check(kv.heads > 0 && kv.dim_k > 0 && kv.dim_v > 0, kWhere, ": heads, dim_k and dim_v must be "
         "> 0, got ", kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
@@ -135,7 +135,7 @@ void attention(const AttentionArgs& args, const StoredKV& kv) {
       };
       x.k = view(kv.k, D);
       x.v = view(kv.v, Dv);
-      return attention(x);
+      return detail::forward_validated(x);  // the checks above were attention()'s
     }
     if (Tq == 1) {  // the decoding kernel converts the bf16 rows as it reads them
       auto rows_of = [&](const void* p) {
@@ -153,7 +153,7 @@ void attention(const AttentionArgs& args, const StoredKV& kv) {
   AttentionArgs x = args;
   x.k = View(K, {B, Hkv, n, D});
   x.v = View(V, {B, Hkv, n, Dv});
-  attention(x);
+  detail::forward_validated(x);
 }
 
 }  // namespace qkv

@@ -279,7 +279,7 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
         float& l = lse.data[bh * Tl + qrow + c.q0 + i];
         float* o = out.data + (bh * Tl + qrow + c.q0 + i) * Dv;
         const detail::PartialRow parts[2] = {{l, 1, o}, {part_lse[r], 1, part_out + r * Dv}};
-        l = detail::merge_partials(parts, 2, Dv, o, 1);
+        detail::merge_partials(2, [&](int64_t c) { return parts[c]; }, Dv, o, 1, &l);
       });
     });
     if (stats) stats->compute_seconds += now_seconds() - t - (stats->progress_seconds - progress0);

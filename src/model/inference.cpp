@@ -113,9 +113,9 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     embedding_forward(x, tokens, w.token, positions.empty() ? nullptr : s.pos.data(), positions);
   }
 
+  const MultiHeadAttention m = attention_layer(0);  // positions and masks: every layer's
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const Weights::Layer& L = w.layers[l];
-    const MultiHeadAttention m = attention_layer(l);
     // x += attn(norm(x)), the attention one sequence at a time: each has its own length.
     norm(rows(s.ln, N), x, L.norm1);
     linear(s.qkv, s.ln, L.qkv);
