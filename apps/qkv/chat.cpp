@@ -1,7 +1,6 @@
 // `qkv chat`: a conversation with an instruction-tuned GGUF model (ChatML: SmolLM2, Qwen, …).
 // Each line of stdin is a user turn; the answer streams to stdout, one blank line after it.
 // Lines "/reset" (forget the conversation) and "/exit" are commands. Statistics go to stderr.
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <unistd.h>

@@ -1,7 +1,6 @@
 // `qkv generate`: text from a model, streamed to stdout as it is produced; statistics to
 // stderr, so stdout is exactly the text (llama2.c's run.c conventions: the prompt included,
 // -n counting positions, one newline at the end).
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 

@@ -1,8 +1,7 @@
 // Chat (include/qkv/chat.h): ChatML turns over a key/value cache kept between them.
 #include "qkv/chat.h"
 
-#include <chrono>
-
+#include "qkv/clock.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -90,7 +89,6 @@ ChatTurnStats Chat::reply(const std::string& user, const std::function<bool(cons
 }
 
 ChatTurnStats Chat::respond(const std::function<bool(const std::string&)>& on_token) {
-  using Clock = std::chrono::steady_clock;
   std::vector<int32_t> prompt = pending_;
   prompt.push_back(start_);
   const std::vector<int32_t> a = tokenizer_->encode("assistant\n", false, false);
@@ -103,12 +101,12 @@ ChatTurnStats Chat::respond(const std::function<bool(const std::string&)>& on_to
   ChatTurnStats s;
   s.prompt_tokens = static_cast<int64_t>(prompt.size());
   const int64_t V = model_->config().vocab_size;
-  const auto t0 = Clock::now();
+  const double t0 = now_seconds();
   View logits = model_->forward_cached(*cache_, prompt.data(), 1, s.prompt_tokens);
-  s.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.prefill_seconds = now_seconds() - t0;
   run_.insert(run_.end(), prompt.begin(), prompt.end());
   pending_.clear();
-  const auto t1 = Clock::now();
+  const double t1 = now_seconds();
   int32_t prev = -1;
   s.finished = false;
   for (;;) {
@@ -133,7 +131,7 @@ ChatTurnStats Chat::respond(const std::function<bool(const std::string&)>& on_to
   pending_.push_back(end_);
   const std::vector<int32_t> nl = tokenizer_->encode("\n", false, false);
   pending_.insert(pending_.end(), nl.begin(), nl.end());
-  s.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  s.decode_seconds = now_seconds() - t1;
   return s;
 }
 

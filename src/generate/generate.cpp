@@ -2,10 +2,10 @@
 #include "qkv/generate.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 
+#include "qkv/clock.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -102,9 +102,9 @@ int32_t Generator::next() {
   if (!cache_) {
     cache_ = std::make_unique<KVCache>(c, KVCacheOptions{.max_seq = steps_, .type = options_.cache,
                                                          .ring = c.window > 0});
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_seconds();
     logits_ = model_->forward_cached(*cache_, tokens_.data(), 1, prompt_positions_);
-    prefill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    prefill_seconds_ = now_seconds() - t0;
     pos_ = prompt_positions_ - 1;
   } else {
     logits_ = model_->forward_cached(*cache_, &tokens_.back(), 1, 1);
@@ -124,7 +124,6 @@ int32_t Generator::next() {
 GenerateStats generate(Model& model, const std::vector<int32_t>& prompt,
                        const GenerateOptions& options,
                        const std::function<bool(int32_t, int32_t)>& on_token) {
-  using Clock = std::chrono::steady_clock;
   Generator g(model, prompt, options);
   GenerateStats stats;
   stats.tokens = prompt;
@@ -133,7 +132,7 @@ GenerateStats generate(Model& model, const std::vector<int32_t>& prompt,
   for (int64_t i = 1; i < std::min<int64_t>(prompt.size(), g.prompt_positions() + 1); ++i)
     if (!emit(prompt[i - 1], prompt[i])) return stats;
   stats.prompt_tokens = g.prompt_positions();
-  const auto t0 = Clock::now();
+  const double t0 = now_seconds();
   for (int32_t token; (token = g.next()) >= 0;) {
     const int32_t prev = stats.tokens.back();
     stats.tokens.push_back(token);
@@ -142,7 +141,7 @@ GenerateStats generate(Model& model, const std::vector<int32_t>& prompt,
   }
   stats.prefill_seconds = g.prefill_seconds();
   stats.decode_seconds =
-      std::max(0.0, std::chrono::duration<double>(Clock::now() - t0).count() - stats.prefill_seconds);
+      std::max(0.0, now_seconds() - t0 - stats.prefill_seconds);
   stats.prefill_tokens_per_s = stats.prompt_tokens / std::max(stats.prefill_seconds, 1e-9);
   // Decoding ran generated − 1 forwards (the last token drawn is not run).
   stats.decode_tokens_per_s =

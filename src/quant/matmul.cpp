@@ -77,6 +77,10 @@ const hn::Rebind<hwy::float16_t, simd::Df> dh;
 const hn::Rebind<hwy::bfloat16_t, simd::Df> db;
 
 constexpr int kRowsPerStep = 4;  // weight rows decoded side by side
+// Values per block of the fused block formats (from the one table of block sizes).
+constexpr int64_t kBlock = block_size(static_cast<uint32_t>(TensorType::q8_0))->elements;
+static_assert(kBlock == block_size(static_cast<uint32_t>(TensorType::q4_0))->elements &&
+              kBlock == block_size(static_cast<uint32_t>(TensorType::q4_1))->elements);
 constexpr int64_t kChunk = 32;   // output rows per unit of work
 
 // Lanes j … j + N of a block's values as int32: Q8_0's int8 values; a Q4 block's 16 bytes
@@ -97,7 +101,7 @@ HWY_INLINE Q4Values q4_values(const uint8_t* q, size_t j) {
 HWY_INLINE Vf block_q8(const uint8_t* q, const float* x) {
   const size_t N = hn::Lanes(df);
   Vf t = hn::Zero(df);
-  for (size_t j = 0; j < 32; j += N) t = hn::MulAdd(hn::ConvertTo(df, q8_values(q, j)), hn::LoadU(df, x + j), t);
+  for (size_t j = 0; j < size_t(kBlock); j += N) t = hn::MulAdd(hn::ConvertTo(df, q8_values(q, j)), hn::LoadU(df, x + j), t);
   return t;
 }
 
@@ -105,10 +109,10 @@ HWY_INLINE Vf block_q4(const uint8_t* q, const float* x, int offset) {
   const size_t N = hn::Lanes(df);
   const auto off = hn::Set(di, offset);
   Vf t = hn::Zero(df);
-  for (size_t j = 0; j < 16; j += N) {
+  for (size_t j = 0; j < size_t(kBlock / 2); j += N) {
     const Q4Values v = q4_values(q, j);
     t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(v.first, off)), hn::LoadU(df, x + j), t);
-    t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(v.second, off)), hn::LoadU(df, x + 16 + j), t);
+    t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(v.second, off)), hn::LoadU(df, x + kBlock / 2 + j), t);
   }
   return t;
 }
@@ -123,7 +127,7 @@ HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const f
   float extra[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df), extra[r] = 0;
   for (int64_t b = 0; b < blocks; ++b) {
-    const float* xb = x + 32 * b;
+    const float* xb = x + kBlock * b;
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = w + r * rb + b * bytes;
       hwy::Prefetch(blk + 2 * R * rb);  // the same block two steps of R rows ahead
@@ -184,7 +188,7 @@ HWY_INLINE void dot_rows(const Matrix& m, int64_t row, const float* x, const flo
   const int64_t rb = row_bytes(m.type, m.cols);
   const uint8_t* w = m.data + row * rb;
   if constexpr (T == TensorType::q8_0 || T == TensorType::q4_0 || T == TensorType::q4_1)
-    dot_blocks<T, R>(w, rb, m.cols / 32, x, xsum, y);
+    dot_blocks<T, R>(w, rb, m.cols / kBlock, x, xsum, y);
   else
     dot_elements<T, R>(w, rb, m.cols, x, y);
 }
@@ -224,26 +228,26 @@ void decode_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
     float* y = out + r * K;
     switch (m.type) {
       case TensorType::q8_0:
-        for (int64_t b = 0; b < K / 32; ++b) {
+        for (int64_t b = 0; b < K / kBlock; ++b) {
           const uint8_t* blk = w + block_of(TensorType::q8_0).bytes * b;
           const Vf d = hn::Set(df, half(blk));
-          for (size_t j = 0; j < 32; j += N)
-            hn::StoreU(hn::Mul(d, hn::ConvertTo(df, q8_values(blk + 2, j))), df, y + 32 * b + j);
+          for (size_t j = 0; j < size_t(kBlock); j += N)
+            hn::StoreU(hn::Mul(d, hn::ConvertTo(df, q8_values(blk + 2, j))), df, y + kBlock * b + j);
         }
         break;
       case TensorType::q4_0:
       case TensorType::q4_1: {
         const bool q40 = m.type == TensorType::q4_0;
         const int64_t bytes = block_of(m.type).bytes;
-        for (int64_t b = 0; b < K / 32; ++b) {
+        for (int64_t b = 0; b < K / kBlock; ++b) {
           const uint8_t* blk = w + bytes * b;
           const Vf d = hn::Set(df, half(blk));
           const Vf mn = hn::Set(df, q40 ? -8.0f * half(blk) : half(blk + 2));
           const uint8_t* q = blk + (q40 ? 2 : 4);
-          for (size_t j = 0; j < 16; j += N) {
+          for (size_t j = 0; j < size_t(kBlock / 2); j += N) {
             const Q4Values v = q4_values(q, j);
-            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.first), mn), df, y + 32 * b + j);
-            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.second), mn), df, y + 32 * b + 16 + j);
+            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.first), mn), df, y + kBlock * b + j);
+            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.second), mn), df, y + kBlock * b + kBlock / 2 + j);
           }
         }
         break;
@@ -279,11 +283,11 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   const int threads = y.shape[1] * K < (1 << 16) ? 1 : num_threads();
   if (M == 1 && std::all_of(parts.begin(), parts.end(), [](const Matrix& p) { return fused(p.type); })) {
     // Q4_1's block offsets multiply the sums of x over each block.
-    float* xsum = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::block_sums, K / 32 + 1);
+    float* xsum = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::block_sums, K / kBlock + 1);
     if (std::any_of(parts.begin(), parts.end(), [](const Matrix& p) { return p.type == TensorType::q4_1; }))
-      for (int64_t b = 0; b < K / 32; ++b) {
+      for (int64_t b = 0; b < K / kBlock; ++b) {
         float s = 0;
-        for (int j = 0; j < 32; ++j) s += xd[32 * b + j];
+        for (int j = 0; j < kBlock; ++j) s += xd[kBlock * b + j];
         xsum[b] = s;
       }
     ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
