@@ -147,9 +147,10 @@ void splits_accuracy() {
     }
   }
   _tile_release();
-  std::printf("fp32 dot products of length 32, worst |error| / sum |products| (200 tiles):\n"
-              "  fp32 FMA %.2e   three-way bf16 split, 6 tile products %.2e   plain bf16 %.2e\n",
-              worst_fp32, worst_split, worst_bf16);
+  std::printf(
+      "fp32 dot products of length 32, worst |error| / sum |products| (200 tiles):\n"
+      "  fp32 FMA %.2e   three-way bf16 split, 6 tile products %.2e   plain bf16 %.2e\n",
+      worst_fp32, worst_split, worst_bf16);
 }
 
 }  // namespace
@@ -167,9 +168,10 @@ int main() {
   for (int t = 1; t <= threads; t = t < threads ? threads : t + 1) {
     const double fma = qkv::detail::measure_fma_peak_gflops(t);
     const double amx = tile_gflops(t);
-    std::printf("%d thread(s): TDPBF16PS %.0f GFLOP/s (bf16) = %.1fx the fp32 FMA peak of %.0f "
-                "GFLOP/s; with 6 products per fp32 product: %.2fx\n",
-                t, amx, amx / fma, fma, amx / fma / 6);
+    std::printf(
+        "%d thread(s): TDPBF16PS %.0f GFLOP/s (bf16) = %.1fx the fp32 FMA peak of %.0f "
+        "GFLOP/s; with 6 products per fp32 product: %.2fx\n",
+        t, amx, amx / fma, fma, amx / fma / 6);
   }
   splits_accuracy();
 }

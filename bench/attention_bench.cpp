@@ -20,10 +20,14 @@ struct Problem {
   qkv::Tensor q, k, v, out, lse, dout, dq, dk, dv;
   qkv::AttentionArgs args;
   explicit Problem(const Shape& s)
-      : q({1, s.heads, s.queries, s.dim}), k({1, s.heads, s.seq, s.dim}),
-        v({1, s.heads, s.seq, s.dim}), out({1, s.heads, s.queries, s.dim}),
-        lse({1, s.heads, s.queries}), dout({1, s.heads, s.queries, s.dim}),
-        dq({1, s.heads, s.queries, s.dim}), dk({1, s.heads, s.seq, s.dim}),
+      : q({1, s.heads, s.queries, s.dim}),
+        k({1, s.heads, s.seq, s.dim}),
+        v({1, s.heads, s.seq, s.dim}),
+        out({1, s.heads, s.queries, s.dim}),
+        lse({1, s.heads, s.queries}),
+        dout({1, s.heads, s.queries, s.dim}),
+        dq({1, s.heads, s.queries, s.dim}),
+        dk({1, s.heads, s.seq, s.dim}),
         dv({1, s.heads, s.seq, s.dim}) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> uniform(-1, 1);
@@ -35,8 +39,8 @@ struct Problem {
 };
 
 Shape shape_of(const benchmark::State& state) {
-  return {8, state.range(0) == 0 ? state.range(1) : state.range(0), state.range(1),
-          state.range(2), state.range(3) != 0};
+  return {8, state.range(0) == 0 ? state.range(1) : state.range(0), state.range(1), state.range(2),
+          state.range(3) != 0};
 }
 
 // 4 · H · Tq · Tk · D for a full forward, half of that causal (Tq = Tk), as DESIGN.md counts.
@@ -83,7 +87,11 @@ void Shapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(Forward)->Apply(Shapes);
 BENCHMARK(ForwardBackward)->Apply(Shapes);
-BENCHMARK(Reference)->Args({0, 512, 64, 0})->Args({0, 512, 64, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(Reference)
+    ->Args({0, 512, 64, 0})
+    ->Args({0, 512, 64, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 // Decoding: one query against caches of 1k to 32k keys.
 BENCHMARK(Forward)
     ->Args({1, 1024, 128, 0})

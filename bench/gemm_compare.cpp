@@ -74,7 +74,8 @@ void highway(const Shape& s, const float* A, const float* B, float* C, int threa
   qkv::bench::gemm_highway(s.M, s.N, s.K, A, s.K, B, s.K, C, s.N, false, threads);
 }
 
-double seconds_of(const Gemm& g, const Shape& s, const float* A, const float* B, float* C, int threads) {
+double seconds_of(const Gemm& g, const Shape& s, const float* A, const float* B, float* C,
+                  int threads) {
   g(s, A, B, C, threads);  // warm-up: packing buffers, thread pools
   double best = 1e30;
   for (int r = 0; r < 4; ++r) {
@@ -93,15 +94,19 @@ std::string library_of(void* symbol) {
 }  // namespace
 
 int main() {
-  std::printf("cblas_sgemm comes from %s\n", library_of(reinterpret_cast<void*>(&cblas_sgemm)).c_str());
+  std::printf("cblas_sgemm comes from %s\n",
+              library_of(reinterpret_cast<void*>(&cblas_sgemm)).c_str());
   const struct {
     const char* name;
     Gemm run;
     bool nt_only;
-  } libs[] = {{"OpenBLAS", openblas, false}, {"BLIS", blis, false}, {"oneDNN", onednn, false},
+  } libs[] = {{"OpenBLAS", openblas, false},
+              {"BLIS", blis, false},
+              {"oneDNN", onednn, false},
               {"Highway (qkv)", highway, true}};
-  std::printf("| shape | M×N×K | threads | OpenBLAS | BLIS | oneDNN | Highway (qkv) |\n"
-              "|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| shape | M×N×K | threads | OpenBLAS | BLIS | oneDNN | Highway (qkv) |\n"
+      "|---|---|---|---|---|---|---|\n");
   for (int threads : {1, 2}) {
     const double peak = qkv::detail::measure_fma_peak_gflops(threads);
     for (const Shape& s : kShapes) {

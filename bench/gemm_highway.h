@@ -76,7 +76,7 @@ inline void gemm_highway(int64_t M, int64_t N, int64_t K, const float* A, int64_
           for (int64_t k = 0; k < kc; ++k)
             bp[p * kKc * kNr + k * kNr + col] = n < N ? B[n * ldb + k0 + k] : 0.0f;
         }
-      // (the implicit barrier of `omp for`: the block is packed)
+        // (the implicit barrier of `omp for`: the block is packed)
 #pragma omp for schedule(static)
       for (int64_t rb = 0; rb < row_blocks; ++rb) {
         const int64_t m0 = rb * kMr, mr = std::min(kMr, M - m0);
@@ -87,12 +87,24 @@ inline void gemm_highway(int64_t M, int64_t N, int64_t K, const float* A, int64_
           const float* panel = bp + p * kKc * kNr;
           const bool load = accumulate || k0 > 0;
           switch (mr) {
-            case 6: tile<6>(a, lda, panel, kc, c, ldc, load, nv); break;
-            case 5: tile<5>(a, lda, panel, kc, c, ldc, load, nv); break;
-            case 4: tile<4>(a, lda, panel, kc, c, ldc, load, nv); break;
-            case 3: tile<3>(a, lda, panel, kc, c, ldc, load, nv); break;
-            case 2: tile<2>(a, lda, panel, kc, c, ldc, load, nv); break;
-            default: tile<1>(a, lda, panel, kc, c, ldc, load, nv); break;
+            case 6:
+              tile<6>(a, lda, panel, kc, c, ldc, load, nv);
+              break;
+            case 5:
+              tile<5>(a, lda, panel, kc, c, ldc, load, nv);
+              break;
+            case 4:
+              tile<4>(a, lda, panel, kc, c, ldc, load, nv);
+              break;
+            case 3:
+              tile<3>(a, lda, panel, kc, c, ldc, load, nv);
+              break;
+            case 2:
+              tile<2>(a, lda, panel, kc, c, ldc, load, nv);
+              break;
+            default:
+              tile<1>(a, lda, panel, kc, c, ldc, load, nv);
+              break;
           }
         }
       }

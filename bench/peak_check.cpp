@@ -22,14 +22,14 @@ constexpr int kChains = 12;  // FMA latency 4–5 cycles × 2 ports; SSE4's mul 
 constexpr long kRounds = 1 << 20;
 
 // acc ← acc · x + y in kChains independent chains, kRounds times; returns a lane of the sum.
-#define CHAINS(VEC, SET1, STEP, ADD, LANE0)                                    \
-  VEC acc[kChains];                                                            \
-  for (int c = 0; c < kChains; ++c) acc[c] = SET1(1.0f + c * 1e-3f);           \
-  const VEC x = SET1(0.999999f), y = SET1(1e-7f);                              \
-  for (long i = 0; i < kRounds; ++i)                                           \
-    for (int c = 0; c < kChains; ++c) acc[c] = STEP(acc[c], x, y);             \
-  VEC sum = acc[0];                                                            \
-  for (int c = 1; c < kChains; ++c) sum = ADD(sum, acc[c]);                    \
+#define CHAINS(VEC, SET1, STEP, ADD, LANE0)                          \
+  VEC acc[kChains];                                                  \
+  for (int c = 0; c < kChains; ++c) acc[c] = SET1(1.0f + c * 1e-3f); \
+  const VEC x = SET1(0.999999f), y = SET1(1e-7f);                    \
+  for (long i = 0; i < kRounds; ++i)                                 \
+    for (int c = 0; c < kChains; ++c) acc[c] = STEP(acc[c], x, y);   \
+  VEC sum = acc[0];                                                  \
+  for (int c = 1; c < kChains; ++c) sum = ADD(sum, acc[c]);          \
   return LANE0(sum);
 
 __attribute__((target("sse4.2"), noinline)) float chains_sse4() {

@@ -8,7 +8,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    qkv::explain::explain_json(std::string(reinterpret_cast<const char*>(data), size), size % 2, "input");
+    qkv::explain::explain_json(std::string(reinterpret_cast<const char*>(data), size), size % 2,
+                               "input");
   } catch (const qkv::Error&) {
   }
   return 0;

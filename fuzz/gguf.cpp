@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const qkv::Error&) {
     }
     const qkv::ModelConfig c = qkv::gguf_model_config(f);
-    if (c.n_layers * c.d_model * (c.d_model + c.d_ff) + c.vocab_size * c.d_model > (1 << 22)) return 0;
+    if (c.n_layers * c.d_model * (c.d_model + c.d_ff) + c.vocab_size * c.d_model > (1 << 22))
+      return 0;
     const auto model = qkv::load_gguf(f);
     qkv::KVCache cache(c, {.max_seq = 2});
     const int32_t tokens[2] = {0, static_cast<int32_t>(c.vocab_size - 1)};

@@ -10,26 +10,46 @@ namespace qkv {
 
 std::string to_string(TensorType t) {
   switch (t) {
-    case TensorType::f32: return "F32";
-    case TensorType::f16: return "F16";
-    case TensorType::q4_0: return "Q4_0";
-    case TensorType::q4_1: return "Q4_1";
-    case TensorType::q5_0: return "Q5_0";
-    case TensorType::q5_1: return "Q5_1";
-    case TensorType::q8_0: return "Q8_0";
-    case TensorType::q8_1: return "Q8_1";
-    case TensorType::q2_k: return "Q2_K";
-    case TensorType::q3_k: return "Q3_K";
-    case TensorType::q4_k: return "Q4_K";
-    case TensorType::q5_k: return "Q5_K";
-    case TensorType::q6_k: return "Q6_K";
-    case TensorType::q8_k: return "Q8_K";
-    case TensorType::i8: return "I8";
-    case TensorType::i16: return "I16";
-    case TensorType::i32: return "I32";
-    case TensorType::i64: return "I64";
-    case TensorType::f64: return "F64";
-    case TensorType::bf16: return "BF16";
+    case TensorType::f32:
+      return "F32";
+    case TensorType::f16:
+      return "F16";
+    case TensorType::q4_0:
+      return "Q4_0";
+    case TensorType::q4_1:
+      return "Q4_1";
+    case TensorType::q5_0:
+      return "Q5_0";
+    case TensorType::q5_1:
+      return "Q5_1";
+    case TensorType::q8_0:
+      return "Q8_0";
+    case TensorType::q8_1:
+      return "Q8_1";
+    case TensorType::q2_k:
+      return "Q2_K";
+    case TensorType::q3_k:
+      return "Q3_K";
+    case TensorType::q4_k:
+      return "Q4_K";
+    case TensorType::q5_k:
+      return "Q5_K";
+    case TensorType::q6_k:
+      return "Q6_K";
+    case TensorType::q8_k:
+      return "Q8_K";
+    case TensorType::i8:
+      return "I8";
+    case TensorType::i16:
+      return "I16";
+    case TensorType::i32:
+      return "I32";
+    case TensorType::i64:
+      return "I64";
+    case TensorType::f64:
+      return "F64";
+    case TensorType::bf16:
+      return "BF16";
   }
   return "type " + std::to_string(static_cast<uint32_t>(t));
 }

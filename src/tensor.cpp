@@ -60,7 +60,8 @@ View View::transpose(int a, int b) const {
 
 View View::slice(int dim, int64_t begin, int64_t end) const {
   check(dim >= 0 && dim < ndim, "View::slice: dim ", dim, " of a view with ", ndim, " dims");
-  if (!(0 <= begin && begin <= end && end <= shape[dim]))  // (not check(): shape_str would run every call)
+  if (!(0 <= begin && begin <= end &&
+        end <= shape[dim]))  // (not check(): shape_str would run every call)
     fail("View::slice: [", begin, ", ", end, ") is outside dim ", dim, " of ", shape_str(*this));
   View s = *this;
   s.data = data + begin * stride[dim];
@@ -98,7 +99,8 @@ Tensor::Tensor(std::initializer_list<int64_t> shape) {
   // 4 KiB pages is slow here (~11 µs each) and huge pages also spare TLB misses.
   const bool huge = bytes >= (4u << 20);
   const size_t alignment = huge ? (2u << 20) : 64;
-  float* p = static_cast<float*>(std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment));
+  float* p = static_cast<float*>(
+      std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment));
   check(p != nullptr, "Tensor: cannot allocate ", bytes, " bytes for ", shape_str(view_));
   if (huge) madvise(p, bytes, MADV_HUGEPAGE);
   std::memset(p, 0, bytes);

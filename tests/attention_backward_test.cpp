@@ -65,8 +65,8 @@ void expect_matches_finite_differences(const Case& c) {
       // fp32 gradients: a few ulps of their magnitude, plus the finite-difference error.
       const double err = std::abs(grad.data()[i] - numeric) / (1 + std::abs(numeric));
       worst = std::max(worst, err);
-      ASSERT_LT(err, 1e-5) << name << "[" << i << "] analytic " << grad.data()[i]
-                           << " numeric " << numeric << " (" << c.name() << ")";
+      ASSERT_LT(err, 1e-5) << name << "[" << i << "] analytic " << grad.data()[i] << " numeric "
+                           << numeric << " (" << c.name() << ")";
     }
   };
   check(in.q, g.dq, "dq");
@@ -81,18 +81,46 @@ TEST_P(ReferenceBackward, MatchesFiniteDifferences) {
 }
 
 std::vector<Case> tiny_grid() {
-  return testing::variations(Case{.B = 2, .Hq = 2, .Hkv = 2, .Tq = 4, .Tk = 4, .D = 3, .Dv = 3}, {
-      [](Case&) {},
-      [](Case& c) { c.causal = true; },
-      [](Case& c) { c.Hq = 4; c.Hkv = 2; c.causal = true; },  // GQA sums over the group
-      [](Case& c) { c.Hq = 4; c.Hkv = 1; },
-      [](Case& c) { c.Tq = 3; c.Tk = 5; c.Dv = 2; },  // cross, Dv ≠ D
-      [](Case& c) { c.window_left = 1; c.window_right = 1; },
-      [](Case& c) { c.padding = true; c.causal = true; },
-      [](Case& c) { c.softcap = 0.8f; c.magnitude = 2; },
-      [](Case& c) { c.bias = BiasKind::full; c.alibi = true; c.scale = 0.7f; },
-      [](Case& c) { c.Tq = 5; c.Tk = 2; c.causal = true; },  // rows that see nothing
-  });
+  return testing::variations(Case{.B = 2, .Hq = 2, .Hkv = 2, .Tq = 4, .Tk = 4, .D = 3, .Dv = 3},
+                             {
+                                 [](Case&) {}, [](Case& c) { c.causal = true; },
+                                 [](Case& c) {
+                                   c.Hq = 4;
+                                   c.Hkv = 2;
+                                   c.causal = true;
+                                 },  // GQA sums over the group
+                                 [](Case& c) {
+                                   c.Hq = 4;
+                                   c.Hkv = 1;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 3;
+                                   c.Tk = 5;
+                                   c.Dv = 2;
+                                 },  // cross, Dv ≠ D
+                                 [](Case& c) {
+                                   c.window_left = 1;
+                                   c.window_right = 1;
+                                 },
+                                 [](Case& c) {
+                                   c.padding = true;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.softcap = 0.8f;
+                                   c.magnitude = 2;
+                                 },
+                                 [](Case& c) {
+                                   c.bias = BiasKind::full;
+                                   c.alibi = true;
+                                   c.scale = 0.7f;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 5;
+                                   c.Tk = 2;
+                                   c.causal = true;
+                                 },  // rows that see nothing
+                             });
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, ReferenceBackward, ::testing::ValuesIn(tiny_grid()),
@@ -102,7 +130,7 @@ INSTANTIATE_TEST_SUITE_P(Tiny, ReferenceBackward, ::testing::ValuesIn(tiny_grid(
 
 void expect_backward_matches_reference(const Case& c) {
   Problem fast(c), ref(c);
-  attention(fast.args);  // the fast backward needs the forward's out and lse
+  attention(fast.args);            // the fast backward needs the forward's out and lse
   Grads gf(c, true), gr(c, true);  // the same layout: storage compares element by element
   attention_backward(fast.args, gf.dout_view, gf.dq_view, gf.dk_view, gf.dv_view);
   reference::attention_backward(ref.args, gr.dout_view, gr.dq_view, gr.dk_view, gr.dv_view);
@@ -114,8 +142,8 @@ void expect_backward_matches_reference(const Case& c) {
     double worst = 0;
     for (int64_t i = 0; i < a.numel(); ++i) {
       ASSERT_FALSE(std::isnan(a.data()[i])) << name;
-      worst = std::max<double>(worst, std::abs(a.data()[i] - b.data()[i]) /
-                                          (1 + std::abs(b.data()[i])));
+      worst = std::max<double>(worst,
+                               std::abs(a.data()[i] - b.data()[i]) / (1 + std::abs(b.data()[i])));
     }
     EXPECT_LE(worst, tol) << name << " " << c.name();
   };
@@ -129,28 +157,98 @@ class FlashBackward : public ::testing::TestWithParam<Case> {};
 TEST_P(FlashBackward, MatchesReferenceBackward) { expect_backward_matches_reference(GetParam()); }
 
 std::vector<Case> backward_grid() {
-  return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32}, {
-      [](Case&) {},
-      [](Case& c) { c.causal = true; },
-      [](Case& c) { c.Tq = 1; c.Tk = 1; },
-      [](Case& c) { c.Tq = 7; c.Tk = 130; c.causal = true; },
-      [](Case& c) { c.Tq = 130; c.Tk = 7; c.causal = true; },
-      [](Case& c) { c.Tq = c.Tk = 129; c.window_left = 20; c.causal = true; },
-      [](Case& c) { c.Tq = c.Tk = 129; c.window_left = 9; c.window_right = 30; },
-      [](Case& c) { c.padding = true; c.B = 3; c.causal = true; },
-      [](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; },
-      [](Case& c) { c.softcap = 1.5f; c.magnitude = 3; },
-      [](Case& c) { c.Hkv = 2; c.causal = true; },
-      [](Case& c) { c.Hkv = 1; c.Tq = c.Tk = 65; },
-      [](Case& c) { c.Tq = 33; c.Tk = 100; c.D = 16; c.Dv = 40; },
-      [](Case& c) { c.D = c.Dv = 80; c.Tq = c.Tk = 63; c.causal = true; },
-      [](Case& c) { c.D = c.Dv = 128; c.Tq = c.Tk = 65; c.B = 1; },
-      [](Case& c) { c.D = c.Dv = 256; c.Tq = c.Tk = 33; c.B = 1; c.Hq = c.Hkv = 2; },
-      [](Case& c) { c.seq_major = true; c.Hkv = 2; c.causal = true; c.padding = true; },
-      [](Case& c) { c.dim_strided = true; c.Hkv = 2; c.causal = true; c.Dv = 24; },
-      [](Case& c) { c.Tq = c.Tk = 1000; c.D = c.Dv = 16; c.B = 1; c.Hq = 2; c.Hkv = 1;
-                        c.causal = true; },
-  });
+  return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32},
+                             {
+                                 [](Case&) {},
+                                 [](Case& c) { c.causal = true; },
+                                 [](Case& c) {
+                                   c.Tq = 1;
+                                   c.Tk = 1;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 7;
+                                   c.Tk = 130;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 130;
+                                   c.Tk = 7;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = c.Tk = 129;
+                                   c.window_left = 20;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = c.Tk = 129;
+                                   c.window_left = 9;
+                                   c.window_right = 30;
+                                 },
+                                 [](Case& c) {
+                                   c.padding = true;
+                                   c.B = 3;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.bias = BiasKind::batch_key;
+                                   c.alibi = true;
+                                 },
+                                 [](Case& c) {
+                                   c.softcap = 1.5f;
+                                   c.magnitude = 3;
+                                 },
+                                 [](Case& c) {
+                                   c.Hkv = 2;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.Hkv = 1;
+                                   c.Tq = c.Tk = 65;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 33;
+                                   c.Tk = 100;
+                                   c.D = 16;
+                                   c.Dv = 40;
+                                 },
+                                 [](Case& c) {
+                                   c.D = c.Dv = 80;
+                                   c.Tq = c.Tk = 63;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.D = c.Dv = 128;
+                                   c.Tq = c.Tk = 65;
+                                   c.B = 1;
+                                 },
+                                 [](Case& c) {
+                                   c.D = c.Dv = 256;
+                                   c.Tq = c.Tk = 33;
+                                   c.B = 1;
+                                   c.Hq = c.Hkv = 2;
+                                 },
+                                 [](Case& c) {
+                                   c.seq_major = true;
+                                   c.Hkv = 2;
+                                   c.causal = true;
+                                   c.padding = true;
+                                 },
+                                 [](Case& c) {
+                                   c.dim_strided = true;
+                                   c.Hkv = 2;
+                                   c.causal = true;
+                                   c.Dv = 24;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = c.Tk = 1000;
+                                   c.D = c.Dv = 16;
+                                   c.B = 1;
+                                   c.Hq = 2;
+                                   c.Hkv = 1;
+                                   c.causal = true;
+                                 },
+                             });
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, FlashBackward, ::testing::ValuesIn(backward_grid()),
@@ -185,8 +283,7 @@ TEST(FlashBackwardThreads, SameBitsWithOneAndTwoThreads) {
 // Rows past a sequence's kv_len may hold anything: NaN there must reach neither dq nor the
 // other rows' dk and dv (and the rows past kv_len get zero gradients).
 TEST(FlashBackwardEdges, KeysPastKvLenAreNeverRead) {
-  const Case c{.B = 2, .Hq = 4, .Hkv = 2, .Tq = 150, .Tk = 300, .D = 32, .Dv = 32,
-               .causal = true};
+  const Case c{.B = 2, .Hq = 4, .Hkv = 2, .Tq = 150, .Tk = 300, .D = 32, .Dv = 32, .causal = true};
   testing::PaddedPair p(c, 170);
   attention(p.clean.args);
   attention(p.poisoned.args);

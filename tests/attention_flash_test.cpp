@@ -47,38 +47,107 @@ class FlashOptions : public ::testing::TestWithParam<Case> {};
 TEST_P(FlashOptions, MatchesReference) { expect_matches_reference(GetParam()); }
 
 std::vector<Case> option_grid() {
-  return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32}, {
-      [](Case&) {},
-      [](Case& c) { c.causal = true; },
-      [](Case& c) { c.Tq = 1; c.Tk = 1; },
-      [](Case& c) { c.Tq = 7; c.Tk = 300; c.causal = true; },
-      [](Case& c) { c.Tq = 300; c.Tk = 7; c.causal = true; },  // first rows see nothing
-      [](Case& c) { c.Tq = 200; c.Tk = 200; c.window_left = 20; c.causal = true; },
-      [](Case& c) { c.Tq = 200; c.Tk = 200; c.window_left = 9; c.window_right = 30; },
-      [](Case& c) { c.padding = true; c.B = 3; c.Tq = c.Tk = 150; },
-      [](Case& c) { c.padding = true; c.causal = true; c.B = 3; c.Tq = c.Tk = 150; },
-      [](Case& c) { c.bias = BiasKind::full; },
-      [](Case& c) { c.bias = BiasKind::query_key; c.causal = true; },
-      [](Case& c) { c.bias = BiasKind::batch_key; },
-      [](Case& c) { c.bias = BiasKind::head_query_key; },
-      [](Case& c) { c.alibi = true; c.causal = true; },
-      [](Case& c) { c.alibi = true; },
-      [](Case& c) { c.softcap = 1.5f; c.magnitude = 3; },
-      [](Case& c) { c.scale = 0.3f; },
-      [](Case& c) { c.Hkv = 2; c.causal = true; },
-      [](Case& c) { c.Hkv = 1; },
-      [](Case& c) { c.Tq = 33; c.Tk = 150; c.D = 16; c.Dv = 40; },  // cross, Dv ≠ D
-      [](Case& c) { c.seq_major = true; c.causal = true; },
-      [](Case& c) { c.dim_strided = true; c.Hkv = 2; c.Tq = 70; c.Tk = 90; c.causal = true; },
-      [](Case& c) {  // an output of 4 MiB: written with streaming stores
-        c.B = 1; c.Tq = 1030; c.Tk = 70; c.Dv = 256; c.causal = true;
-      },
-      [](Case& c) {
-        c.Hkv = 2; c.Tq = 70; c.Tk = 190; c.Dv = 24; c.causal = true; c.window_left = 50;
-        c.padding = true; c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2;
-        c.seq_major = true;
-      },
-  });
+  return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32},
+                             {
+                                 [](Case&) {},
+                                 [](Case& c) { c.causal = true; },
+                                 [](Case& c) {
+                                   c.Tq = 1;
+                                   c.Tk = 1;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 7;
+                                   c.Tk = 300;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 300;
+                                   c.Tk = 7;
+                                   c.causal = true;
+                                 },  // first rows see nothing
+                                 [](Case& c) {
+                                   c.Tq = 200;
+                                   c.Tk = 200;
+                                   c.window_left = 20;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 200;
+                                   c.Tk = 200;
+                                   c.window_left = 9;
+                                   c.window_right = 30;
+                                 },
+                                 [](Case& c) {
+                                   c.padding = true;
+                                   c.B = 3;
+                                   c.Tq = c.Tk = 150;
+                                 },
+                                 [](Case& c) {
+                                   c.padding = true;
+                                   c.causal = true;
+                                   c.B = 3;
+                                   c.Tq = c.Tk = 150;
+                                 },
+                                 [](Case& c) { c.bias = BiasKind::full; },
+                                 [](Case& c) {
+                                   c.bias = BiasKind::query_key;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) { c.bias = BiasKind::batch_key; },
+                                 [](Case& c) { c.bias = BiasKind::head_query_key; },
+                                 [](Case& c) {
+                                   c.alibi = true;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) { c.alibi = true; },
+                                 [](Case& c) {
+                                   c.softcap = 1.5f;
+                                   c.magnitude = 3;
+                                 },
+                                 [](Case& c) { c.scale = 0.3f; },
+                                 [](Case& c) {
+                                   c.Hkv = 2;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) { c.Hkv = 1; },
+                                 [](Case& c) {
+                                   c.Tq = 33;
+                                   c.Tk = 150;
+                                   c.D = 16;
+                                   c.Dv = 40;
+                                 },  // cross, Dv ≠ D
+                                 [](Case& c) {
+                                   c.seq_major = true;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.dim_strided = true;
+                                   c.Hkv = 2;
+                                   c.Tq = 70;
+                                   c.Tk = 90;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {  // an output of 4 MiB: written with streaming stores
+                                   c.B = 1;
+                                   c.Tq = 1030;
+                                   c.Tk = 70;
+                                   c.Dv = 256;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.Hkv = 2;
+                                   c.Tq = 70;
+                                   c.Tk = 190;
+                                   c.Dv = 24;
+                                   c.causal = true;
+                                   c.window_left = 50;
+                                   c.padding = true;
+                                   c.bias = BiasKind::batch_key;
+                                   c.alibi = true;
+                                   c.softcap = 2;
+                                   c.seq_major = true;
+                                 },
+                             });
 }
 
 INSTANTIATE_TEST_SUITE_P(Options, FlashOptions, ::testing::ValuesIn(option_grid()),
@@ -109,40 +178,156 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FlashOptions, ::testing::ValuesIn(shape_grid())
 // Decoding: up to 15 queries against a long cache (32 when a kv head serves several query
 // heads) take the split-KV path (several chunks).
 std::vector<Case> decode_grid() {
-  return testing::variations(Case{.B = 2, .Hq = 8, .Hkv = 8, .Tq = 1, .Tk = 1000, .D = 64, .Dv = 64}, {
-      [](Case&) {},
-      [](Case& c) { c.Tq = 4; c.causal = true; },
-      // Up to 15 rows per kv head: in registers, in groups of 4 rows (decode.cpp).
-      [](Case& c) { c.Tq = 3; c.causal = true; c.Hkv = 2; },  // 12 rows per kv head
-      [](Case& c) { c.Hkv = 1; c.D = 128; c.Dv = 128; },  // MQA: 8 rows per kv head
-      [](Case& c) { c.Hq = 7; c.Hkv = 1; c.D = 80; c.Dv = 80; },  // 4 + 3 rows, 5 vectors
-      [](Case& c) { c.Hq = 5; c.Hkv = 1; c.Tq = 3; c.causal = true; },  // 15 rows
-      [](Case& c) { c.Hkv = 2; c.D = 40; c.Dv = 24; },  // head dims not whole vectors
-      // The last chunk holds one key, seen by 2 of the 8 rows of each kv head.
-      [](Case& c) { c.Tq = 4; c.causal = true; c.Hkv = 4; c.Tk = 769; },
-      // More queries: draft tokens verified at once, a short chunk of a prompt.
-      [](Case& c) { c.Tq = 8; c.causal = true; c.window_left = 200; },  // 8 rows
-      [](Case& c) { c.Tq = 15; c.Hq = 2; c.Hkv = 2; c.causal = true; c.padding = true; },
-      [](Case& c) { c.Tq = 16; c.Hkv = 4; c.causal = true; c.seq_major = true; },  // 32 rows
-      [](Case& c) { c.Tq = 32; c.Hkv = 2; c.causal = true; c.Tk = 2100; },  // 128 rows
-      [](Case& c) { c.Tk = 3000; c.D = 16; c.Dv = 40; },
-      [](Case& c) { c.Tk = 257; c.padding = true; c.B = 3; },
-      [](Case& c) { c.Tq = 2; c.window_left = 300; c.causal = true; },
-      [](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2; },
-      [](Case& c) { c.bias = BiasKind::full; c.Tq = 2; c.Hkv = 4; },
-      [](Case& c) { c.seq_major = true; c.Tq = 2; c.Hkv = 4; c.causal = true; },
-      [](Case& c) { c.D = 256; c.Dv = 256; c.Tk = 600; },
-      // Caches of 8k and more take longer chunks (512 keys here, the last one partial).
-      [](Case& c) { c.Tk = 9000; c.D = 32; c.Dv = 32; c.Hq = 4; c.Hkv = 2; c.padding = true; },
-      // 16 rows and more per kv head go in vector lanes, up to 64 per block (decode.cpp).
-      [](Case& c) { c.Hq = 32; c.Hkv = 1; c.Tq = 3; c.causal = true; },  // 96 rows: 2 blocks
-      [](Case& c) { c.Hq = 71; c.Hkv = 1; c.padding = true; c.B = 3; c.Tk = 700; },  // 64 + 7
-      [](Case& c) { c.Hq = 16; c.Hkv = 2; c.Tq = 2; c.bias = BiasKind::full; c.alibi = true;
-                    c.softcap = 2; },
-      [](Case& c) { c.Hkv = 1; c.Tq = 4; c.window_left = 100; c.causal = true;
-                    c.seq_major = true; },
-      [](Case& c) { c.Hq = 16; c.Hkv = 1; c.D = 16; c.Dv = 40; c.Tk = 3000; },
-  });
+  return testing::variations(
+      Case{.B = 2, .Hq = 8, .Hkv = 8, .Tq = 1, .Tk = 1000, .D = 64, .Dv = 64},
+      {
+          [](Case&) {},
+          [](Case& c) {
+            c.Tq = 4;
+            c.causal = true;
+          },
+          // Up to 15 rows per kv head: in registers, in groups of 4 rows (decode.cpp).
+          [](Case& c) {
+            c.Tq = 3;
+            c.causal = true;
+            c.Hkv = 2;
+          },  // 12 rows per kv head
+          [](Case& c) {
+            c.Hkv = 1;
+            c.D = 128;
+            c.Dv = 128;
+          },  // MQA: 8 rows per kv head
+          [](Case& c) {
+            c.Hq = 7;
+            c.Hkv = 1;
+            c.D = 80;
+            c.Dv = 80;
+          },  // 4 + 3 rows, 5 vectors
+          [](Case& c) {
+            c.Hq = 5;
+            c.Hkv = 1;
+            c.Tq = 3;
+            c.causal = true;
+          },  // 15 rows
+          [](Case& c) {
+            c.Hkv = 2;
+            c.D = 40;
+            c.Dv = 24;
+          },  // head dims not whole vectors
+          // The last chunk holds one key, seen by 2 of the 8 rows of each kv head.
+          [](Case& c) {
+            c.Tq = 4;
+            c.causal = true;
+            c.Hkv = 4;
+            c.Tk = 769;
+          },
+          // More queries: draft tokens verified at once, a short chunk of a prompt.
+          [](Case& c) {
+            c.Tq = 8;
+            c.causal = true;
+            c.window_left = 200;
+          },  // 8 rows
+          [](Case& c) {
+            c.Tq = 15;
+            c.Hq = 2;
+            c.Hkv = 2;
+            c.causal = true;
+            c.padding = true;
+          },
+          [](Case& c) {
+            c.Tq = 16;
+            c.Hkv = 4;
+            c.causal = true;
+            c.seq_major = true;
+          },  // 32 rows
+          [](Case& c) {
+            c.Tq = 32;
+            c.Hkv = 2;
+            c.causal = true;
+            c.Tk = 2100;
+          },  // 128 rows
+          [](Case& c) {
+            c.Tk = 3000;
+            c.D = 16;
+            c.Dv = 40;
+          },
+          [](Case& c) {
+            c.Tk = 257;
+            c.padding = true;
+            c.B = 3;
+          },
+          [](Case& c) {
+            c.Tq = 2;
+            c.window_left = 300;
+            c.causal = true;
+          },
+          [](Case& c) {
+            c.bias = BiasKind::batch_key;
+            c.alibi = true;
+            c.softcap = 2;
+          },
+          [](Case& c) {
+            c.bias = BiasKind::full;
+            c.Tq = 2;
+            c.Hkv = 4;
+          },
+          [](Case& c) {
+            c.seq_major = true;
+            c.Tq = 2;
+            c.Hkv = 4;
+            c.causal = true;
+          },
+          [](Case& c) {
+            c.D = 256;
+            c.Dv = 256;
+            c.Tk = 600;
+          },
+          // Caches of 8k and more take longer chunks (512 keys here, the last one partial).
+          [](Case& c) {
+            c.Tk = 9000;
+            c.D = 32;
+            c.Dv = 32;
+            c.Hq = 4;
+            c.Hkv = 2;
+            c.padding = true;
+          },
+          // 16 rows and more per kv head go in vector lanes, up to 64 per block (decode.cpp).
+          [](Case& c) {
+            c.Hq = 32;
+            c.Hkv = 1;
+            c.Tq = 3;
+            c.causal = true;
+          },  // 96 rows: 2 blocks
+          [](Case& c) {
+            c.Hq = 71;
+            c.Hkv = 1;
+            c.padding = true;
+            c.B = 3;
+            c.Tk = 700;
+          },  // 64 + 7
+          [](Case& c) {
+            c.Hq = 16;
+            c.Hkv = 2;
+            c.Tq = 2;
+            c.bias = BiasKind::full;
+            c.alibi = true;
+            c.softcap = 2;
+          },
+          [](Case& c) {
+            c.Hkv = 1;
+            c.Tq = 4;
+            c.window_left = 100;
+            c.causal = true;
+            c.seq_major = true;
+          },
+          [](Case& c) {
+            c.Hq = 16;
+            c.Hkv = 1;
+            c.D = 16;
+            c.Dv = 40;
+            c.Tk = 3000;
+          },
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(Decode, FlashOptions, ::testing::ValuesIn(decode_grid()),
@@ -152,19 +337,56 @@ INSTANTIATE_TEST_SUITE_P(Decode, FlashOptions, ::testing::ValuesIn(decode_grid()
 // every mask, odd cache lengths (a partial block of 16 keys, several chunks), GQA groups up
 // to 16 rows, D ≠ Dv, strided layouts.
 std::vector<Case> small_head_decode_grid() {
-  return testing::variations(Case{.B = 2, .Hq = 8, .Hkv = 4, .Tq = 1, .Tk = 613, .D = 8, .Dv = 8}, {
-      [](Case&) {},
-      [](Case& c) { c.Tk = 7; },
-      [](Case& c) { c.Tq = 4; c.causal = true; c.Hkv = 2; },  // 16 rows per kv head
-      [](Case& c) { c.Tq = 2; c.causal = true; c.Hkv = 1; },  // 16 rows, MQA
-      [](Case& c) { c.D = 4; c.Dv = 12; c.Tk = 300; },
-      [](Case& c) { c.padding = true; c.B = 3; c.Tk = 257; },
-      [](Case& c) { c.Tq = 2; c.window_left = 100; c.causal = true; },
-      [](Case& c) { c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2; },
-      [](Case& c) { c.seq_major = true; c.Tq = 3; c.causal = true; },
-      [](Case& c) { c.Tq = 3; c.Hkv = 1; c.causal = true; },  // 24 rows: rows in lanes
-      [](Case& c) { c.Tk = 17000; c.Tq = 2; c.window_left = 5000; c.causal = true; },  // 1024-key chunks
-  });
+  return testing::variations(Case{.B = 2, .Hq = 8, .Hkv = 4, .Tq = 1, .Tk = 613, .D = 8, .Dv = 8},
+                             {
+                                 [](Case&) {}, [](Case& c) { c.Tk = 7; },
+                                 [](Case& c) {
+                                   c.Tq = 4;
+                                   c.causal = true;
+                                   c.Hkv = 2;
+                                 },  // 16 rows per kv head
+                                 [](Case& c) {
+                                   c.Tq = 2;
+                                   c.causal = true;
+                                   c.Hkv = 1;
+                                 },  // 16 rows, MQA
+                                 [](Case& c) {
+                                   c.D = 4;
+                                   c.Dv = 12;
+                                   c.Tk = 300;
+                                 },
+                                 [](Case& c) {
+                                   c.padding = true;
+                                   c.B = 3;
+                                   c.Tk = 257;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 2;
+                                   c.window_left = 100;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.bias = BiasKind::batch_key;
+                                   c.alibi = true;
+                                   c.softcap = 2;
+                                 },
+                                 [](Case& c) {
+                                   c.seq_major = true;
+                                   c.Tq = 3;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 3;
+                                   c.Hkv = 1;
+                                   c.causal = true;
+                                 },  // 24 rows: rows in lanes
+                                 [](Case& c) {
+                                   c.Tk = 17000;
+                                   c.Tq = 2;
+                                   c.window_left = 5000;
+                                   c.causal = true;
+                                 },  // 1024-key chunks
+                             });
 }
 
 INSTANTIATE_TEST_SUITE_P(DecodeSmallHeads, FlashOptions,
@@ -187,12 +409,15 @@ TEST(DecodeBf16, MatchesReferenceOnRoundedRows) {
   };
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
-  struct Shape { int64_t Hq, Hkv, Tq, Tk, D, Dv; int window; bool alibi; };
-  for (const Shape& c : {Shape{4, 2, 1, 39, 8, 8, 3, false}, Shape{8, 8, 1, 700, 64, 64, -1, false},
-                         Shape{8, 2, 2, 300, 128, 128, 100, true},
-                         Shape{4, 1, 4, 17, 16, 40, -1, false},
-                         Shape{6, 2, 1, 500, 40, 24, -1, false},
-                         Shape{72, 1, 1, 700, 64, 64, 200, false}}) {
+  struct Shape {
+    int64_t Hq, Hkv, Tq, Tk, D, Dv;
+    int window;
+    bool alibi;
+  };
+  for (const Shape& c :
+       {Shape{4, 2, 1, 39, 8, 8, 3, false}, Shape{8, 8, 1, 700, 64, 64, -1, false},
+        Shape{8, 2, 2, 300, 128, 128, 100, true}, Shape{4, 1, 4, 17, 16, 40, -1, false},
+        Shape{6, 2, 1, 500, 40, 24, -1, false}, Shape{72, 1, 1, 700, 64, 64, 200, false}}) {
     const int64_t slots = c.Tk + 5;  // rows of a cache longer than what is used
     Tensor q({1, c.Hq, c.Tq, c.D}), k({1, c.Hkv, c.Tk, c.D}), v({1, c.Hkv, c.Tk, c.Dv});
     Tensor expected({1, c.Hq, c.Tq, c.Dv}), got({1, c.Hq, c.Tq, c.Dv});
@@ -216,8 +441,8 @@ TEST(DecodeBf16, MatchesReferenceOnRoundedRows) {
     a.k = a.v = View{};
     a.out = got;
     detail::decode_forward_bf16(a, {kb.data(), c.Hkv * slots * c.D, slots * c.D, c.D},
-                                {vb.data(), c.Hkv * slots * c.Dv, slots * c.Dv, c.Dv}, c.Hkv,
-                                c.Tk, c.Dv);
+                                {vb.data(), c.Hkv * slots * c.Dv, slots * c.Dv, c.Dv}, c.Hkv, c.Tk,
+                                c.Dv);
     for (int64_t i = 0; i < got.numel(); ++i)
       ASSERT_NEAR(got.data()[i], expected.data()[i], 2e-6) << "D " << c.D << " Tk " << c.Tk;
   }
@@ -258,11 +483,13 @@ TEST(FlashEdges, KeysPastKvLenAreNeverRead) {
   // not reach the output. Tiled forward, then decoding with the rows' sums in registers (1
   // and 4 rows per kv head), with rows in vector lanes (16 rows), and with keys in the lanes
   // (head dim 8).
-  struct Heads { int64_t Hq, Hkv, Tq, D; };
+  struct Heads {
+    int64_t Hq, Hkv, Tq, D;
+  };
   for (const Heads& s : {Heads{2, 2, 40, 32}, Heads{2, 2, 1, 32}, Heads{8, 2, 1, 32},
                          Heads{16, 1, 1, 32}, Heads{4, 2, 1, 8}}) {
-    testing::PaddedPair p({.B = 2, .Hq = s.Hq, .Hkv = s.Hkv, .Tq = s.Tq, .Tk = 600, .D = s.D,
-                           .Dv = s.D}, 300);
+    testing::PaddedPair p(
+        {.B = 2, .Hq = s.Hq, .Hkv = s.Hkv, .Tq = s.Tq, .Tk = 600, .D = s.D, .Dv = s.D}, 300);
     attention(p.clean.args);
     attention(p.poisoned.args);
     for (int64_t i = 0; i < p.clean.out.numel(); ++i)
@@ -274,9 +501,11 @@ TEST(FlashEdges, NaNInTheInputsReachesTheOutputAsInTheReference) {
   // A NaN in a query row makes that row NaN; a NaN in a key row makes every row that sees it
   // NaN (causal: the rows at or after it). Never a silent 0 (the fully-masked answer). Tiled
   // and decoding paths, rows in registers and in lanes, one and several key chunks.
-  struct Heads { int64_t Hq, Hkv, Tq, Tk; };
-  for (const Heads& s : {Heads{2, 2, 40, 70}, Heads{2, 2, 1, 600}, Heads{8, 2, 1, 600}, Heads{16, 1, 1, 5000},
-                         Heads{2, 2, 3, 3000}}) {
+  struct Heads {
+    int64_t Hq, Hkv, Tq, Tk;
+  };
+  for (const Heads& s : {Heads{2, 2, 40, 70}, Heads{2, 2, 1, 600}, Heads{8, 2, 1, 600},
+                         Heads{16, 1, 1, 5000}, Heads{2, 2, 3, 3000}}) {
     for (const bool in_key : {false, true}) {
       Case c{.B = 1, .Hq = s.Hq, .Hkv = s.Hkv, .Tq = s.Tq, .Tk = s.Tk, .D = 16, .Dv = 16};
       c.causal = true;
@@ -290,7 +519,8 @@ TEST(FlashEdges, NaNInTheInputsReachesTheOutputAsInTheReference) {
       int nans = 0;
       for (int64_t i = 0; i < fast.out.numel(); ++i) {
         ASSERT_EQ(std::isnan(fast.out.data()[i]), std::isnan(ref.out.data()[i]))
-            << "Hq " << s.Hq << " Tq " << s.Tq << " Tk " << s.Tk << (in_key ? " key" : " query") << " at " << i;
+            << "Hq " << s.Hq << " Tq " << s.Tq << " Tk " << s.Tk << (in_key ? " key" : " query")
+            << " at " << i;
         nans += std::isnan(fast.out.data()[i]);
       }
       EXPECT_GE(nans, 16) << "Hq " << s.Hq << " Tq " << s.Tq;

@@ -34,8 +34,8 @@ class Golden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Golden, ReferenceMatchesPyTorch) {
   const json g = load(GetParam());
-  const int64_t B = g["B"], Hq = g["Hq"], Hkv = g["Hkv"], Tq = g["Tq"], Tk = g["Tk"],
-                D = g["D"], Dv = g["Dv"];
+  const int64_t B = g["B"], Hq = g["Hq"], Hkv = g["Hkv"], Tq = g["Tq"], Tk = g["Tk"], D = g["D"],
+                Dv = g["Dv"];
   Tensor q = tensor_from(g["q"], {B, Hq, Tq, D});
   Tensor k = tensor_from(g["k"], {B, Hkv, Tk, D});
   Tensor v = tensor_from(g["v"], {B, Hkv, Tk, Dv});

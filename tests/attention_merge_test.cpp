@@ -55,7 +55,8 @@ TEST(MergePartials, EqualsOneSoftmaxOverEveryKey) {
   const size_t cuts[] = {0, 7, 20, 30, 31, 50};
   std::vector<Part> parts;
   std::vector<PartialRow> rows;
-  for (size_t c = 0; c + 1 < std::size(cuts); ++c) parts.push_back(part_of(s, v, cuts[c], cuts[c + 1], Dv));
+  for (size_t c = 0; c + 1 < std::size(cuts); ++c)
+    parts.push_back(part_of(s, v, cuts[c], cuts[c + 1], Dv));
   for (const Part& p : parts) rows.push_back({p.m, p.l, p.o.data()});
   std::vector<float> out(2 * Dv, -1);  // every other element: out_stride 2
   auto part = [&](int64_t c) { return rows[c]; };
@@ -79,7 +80,8 @@ TEST(MergePartials, RowThatNoPartSawIsZeroWithMinusInfinity) {
   const PartialRow rows[2] = {{kMinusInf, 0, o}, {kMinusInf, 0, o}};
   float out[2] = {7, 7};
   float lse = 0;
-  merge_partials(2, [&](int64_t c) { return rows[c]; }, 2, out, 1, &lse);
+  merge_partials(
+      2, [&](int64_t c) { return rows[c]; }, 2, out, 1, &lse);
   EXPECT_EQ(lse, kMinusInf);
   EXPECT_EQ(out[0], 0);
   EXPECT_EQ(out[1], 0);
@@ -90,7 +92,8 @@ TEST(MergePartials, NanInAPartMakesTheRowNan) {
   const PartialRow rows[2] = {{0.5f, 1, o}, {NAN, 1, o}};
   float out[2] = {0, 0};
   float lse = 0;
-  merge_partials(2, [&](int64_t c) { return rows[c]; }, 2, out, 1, &lse);
+  merge_partials(
+      2, [&](int64_t c) { return rows[c]; }, 2, out, 1, &lse);
   EXPECT_TRUE(std::isnan(lse));
   EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1]));
 }

@@ -84,8 +84,7 @@ TEST(PackedReference, EachSequenceAsABatchOfItsOwn) {
           const double lse = pp.p.lse.data()[h * pp.p.c.Tq + row], expected = e.lse[h * sc.Tq + i];
           if (std::isinf(expected))  // rows that see no key (causal, more queries than keys)
             EXPECT_EQ(lse, expected);
-          else
-            EXPECT_NEAR(lse, expected, tol);
+          else EXPECT_NEAR(lse, expected, tol);
           // No weight on another sequence's keys.
           for (int64_t j = 0; j < pp.p.c.Tk; ++j)
             if (j < pp.cu_k[s] || j >= pp.cu_k[s + 1]) {
@@ -111,8 +110,8 @@ class PackedFast : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PackedFast, ForwardAndBackwardMatchReference) {
   const Case c = GetParam();
-  const std::vector<std::pair<int32_t, int32_t>> lengths = {
-      {5, 9}, {70, 70}, {1, 1}, {0, 4}, {2, 300}, {100, 80}, {3, 0}};
+  const std::vector<std::pair<int32_t, int32_t>> lengths = {{5, 9},   {70, 70},  {1, 1}, {0, 4},
+                                                            {2, 300}, {100, 80}, {3, 0}};
   PackedProblem fast(c, lengths), ref(c, lengths);
   attention(fast.p.args);
   reference::attention(ref.p.args);
@@ -121,10 +120,8 @@ TEST_P(PackedFast, ForwardAndBackwardMatchReference) {
   for (int64_t i = 0; i < fast.p.out.numel(); ++i)
     ASSERT_NEAR(fast.p.out.data()[i], ref.p.out.data()[i], tol) << i;
   for (int64_t i = 0; i < fast.p.lse.numel(); ++i)
-    if (std::isinf(ref.p.lse.data()[i]))
-      ASSERT_EQ(fast.p.lse.data()[i], ref.p.lse.data()[i]);
-    else
-      ASSERT_NEAR(fast.p.lse.data()[i], ref.p.lse.data()[i], tol);
+    if (std::isinf(ref.p.lse.data()[i])) ASSERT_EQ(fast.p.lse.data()[i], ref.p.lse.data()[i]);
+    else ASSERT_NEAR(fast.p.lse.data()[i], ref.p.lse.data()[i], tol);
 
   const Case& t = fast.p.c;
   Tensor dout({1, t.Hq, t.Tq, t.Dv});
@@ -143,12 +140,11 @@ TEST_P(PackedFast, ForwardAndBackwardMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Options, PackedFast,
-    ::testing::Values(Case{.Hq = 4, .Hkv = 4, .D = 32, .Dv = 32},
-                      Case{.Hq = 4, .Hkv = 2, .D = 64, .Dv = 32, .causal = true},
-                      Case{.Hq = 4, .Hkv = 1, .D = 16, .Dv = 16, .causal = true,
-                           .window_left = 10},
-                      Case{.Hq = 2, .Hkv = 2, .D = 32, .Dv = 32, .bias = BiasKind::query_key,
-                           .softcap = 2}),
+    ::testing::Values(
+        Case{.Hq = 4, .Hkv = 4, .D = 32, .Dv = 32},
+        Case{.Hq = 4, .Hkv = 2, .D = 64, .Dv = 32, .causal = true},
+        Case{.Hq = 4, .Hkv = 1, .D = 16, .Dv = 16, .causal = true, .window_left = 10},
+        Case{.Hq = 2, .Hkv = 2, .D = 32, .Dv = 32, .bias = BiasKind::query_key, .softcap = 2}),
     [](const auto& info) { return info.param.name(); });
 
 TEST(PackedErrors, BadOffsetsAreNamed) {

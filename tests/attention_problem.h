@@ -31,14 +31,14 @@ struct Case {
   int64_t B = 1, Hq = 2, Hkv = 2, Tq = 5, Tk = 5, D = 8, Dv = 8;
   bool causal = false;
   int window_left = -1, window_right = -1;
-  bool padding = false;           // kv_len[b] = random in [0, Tk], batch 0 always full
+  bool padding = false;  // kv_len[b] = random in [0, Tk], batch 0 always full
   BiasKind bias = BiasKind::none;
   bool alibi = false;
   float softcap = 0;
   float scale = 0;
-  bool seq_major = false;         // store q, k, v, out as [B, T, H, D] and pass transposed views
-  bool dim_strided = false;       // store them as [B, H, D, T]: the head dim has stride T
-  float magnitude = 1;            // inputs uniform in [-magnitude, magnitude]
+  bool seq_major = false;    // store q, k, v, out as [B, T, H, D] and pass transposed views
+  bool dim_strided = false;  // store them as [B, H, D, T]: the head dim has stride T
+  float magnitude = 1;       // inputs uniform in [-magnitude, magnitude]
 
   std::string name() const;
 };
@@ -130,11 +130,20 @@ struct Problem {
     }
     if (c.bias != BiasKind::none) {
       switch (c.bias) {
-        case BiasKind::full: bias_storage = Tensor({c.B, c.Hq, c.Tq, c.Tk}); break;
-        case BiasKind::query_key: bias_storage = Tensor({c.Tq, c.Tk}); break;
-        case BiasKind::batch_key: bias_storage = Tensor({c.B, 1, 1, c.Tk}); break;
-        case BiasKind::head_query_key: bias_storage = Tensor({c.Hq, c.Tq, c.Tk}); break;
-        case BiasKind::none: break;
+        case BiasKind::full:
+          bias_storage = Tensor({c.B, c.Hq, c.Tq, c.Tk});
+          break;
+        case BiasKind::query_key:
+          bias_storage = Tensor({c.Tq, c.Tk});
+          break;
+        case BiasKind::batch_key:
+          bias_storage = Tensor({c.B, 1, 1, c.Tk});
+          break;
+        case BiasKind::head_query_key:
+          bias_storage = Tensor({c.Hq, c.Tq, c.Tk});
+          break;
+        case BiasKind::none:
+          break;
       }
       for (int64_t i = 0; i < bias_storage.numel(); ++i) bias_storage.data()[i] = uniform(rng);
       args.mask.bias = bias_storage.view();
@@ -150,11 +159,16 @@ struct Problem {
   double bias_at(int64_t b, int64_t h, int64_t i, int64_t j) const {
     const float* p = bias_storage.data();
     switch (c.bias) {
-      case BiasKind::full: return p[((b * c.Hq + h) * c.Tq + i) * c.Tk + j];
-      case BiasKind::query_key: return p[i * c.Tk + j];
-      case BiasKind::batch_key: return p[b * c.Tk + j];
-      case BiasKind::head_query_key: return p[(h * c.Tq + i) * c.Tk + j];
-      case BiasKind::none: return 0;
+      case BiasKind::full:
+        return p[((b * c.Hq + h) * c.Tq + i) * c.Tk + j];
+      case BiasKind::query_key:
+        return p[i * c.Tk + j];
+      case BiasKind::batch_key:
+        return p[b * c.Tk + j];
+      case BiasKind::head_query_key:
+        return p[(h * c.Tq + i) * c.Tk + j];
+      case BiasKind::none:
+        return 0;
     }
     return 0;
   }

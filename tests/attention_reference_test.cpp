@@ -89,36 +89,97 @@ TEST(ArticleExample, SoftmaxOfTwoOneZero) {
 // ---- Every option against the double-precision loop ---------------------------------------
 
 std::vector<Case> option_grid() {
-  return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 7, .Tk = 7, .D = 16, .Dv = 16}, {
-      [](Case&) {},
-      [](Case& c) { c.causal = true; },
-      [](Case& c) { c.Tq = 1; c.Tk = 1; },
-      [](Case& c) { c.Tq = 3; c.Tk = 11; c.causal = true; },  // bottom-right aligned
-      [](Case& c) { c.Tq = 11; c.Tk = 3; c.causal = true; },  // first rows see nothing
-      [](Case& c) { c.window_left = 2; c.causal = true; },  // causal sliding window
-      [](Case& c) { c.window_left = 1; c.window_right = 2; },  // two-sided window
-      [](Case& c) { c.padding = true; c.B = 3; },
-      [](Case& c) { c.padding = true; c.causal = true; c.B = 3; },
-      [](Case& c) { c.bias = BiasKind::full; },
-      [](Case& c) { c.bias = BiasKind::query_key; },
-      [](Case& c) { c.bias = BiasKind::batch_key; },
-      [](Case& c) { c.bias = BiasKind::head_query_key; c.causal = true; },
-      [](Case& c) { c.alibi = true; c.causal = true; },
-      [](Case& c) { c.alibi = true; },
-      [](Case& c) { c.softcap = 1.5f; c.magnitude = 3; },
-      [](Case& c) { c.scale = 0.3f; },
-      [](Case& c) { c.Hkv = 2; },  // GQA
-      [](Case& c) { c.Hkv = 1; c.causal = true; },  // MQA
-      [](Case& c) { c.Tq = 5; c.Tk = 13; c.D = 8; c.Dv = 24; },  // cross-attention, Dv ≠ D
-      [](Case& c) { c.seq_major = true; },  // [B, T, H, D] storage
-      [](Case& c) { c.seq_major = true; c.Hkv = 2; c.causal = true; c.padding = true; },
-      [](Case& c) {  // everything at once
-        c.Hkv = 2; c.Tq = 6; c.Tk = 9; c.Dv = 12; c.causal = true; c.window_left = 4;
-        c.padding = true; c.bias = BiasKind::batch_key; c.alibi = true; c.softcap = 2;
-        c.seq_major = true;
-      },
-      [](Case& c) { c.Tq = 65; c.Tk = 129; c.D = 80; c.Dv = 80; c.causal = true; },
-  });
+  return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 7, .Tk = 7, .D = 16, .Dv = 16},
+                             {
+                                 [](Case&) {},
+                                 [](Case& c) { c.causal = true; },
+                                 [](Case& c) {
+                                   c.Tq = 1;
+                                   c.Tk = 1;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 3;
+                                   c.Tk = 11;
+                                   c.causal = true;
+                                 },  // bottom-right aligned
+                                 [](Case& c) {
+                                   c.Tq = 11;
+                                   c.Tk = 3;
+                                   c.causal = true;
+                                 },  // first rows see nothing
+                                 [](Case& c) {
+                                   c.window_left = 2;
+                                   c.causal = true;
+                                 },  // causal sliding window
+                                 [](Case& c) {
+                                   c.window_left = 1;
+                                   c.window_right = 2;
+                                 },  // two-sided window
+                                 [](Case& c) {
+                                   c.padding = true;
+                                   c.B = 3;
+                                 },
+                                 [](Case& c) {
+                                   c.padding = true;
+                                   c.causal = true;
+                                   c.B = 3;
+                                 },
+                                 [](Case& c) { c.bias = BiasKind::full; },
+                                 [](Case& c) { c.bias = BiasKind::query_key; },
+                                 [](Case& c) { c.bias = BiasKind::batch_key; },
+                                 [](Case& c) {
+                                   c.bias = BiasKind::head_query_key;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) {
+                                   c.alibi = true;
+                                   c.causal = true;
+                                 },
+                                 [](Case& c) { c.alibi = true; },
+                                 [](Case& c) {
+                                   c.softcap = 1.5f;
+                                   c.magnitude = 3;
+                                 },
+                                 [](Case& c) { c.scale = 0.3f; },
+                                 [](Case& c) { c.Hkv = 2; },  // GQA
+                                 [](Case& c) {
+                                   c.Hkv = 1;
+                                   c.causal = true;
+                                 },  // MQA
+                                 [](Case& c) {
+                                   c.Tq = 5;
+                                   c.Tk = 13;
+                                   c.D = 8;
+                                   c.Dv = 24;
+                                 },                                    // cross-attention, Dv ≠ D
+                                 [](Case& c) { c.seq_major = true; },  // [B, T, H, D] storage
+                                 [](Case& c) {
+                                   c.seq_major = true;
+                                   c.Hkv = 2;
+                                   c.causal = true;
+                                   c.padding = true;
+                                 },
+                                 [](Case& c) {  // everything at once
+                                   c.Hkv = 2;
+                                   c.Tq = 6;
+                                   c.Tk = 9;
+                                   c.Dv = 12;
+                                   c.causal = true;
+                                   c.window_left = 4;
+                                   c.padding = true;
+                                   c.bias = BiasKind::batch_key;
+                                   c.alibi = true;
+                                   c.softcap = 2;
+                                   c.seq_major = true;
+                                 },
+                                 [](Case& c) {
+                                   c.Tq = 65;
+                                   c.Tk = 129;
+                                   c.D = 80;
+                                   c.Dv = 80;
+                                   c.causal = true;
+                                 },
+                             });
 }
 
 class ReferenceOptions : public ::testing::TestWithParam<Case> {};
@@ -172,8 +233,7 @@ TEST(ReferenceEdges, BiasOfMinusInfinityMasksLikeAMask) {
 TEST(ReferenceEdges, LogitsOfTenThousandDoNotOverflow) {
   // Integer inputs make every score exact in fp32, so the answer is known in closed form:
   // scores 10000, 9999, -10000 → weights e^0, e^-1, e^-20000 over their sum.
-  float q[1] = {1}, k[3] = {10000, 9999, -10000}, v[6] = {1, 0, 0, 1, 5, 5}, out[2], w[3],
-        lse[1];
+  float q[1] = {1}, k[3] = {10000, 9999, -10000}, v[6] = {1, 0, 0, 1, 5, 5}, out[2], w[3], lse[1];
   AttentionArgs a;
   a.q = View(q, {1, 1, 1, 1});
   a.k = View(k, {1, 1, 3, 1});
@@ -241,12 +301,15 @@ TEST(ReferenceLayouts, SeqMajorAndHeadMajorGiveIdenticalBits) {
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.Hq; ++h)
       for (int64_t i = 0; i < c.Tq; ++i)
-        for (int64_t d = 0; d < c.D; ++d) seq_major.args.q(b, h, i, d) = head_major.args.q(b, h, i, d);
+        for (int64_t d = 0; d < c.D; ++d)
+          seq_major.args.q(b, h, i, d) = head_major.args.q(b, h, i, d);
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.Hkv; ++h)
       for (int64_t j = 0; j < c.Tk; ++j) {
-        for (int64_t d = 0; d < c.D; ++d) seq_major.args.k(b, h, j, d) = head_major.args.k(b, h, j, d);
-        for (int64_t d = 0; d < c.Dv; ++d) seq_major.args.v(b, h, j, d) = head_major.args.v(b, h, j, d);
+        for (int64_t d = 0; d < c.D; ++d)
+          seq_major.args.k(b, h, j, d) = head_major.args.k(b, h, j, d);
+        for (int64_t d = 0; d < c.Dv; ++d)
+          seq_major.args.v(b, h, j, d) = head_major.args.v(b, h, j, d);
       }
   reference::attention(head_major.args);
   reference::attention(seq_major.args);
@@ -304,8 +367,7 @@ void expect_error(const AttentionArgs& a, const std::string& fragment) {
     reference::attention(a);
     ADD_FAILURE() << "expected an error containing \"" << fragment << "\"";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-        << "message: " << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << "message: " << e.what();
   }
 }
 

@@ -36,8 +36,8 @@ std::vector<float> exp_each(const std::vector<float>& xs) {
   return out;
 }
 
-void pack(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float scale,
-          float* dst, int64_t dst_stride) {
+void pack(const float* src, int64_t src_stride, int64_t rows, int64_t cols, float scale, float* dst,
+          int64_t dst_stride) {
   pack_transposed(src, src_stride, rows, cols, scale, dst, dst_stride);
 }
 
@@ -135,8 +135,8 @@ TEST(SimdTranspose, PacksRowsIntoQueryLanesAndBackForOddSizes) {
         const int64_t dst_stride = stream ? (cols + 3 + N - 1) / N * N : cols + 3;
         Aligned dst(rows * dst_stride + 8, -7.0f);
         float* out = stream ? dst.data : dst.data + 1;
-        QKV_DISPATCH(unpack)(packed.data, lanes, rows, cols, row_scale.data, out, dst_stride,
-                             stream);
+        QKV_DISPATCH(unpack)
+        (packed.data, lanes, rows, cols, row_scale.data, out, dst_stride, stream);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < dst_stride; ++c)
             ASSERT_EQ(out[r * dst_stride + c],

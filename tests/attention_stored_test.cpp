@@ -18,9 +18,9 @@ namespace {
 
 struct StoredCase {
   TensorType type = TensorType::f32;
-  int64_t slots = 0;   // 0: rows in order; else a ring of that many slots
+  int64_t slots = 0;  // 0: rows in order; else a ring of that many slots
   int64_t Tq = 1;
-  int window = -1;     // window_left; -1: the whole prefix
+  int window = -1;  // window_left; -1: the whole prefix
   bool alibi = false;
   bool fresh = false;  // the queries' own keys and values given beside the storage
 };
@@ -56,7 +56,8 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   const int64_t stored_end = c.fresh ? L - c.Tq : L;
   const int64_t held_from = c.slots ? std::max<int64_t>(0, stored_end - c.slots) : 0;
   std::vector<float> kf(Hkv * rows * D, NAN), vf(Hkv * rows * D, NAN);
-  std::vector<uint16_t> kb(Hkv * rows * D, float_to_bf16(NAN)), vb(Hkv * rows * D, float_to_bf16(NAN));
+  std::vector<uint16_t> kb(Hkv * rows * D, float_to_bf16(NAN)),
+      vb(Hkv * rows * D, float_to_bf16(NAN));
   for (int64_t h = 0; h < Hkv; ++h)
     for (int64_t p = held_from; p < stored_end; ++p)
       for (int64_t d = 0; d < D; ++d) {
@@ -105,8 +106,8 @@ std::vector<StoredCase> stored_cases() {
   std::vector<StoredCase> cases;
   for (TensorType type : {TensorType::f32, TensorType::bf16})
     for (int64_t Tq : {1, 3}) {
-      cases.push_back({.type = type, .Tq = Tq});                              // rows in order
-      cases.push_back({.type = type, .Tq = Tq, .window = 5});                 // a window over them
+      cases.push_back({.type = type, .Tq = Tq});               // rows in order
+      cases.push_back({.type = type, .Tq = Tq, .window = 5});  // a window over them
       cases.push_back({.type = type, .Tq = Tq, .alibi = true});
       // A ring, wrapped: exactly the slots the queries see, more, with ALiBi (order matters),
       // not yet full, and one the new positions would overrun (they come as fresh rows).
@@ -128,8 +129,15 @@ INSTANTIATE_TEST_SUITE_P(Storage, StoredAttention, ::testing::ValuesIn(stored_ca
 TEST(StoredAttentionErrors, NameWhatIsWrong) {
   std::vector<float> rows(2 * 8 * 4, 0.5f);
   Tensor q({1, 2, 1, 4}), out({1, 2, 1, 4});
-  StoredKV kv{.k = rows.data(), .v = rows.data(), .batch_stride = 2 * 8 * 4, .head_stride = 8 * 4,
-              .row_stride = 4, .heads = 2, .dim_k = 4, .dim_v = 4, .length = 8};
+  StoredKV kv{.k = rows.data(),
+              .v = rows.data(),
+              .batch_stride = 2 * 8 * 4,
+              .head_stride = 8 * 4,
+              .row_stride = 4,
+              .heads = 2,
+              .dim_k = 4,
+              .dim_v = 4,
+              .length = 8};
   AttentionArgs a{.q = q, .out = out};
   EXPECT_NO_THROW(attention(a, kv));
   auto fails = [&](AttentionArgs x, StoredKV s, const std::string& words) {

@@ -110,9 +110,9 @@ TEST(CliExplain, CausalMaskShowsMinusInfinityAndZeroWeights) {
 TEST(CliExplain, TextShowsEveryStepAndTheConvention) {
   const Result r = run("explain");
   ASSERT_EQ(r.status, 0);
-  for (const char* expected : {"Raw scores", "Scaled scores", "Exponentials", "Z = ", "Weights",
-                               "0.284", "0.140", "0.576", "[2.012, 0.856]", "29.374",
-                               "column form", "row form"})
+  for (const char* expected :
+       {"Raw scores", "Scaled scores", "Exponentials", "Z = ", "Weights", "0.284", "0.140", "0.576",
+        "[2.012, 0.856]", "29.374", "column form", "row form"})
     EXPECT_NE(r.output.find(expected), std::string::npos) << expected;
 }
 
@@ -201,7 +201,8 @@ TEST(CliInfo, TargetsAndYardsticks) {
     SCOPED_TRACE(t);
     const json forced = run_json("info --json --threads 1 --target " + t);
     EXPECT_EQ(forced["target"], t);
-    const json bench = run_json("--target " + t + " bench attention --seq 64 --dim 16 --heads 1 "
+    const json bench = run_json("--target " + t +
+                                " bench attention --seq 64 --dim 16 --heads 1 "
                                 "--min-time 0.01 --no-reference --json");
     EXPECT_EQ(bench["target"], t);
     EXPECT_LT(bench["max_abs_err"].get<double>(), 1e-5);
@@ -228,8 +229,9 @@ TEST(CliParams, FlagsOverrideAPreset) {
   EXPECT_EQ(j["costs"]["context"], 4096);
   EXPECT_EQ(j["costs"]["kv_cache_bytes_per_token_bf16"], 2 * 96 * 8 * 128 * 2);
   // A config from flags alone: d_head and d_ff follow from d_model and heads.
-  const json small = run_json("params --d-model 256 --layers 4 --heads 4 --vocab 256 "
-                              "--context 256 --json");
+  const json small = run_json(
+      "params --d-model 256 --layers 4 --heads 4 --vocab 256 "
+      "--context 256 --json");
   EXPECT_EQ(small["config"]["d_head"], 64);
   EXPECT_EQ(small["config"]["d_ff"], 1024);
 }
@@ -269,19 +271,24 @@ TEST(CliDemo, WholeStoryWritesThePage) {
 
 TEST(CliTrain, CopyTaskSummaryAsJson) {
   const std::string path = ::testing::TempDir() + "cli_train.safetensors";
-  const json j = run_json("train --task copy --items 4 --symbols 6 --d-model 32 --steps 60 "
-                          "--batch 16 --lr 3e-3 --eval-every 30 --quiet --json --checkpoint " +
-                          path);
+  const json j = run_json(
+      "train --task copy --items 4 --symbols 6 --d-model 32 --steps 60 "
+      "--batch 16 --lr 3e-3 --eval-every 30 --quiet --json --checkpoint " +
+      path);
   EXPECT_EQ(j["steps"], 60);
   EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
   EXPECT_LT(j["final_loss"].get<double>(), std::log(6.0));  // better than chance
   EXPECT_TRUE(j["final_accuracy"].is_number());
   // Resuming to 80 steps continues from step 60.
-  const json resumed = run_json("train --task copy --items 4 --symbols 6 --steps 80 --batch 16 "
-                                "--quiet --json --checkpoint " + path + " --resume " + path);
+  const json resumed = run_json(
+      "train --task copy --items 4 --symbols 6 --steps 80 --batch 16 "
+      "--quiet --json --checkpoint " +
+      path + " --resume " + path);
   EXPECT_EQ(resumed["steps"], 80);
-  const json sized = run_json("train --task copy --size small --steps 2 --batch 2 --quiet --json "
-                              "--checkpoint " + path);
+  const json sized = run_json(
+      "train --task copy --size small --steps 2 --batch 2 --quiet --json "
+      "--checkpoint " +
+      path);
   EXPECT_GT(sized["parameters"].get<int64_t>(), 700000);  // 4 layers of width 128
   const Result bad_size = run("train --size huge", /*with_stderr=*/true);
   EXPECT_EQ(bad_size.status, 2);
@@ -301,48 +308,60 @@ std::string stories_dir() {
 
 TEST(CliGenerate, Stories260KGreedyIsExactlyTheReferenceText) {
   const std::string dir = stories_dir();
-  ASSERT_TRUE(std::filesystem::exists(dir + "/stories260K.bin")) << "stories260K not found in " << dir;
-  const Result r = run("generate --model " + dir + "/stories260K.bin --prompt \"Once upon a time\" "
+  ASSERT_TRUE(std::filesystem::exists(dir + "/stories260K.bin"))
+      << "stories260K not found in " << dir;
+  const Result r = run("generate --model " + dir +
+                       "/stories260K.bin --prompt \"Once upon a time\" "
                        "-n 200 --temperature 0");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.output, read_file(dir + "/greedy_once_upon_a_time.txt"));  // stdout: only the text
-  const Result both = run("generate --model " + dir + "/stories260K.bin --prompt Hi -n 20 "
-                          "--top-p 0.9 --top-k 40 --seed 5 --cache bf16", /*with_stderr=*/true);
+  const Result both = run("generate --model " + dir +
+                              "/stories260K.bin --prompt Hi -n 20 "
+                              "--top-p 0.9 --top-k 40 --seed 5 --cache bf16",
+                          /*with_stderr=*/true);
   EXPECT_EQ(both.status, 0);
   EXPECT_NE(both.output.find("prefill: "), std::string::npos);
   EXPECT_NE(both.output.find("tokens/s"), std::string::npos);
   EXPECT_NE(both.output.find("bf16 cache, seed 5"), std::string::npos);
   // Same seed, same text.
-  const std::string seeded = "generate --model " + dir + "/stories260K.bin --prompt Hi -n 30 --seed 9";
+  const std::string seeded =
+      "generate --model " + dir + "/stories260K.bin --prompt Hi -n 30 --seed 9";
   EXPECT_EQ(run(seeded).output, run(seeded).output);
   // A truncated copy is a clear error.
   const std::string cut = ::testing::TempDir() + "cut.bin";
   const std::string bytes = read_file(dir + "/stories260K.bin");
   std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
-  const Result bad = run("generate --model " + cut + " --tokenizer " + dir + "/tok512.bin --prompt Hi",
-                         /*with_stderr=*/true);
+  const Result bad =
+      run("generate --model " + cut + " --tokenizer " + dir + "/tok512.bin --prompt Hi",
+          /*with_stderr=*/true);
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.output.find("truncated"), std::string::npos) << bad.output;
   std::remove(cut.c_str());
 }
 
 // qkv quantize, then the GGUF file it wrote through qkv generate: the Q8_0 story is the fp32
-// model's (the first 60 positions; Q8_0's rounding parts them later), and a bad type or a GPT-2-style model
-// are clear errors.
+// model's (the first 60 positions; Q8_0's rounding parts them later), and a bad type or a
+// GPT-2-style model are clear errors.
 TEST(CliQuantize, Stories260KAsGgufGeneratesTheSameStory) {
-  const std::string dir = stories_dir(), out = ::testing::TempDir() + "s260_" + std::to_string(getpid()) + ".gguf";
-  const Result q = run("quantize --model " + dir + "/stories260K.bin --out " + out + " --type q8_0");
+  const std::string dir = stories_dir(),
+                    out = ::testing::TempDir() + "s260_" + std::to_string(getpid()) + ".gguf";
+  const Result q =
+      run("quantize --model " + dir + "/stories260K.bin --out " + out + " --type q8_0");
   EXPECT_EQ(q.status, 0);
   EXPECT_NE(q.output.find("in Q8_0"), std::string::npos) << q.output;
   EXPECT_NE(q.output.find("with its tokenizer"), std::string::npos) << q.output;
-  const Result g = run("generate --model " + out + " --prompt \"Once upon a time\" -n 60 --temperature 0");
+  const Result g =
+      run("generate --model " + out + " --prompt \"Once upon a time\" -n 60 --temperature 0");
   EXPECT_EQ(g.status, 0);
   const std::string reference = read_file(dir + "/greedy_once_upon_a_time.txt");
-  const Result fp32 = run("generate --model " + dir + "/stories260K.bin --prompt \"Once upon a time\" -n 60 --temperature 0");
+  const Result fp32 = run("generate --model " + dir +
+                          "/stories260K.bin --prompt \"Once upon a time\" -n 60 --temperature 0");
   EXPECT_EQ(g.output, fp32.output);
   ASSERT_GT(fp32.output.size(), 100u);
-  EXPECT_EQ(reference.rfind(fp32.output.substr(0, fp32.output.size() - 1), 0), 0u);  // its beginning
-  const Result bad = run("quantize --model " + dir + "/stories260K.bin --out " + out + " --type q5_k", true);
+  EXPECT_EQ(reference.rfind(fp32.output.substr(0, fp32.output.size() - 1), 0),
+            0u);  // its beginning
+  const Result bad =
+      run("quantize --model " + dir + "/stories260K.bin --out " + out + " --type q5_k", true);
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.output.find("--type must be"), std::string::npos) << bad.output;
   const Result again = run("quantize --model " + out + " --out " + out + "2", true);
@@ -366,7 +385,10 @@ TEST(CliChat, SmolLM2AnswersTurnByTurn) {
   EXPECT_NE(paris, std::string::npos) << r.output;
   EXPECT_NE(berlin, std::string::npos) << r.output;
   EXPECT_LT(paris, berlin);
-  const Result stats = run("chat --model " + model + " --temperature 0 --max-reply 8 --system \"Answer in French.\" < " + input, true);
+  const Result stats =
+      run("chat --model " + model +
+              " --temperature 0 --max-reply 8 --system \"Answer in French.\" < " + input,
+          true);
   EXPECT_NE(stats.output.find("prompt tokens"), std::string::npos) << stats.output;
   const Result no_chat = run("chat --model " + stories_dir() + "/stories260K.bin < " + input, true);
   EXPECT_EQ(no_chat.status, 2);
@@ -378,16 +400,22 @@ TEST(CliGenerate, QkvCheckpointsOfTextAndOfSyntheticTasks) {
   const std::string text = ::testing::TempDir() + "gen_text.txt";
   std::ofstream(text) << std::string(2000, 'a') + "the cat sat on the mat. ";
   const std::string ckpt = ::testing::TempDir() + "gen_text.safetensors";
-  ASSERT_EQ(run("train --text " + text + " --seq 32 --d-model 32 --steps 5 --batch 4 --quiet "
-                "--checkpoint " + ckpt).status, 0);
+  ASSERT_EQ(run("train --text " + text +
+                " --seq 32 --d-model 32 --steps 5 --batch 4 --quiet "
+                "--checkpoint " +
+                ckpt)
+                .status,
+            0);
   // Byte-level: the prompt is text; -n 10 from a 2-byte prompt adds 9 bytes.
   const Result r = run("generate --model " + ckpt + " --prompt ab -n 10 --seed 3");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.output.substr(0, 2), "ab");
   EXPECT_EQ(r.output.back(), '\n');
   const std::string recall = ::testing::TempDir() + "gen_recall.safetensors";
-  ASSERT_EQ(run("train --task recall --d-model 32 --steps 3 --batch 4 --quiet --checkpoint " +
-                recall).status, 0);
+  ASSERT_EQ(
+      run("train --task recall --d-model 32 --steps 3 --batch 4 --quiet --checkpoint " + recall)
+          .status,
+      0);
   const Result text_prompt = run("generate --model " + recall + " --prompt hello", true);
   EXPECT_EQ(text_prompt.status, 2);
   EXPECT_NE(text_prompt.output.find("--prompt-ids"), std::string::npos);
@@ -403,16 +431,23 @@ TEST(CliGenerate, QkvCheckpointsOfTextAndOfSyntheticTasks) {
 
 TEST(CliGenerate, RandomModelAndItsBenchmark) {
   const std::string model = ::testing::TempDir() + "random_tiny.bin";
-  ASSERT_EQ(run("random-model -o " + model + " --dim 32 --hidden 64 --layers 2 --heads 4 "
-                "--kv-heads 2 --vocab 50 --seq-len 64").status, 0);
-  const json j = json::parse(run("bench generate --model " + model + " --prompt 16 "
-                                 "--cache-lengths 8,100 --decode 4 --json").output);
-  EXPECT_EQ(j["parameters"], 50 * 32 + 2 * (32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 32 + 3 * 64 * 32) + 32);
+  ASSERT_EQ(run("random-model -o " + model +
+                " --dim 32 --hidden 64 --layers 2 --heads 4 "
+                "--kv-heads 2 --vocab 50 --seq-len 64")
+                .status,
+            0);
+  const json j = json::parse(run("bench generate --model " + model +
+                                 " --prompt 16 "
+                                 "--cache-lengths 8,100 --decode 4 --json")
+                                 .output);
+  EXPECT_EQ(j["parameters"],
+            50 * 32 + 2 * (32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 32 + 3 * 64 * 32) + 32);
   EXPECT_GT(j["prefill_tokens_per_s"].get<double>(), 0);
   ASSERT_EQ(j["decode"].size(), 2u);
   EXPECT_EQ(j["decode"][1]["cache_length"], 60);  // cut to fit the 64 positions with 4 decoded
   EXPECT_GT(j["decode"][0]["fraction_of_read"].get<double>(), 0);
-  const Result ids = run("generate --model " + model + " --prompt-ids \"1 2\" -n 5 --temperature 0");
+  const Result ids =
+      run("generate --model " + model + " --prompt-ids \"1 2\" -n 5 --temperature 0");
   EXPECT_EQ(ids.status, 0);
   std::remove(model.c_str());
 }
@@ -420,14 +455,15 @@ TEST(CliGenerate, RandomModelAndItsBenchmark) {
 // `qkv bench attention --json`: the fields the docs list, the error against the reference,
 // and the yardsticks (values checked for sense only: tests hold no timing thresholds).
 TEST(CliBench, AttentionJsonHasEveryField) {
-  for (const std::string shape : {"--queries 40 --causal", "--queries 1", "--queries 40 --backward"}) {
+  for (const std::string shape :
+       {"--queries 40 --causal", "--queries 1", "--queries 40 --backward"}) {
     SCOPED_TRACE(shape);
     const Result r = run("bench attention --heads 4 --kv-heads 2 --seq 100 --dim 32 " + shape +
                          " --min-time 0.01 --threads 2 --json");
     ASSERT_EQ(r.status, 0);
     const json j = json::parse(r.output.substr(r.output.rfind('{')));
-    for (const char* key : {"gflops", "ms", "gbps", "peak_gflops", "fraction_of_peak",
-                            "read_gbps", "fraction_of_read", "reference_ms", "peak_rss_mb"}) {
+    for (const char* key : {"gflops", "ms", "gbps", "peak_gflops", "fraction_of_peak", "read_gbps",
+                            "fraction_of_read", "reference_ms", "peak_rss_mb"}) {
       ASSERT_TRUE(j[key].is_number()) << key;
       EXPECT_GT(j[key].get<double>(), 0) << key;
     }
@@ -437,7 +473,8 @@ TEST(CliBench, AttentionJsonHasEveryField) {
   }
   // A K and V smaller than one vector block still get a read loop over their bytes.
   const json tiny = json::parse(run("bench attention --heads 1 --seq 1 --dim 16 --min-time 0.01 "
-                                    "--json").output);
+                                    "--json")
+                                    .output);
   EXPECT_GT(tiny["read_gbps"].get<double>(), 0);
   EXPECT_EQ(run("bench attention --heads 3 --kv-heads 2 --seq 8 --dim 16").status, 2);
 }

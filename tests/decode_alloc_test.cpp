@@ -45,14 +45,16 @@ std::string models_dir() {
 
 TEST(DecodeAllocations, NoneOnStories260K) {
   const auto model = load_llama2c(models_dir() + "/stories260K/stories260K.bin");
-  for (int threads : {1, 2}) EXPECT_EQ(allocations_while_decoding(*model, threads), 0) << threads << " threads";
+  for (int threads : {1, 2})
+    EXPECT_EQ(allocations_while_decoding(*model, threads), 0) << threads << " threads";
 }
 
 TEST(DecodeAllocations, NoneOnSmolLM2InPlace) {
   const std::string path = models_dir() + "/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " not found: run scripts/get-models";
   const auto model = load_gguf(path);
-  for (int threads : {1, 2}) EXPECT_EQ(allocations_while_decoding(*model, threads), 0) << threads << " threads";
+  for (int threads : {1, 2})
+    EXPECT_EQ(allocations_while_decoding(*model, threads), 0) << threads << " threads";
 }
 
 }  // namespace

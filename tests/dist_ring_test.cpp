@@ -22,8 +22,8 @@ struct RingCase {
   int64_t B = 1, Hq = 4, Hkv = 4, T = 48, D = 16, Dv = 16;
   bool causal = false;
   int window_left = -1, window_right = -1;
-  bool padding = false;      // kv_len random for batch rows after the first
-  bool empty_row = false;    // the last batch row sees no key at all (out 0, lse −inf)
+  bool padding = false;    // kv_len random for batch rows after the first
+  bool empty_row = false;  // the last batch row sees no key at all (out 0, lse −inf)
   float softcap = 0;
   bool seq_major = false;  // q, k, v, out stored [B, T, H, D] and passed as transposed views
   Layout layout = Layout::zigzag;
@@ -212,7 +212,8 @@ TEST(RingErrors, RanksThatDisagreeAllThrow) {
 TEST(RingErrors, OneRankWithABadShapeStopsEveryRank) {
   const int P = size_of(), rank = rank_of();
   const Sharding s{8 * P, P, Layout::zigzag};
-  Tensor q({1, 2, 8, 8}), k({1, 2, 8, 8}), v({1, 2, 8, 8}), out({1, 2, 8, 8}), short_v({1, 2, 7, 8});
+  Tensor q({1, 2, 8, 8}), k({1, 2, 8, 8}), v({1, 2, 8, 8}), out({1, 2, 8, 8}),
+      short_v({1, 2, 7, 8});
   AttentionArgs a{.q = q, .k = k, .v = v, .out = out};
   if (rank == 0) a.v = short_v;
   try {

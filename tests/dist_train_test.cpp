@@ -50,7 +50,8 @@ struct TrainedRun {
 enum Mode { alone_mode, dp_mode, zero1_mode, context_mode, context_zero1_mode };
 
 // Trains a fresh model in one process, data-parallel or context-parallel (with ZeRO-1 or not).
-TrainedRun train_run(const TaskData& data, const ModelConfig& mc, const TrainConfig& tc, Mode mode) {
+TrainedRun train_run(const TaskData& data, const ModelConfig& mc, const TrainConfig& tc,
+                     Mode mode) {
   Model model(mc, 7);
   AdamW opt(model);
   std::unique_ptr<StepRunner> dp;
@@ -60,11 +61,14 @@ TrainedRun train_run(const TaskData& data, const ModelConfig& mc, const TrainCon
   if (mode == context_mode || mode == context_zero1_mode)
     dp = std::make_unique<ContextParallel>(MPI_COMM_WORLD, model, opt, data.seq_len(), zero1);
   TrainedRun run;
-  train(model, opt, data, tc, 0, [&](const TrainProgress& p) {
-    run.losses.push_back(p.loss);
-    run.norms.push_back(p.grad_norm);
-    return true;
-  }, dp.get());
+  train(
+      model, opt, data, tc, 0,
+      [&](const TrainProgress& p) {
+        run.losses.push_back(p.loss);
+        run.norms.push_back(p.grad_norm);
+        return true;
+      },
+      dp.get());
   run.weights.assign(model.weights(), model.weights() + model.num_params());
   return run;
 }

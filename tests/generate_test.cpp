@@ -31,9 +31,9 @@ std::string read_file(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-#define REQUIRE_STORIES260K()                                                            \
-  const fs::path dir = models_dir() / "stories260K";                                     \
-  ASSERT_TRUE(fs::exists(dir / "stories260K.bin") && fs::exists(dir / "tok512.bin"))      \
+#define REQUIRE_STORIES260K()                                                        \
+  const fs::path dir = models_dir() / "stories260K";                                 \
+  ASSERT_TRUE(fs::exists(dir / "stories260K.bin") && fs::exists(dir / "tok512.bin")) \
       << "stories260K not found in " << dir << " (it ships in models/; QKV_MODELS overrides)";
 
 // ---- sampler ------------------------------------------------------------------------------
@@ -140,8 +140,14 @@ TEST(Llama2c, Version1HasNormsFirstAndNoRopeTables) {
   Model m(llama2c_style(false), 4);
   const ModelConfig& c = m.config();
   std::string bytes(256, '\0');
-  const int32_t header[9] = {0x616b3432, 1, int32_t(c.d_model), int32_t(c.d_ff), int32_t(c.n_layers),
-                             int32_t(c.n_heads), int32_t(c.n_kv_heads), int32_t(c.vocab_size),
+  const int32_t header[9] = {0x616b3432,
+                             1,
+                             int32_t(c.d_model),
+                             int32_t(c.d_ff),
+                             int32_t(c.n_layers),
+                             int32_t(c.n_heads),
+                             int32_t(c.n_kv_heads),
+                             int32_t(c.vocab_size),
                              int32_t(c.context)};
   std::memcpy(bytes.data(), header, sizeof header);
   bytes[36] = 0;  // not shared
@@ -151,7 +157,8 @@ TEST(Llama2c, Version1HasNormsFirstAndNoRopeTables) {
   };
   const int64_t A = c.n_heads * c.d_head, KV = c.n_kv_heads * c.d_head;
   auto each = [&](const char* rest, int64_t row0, int64_t rows) {
-    for (int64_t l = 0; l < c.n_layers; ++l) put("layers." + std::to_string(l) + "." + rest, row0, rows);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      put("layers." + std::to_string(l) + "." + rest, row0, rows);
   };
   each("norm1.weight", 0, c.d_model);
   each("norm2.weight", 0, c.d_model);
@@ -165,7 +172,8 @@ TEST(Llama2c, Version1HasNormsFirstAndNoRopeTables) {
   each("mlp.proj.weight", 0, c.d_model);
   each("mlp.up.weight", 0, c.d_ff);
   put("lm_head.weight", 0, c.vocab_size);
-  const auto loaded = load_llama2c_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  const auto loaded =
+      load_llama2c_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   EXPECT_TRUE(std::equal(m.weights(), m.weights() + m.num_params(), loaded->weights()));
   const std::vector<int32_t> tokens = {1, 5, 9, 2};
   EXPECT_EQ(logits_of(m, tokens), logits_of(*loaded, tokens));
@@ -212,8 +220,8 @@ TEST(Tokenizer, CorruptFilesAreClearErrors) {
     return Tokenizer::from_llama2c_bytes(reinterpret_cast<const uint8_t*>(bytes.data()),
                                          bytes.size(), vocab);
   };
-  EXPECT_THROW(load(t, 3), Error);                  // ends after one token of three
-  EXPECT_THROW(load(t.substr(0, 12), 3), Error);    // ends inside a token
+  EXPECT_THROW(load(t, 3), Error);                // ends after one token of three
+  EXPECT_THROW(load(t.substr(0, 12), 3), Error);  // ends inside a token
   EXPECT_THROW(load(std::string("\xff\xff\xff\xff", 4), 3), Error);  // negative max length
   EXPECT_THROW(Tokenizer::load_llama2c("/nonexistent/tok.bin", 512), Error);
 }
@@ -235,8 +243,8 @@ TEST(Stories260K, TokenizerMatchesTheReferenceEncoding) {
   EXPECT_EQ(t.encode("Once upon a time"), (std::vector<int32_t>{1, 403, 407, 261, 378}));
   EXPECT_EQ(t.encode(""), (std::vector<int32_t>{1}));
   // Round trip, through byte tokens too (é, 日 and the emoji have no pieces of their own).
-  for (const std::string text : {"Once upon a time", "Tom said: \"hi!\"\nThe end.",
-                                  "café 日本 🙂", "  two spaces"}) {
+  for (const std::string text :
+       {"Once upon a time", "Tom said: \"hi!\"\nThe end.", "café 日本 🙂", "  two spaces"}) {
     const auto ids = t.encode(text);
     std::string back;
     for (size_t i = 1; i < ids.size(); ++i) back += t.decode(ids[i - 1], ids[i]);
@@ -259,20 +267,20 @@ TEST(Stories260K, GreedyOutputMatchesTheReference) {
   EXPECT_EQ(model->num_params(), 260032);
   const Tokenizer t = Tokenizer::load_llama2c(dir / "tok512.bin", 512);
   std::string text;
-  const auto stats = generate(*model, t.encode("Once upon a time"),
-                              {.steps = 200, .sampling = {.temperature = 0},
-                               .stop_tokens = {t.bos()}},
-                              [&](int32_t prev, int32_t token) {
-                                text += t.decode(prev, token);
-                                return true;
-                              });
+  const auto stats =
+      generate(*model, t.encode("Once upon a time"),
+               {.steps = 200, .sampling = {.temperature = 0}, .stop_tokens = {t.bos()}},
+               [&](int32_t prev, int32_t token) {
+                 text += t.decode(prev, token);
+                 return true;
+               });
   EXPECT_EQ(text + "\n", read_file(dir / "greedy_once_upon_a_time.txt"));
   EXPECT_EQ(stats.prompt_tokens, 5);
   EXPECT_EQ(stats.generated_tokens, 196);
   // The same through a bf16 cache: tokens may drift late, but the start is the same.
-  const auto bf16 = generate(*model, t.encode("Once upon a time"),
-                             {.steps = 40, .sampling = {.temperature = 0},
-                              .cache = CacheType::bf16});
+  const auto bf16 =
+      generate(*model, t.encode("Once upon a time"),
+               {.steps = 40, .sampling = {.temperature = 0}, .cache = CacheType::bf16});
   EXPECT_EQ(std::vector<int32_t>(bf16.tokens.begin(), bf16.tokens.begin() + 20),
             std::vector<int32_t>(stats.tokens.begin(), stats.tokens.begin() + 20));
 }
@@ -281,7 +289,8 @@ TEST(Stories260K, CachedDecodingMatchesFullForward) {
   REQUIRE_STORIES260K();
   const auto model = load_llama2c(dir / "stories260K.bin");
   const Tokenizer t = Tokenizer::load_llama2c(dir / "tok512.bin", 512);
-  const auto run = generate(*model, t.encode("Lily and Tom"), {.steps = 60, .sampling = {.temperature = 0}});
+  const auto run =
+      generate(*model, t.encode("Lily and Tom"), {.steps = 60, .sampling = {.temperature = 0}});
   const auto& tokens = run.tokens;
   const auto full = logits_of(*model, tokens);
   KVCache cache(model->config(), {.max_seq = 64});

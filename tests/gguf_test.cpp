@@ -149,7 +149,8 @@ TEST(Dequantize, MatchesLlamaCppsPythonDequantizer) {
   for (const auto& [name, c] : all.items()) {
     const std::string h = c["hex"];
     std::vector<uint8_t> raw(h.size() / 2);
-    for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint8_t>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+    for (size_t i = 0; i < raw.size(); ++i)
+      raw[i] = static_cast<uint8_t>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
     const auto want = c["values"].get<std::vector<double>>();
     std::vector<float> got(want.size(), NAN);
     const auto type = static_cast<TensorType>(c["type"].get<int>());
@@ -217,8 +218,9 @@ TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
   const auto tokens = golden["tokens"].get<std::vector<int32_t>>();
   const auto T = static_cast<int64_t>(tokens.size());
   EXPECT_THROW(model->forward(tokens.data(), nullptr, 1, T), Error);  // needs fp32 weights
-  EXPECT_THROW(save_checkpoint(::testing::TempDir() + "/in_place_" + std::to_string(getpid()) + ".safetensors",
-                               *model, nullptr, 0),
+  EXPECT_THROW(save_checkpoint(
+                   ::testing::TempDir() + "/in_place_" + std::to_string(getpid()) + ".safetensors",
+                   *model, nullptr, 0),
                Error);
   // The prompt at once (the tile path), and token by token (the fused one-row kernels).
   for (bool one_by_one : {false, true}) {
@@ -252,7 +254,8 @@ TEST(GgufWriter, RoundTripsModelsAndTokenizers) {
   const std::vector<int32_t> prompt = tok.encode("Once upon a time, a cat");
   auto logits_of = [&](Model& m, const std::vector<int32_t>& ids) {
     KVCache cache(m.config(), {.max_seq = 64});
-    const View l = m.forward_cached(cache, ids.data(), 1, static_cast<int64_t>(ids.size()), nullptr, true);
+    const View l =
+        m.forward_cached(cache, ids.data(), 1, static_cast<int64_t>(ids.size()), nullptr, true);
     return std::vector<float>(l.data, l.data + l.numel());
   };
   auto greedy = [&](Model& m) {
@@ -267,9 +270,11 @@ TEST(GgufWriter, RoundTripsModelsAndTokenizers) {
   const gguf::File file = gguf::File::open(path);
   const auto back = load_gguf(file);
   const std::vector<float> got = logits_of(*back, prompt);
-  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])));
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i])));
   const Tokenizer tok2 = Tokenizer::from_gguf(file);
-  for (const char* text : {"Once upon a time", "Lily's dog, \"Max\", ran 42 miles!", "  odd   spaces\n"})
+  for (const char* text :
+       {"Once upon a time", "Lily's dog, \"Max\", ran 42 miles!", "  odd   spaces\n"})
     EXPECT_EQ(tok2.encode(text), tok.encode(text)) << text;
   EXPECT_EQ(tok2.decode(tok2.bos(), prompt[1]), tok.decode(tok.bos(), prompt[1]));
 
@@ -287,7 +292,8 @@ TEST(GgufWriter, RoundTripsModelsAndTokenizers) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(b[i], a[i], 1e-5 * (1 + std::abs(a[i])));
 
   ModelConfig gpt2;  // LayerNorm, GELU, learned positions, biases: not GGUF's llama
-  gpt2.n_layers = 1, gpt2.d_model = 32, gpt2.n_heads = gpt2.n_kv_heads = 2, gpt2.d_head = 16, gpt2.d_ff = 64;
+  gpt2.n_layers = 1, gpt2.d_model = 32, gpt2.n_heads = gpt2.n_kv_heads = 2, gpt2.d_head = 16,
+  gpt2.d_ff = 64;
   gpt2.vocab_size = 64, gpt2.context = 16;
   EXPECT_THROW(save_gguf(path, Model(gpt2, 1), nullptr, TensorType::q8_0), Error);
   EXPECT_THROW(save_gguf(path, *model, &tok, TensorType::q4_1), Error);
@@ -300,12 +306,15 @@ TEST(GgufTokenizer, MatchesLlamaCpp) {
   std::ifstream in(std::string(QKV_GOLDEN_DIR) + "/../data/tokenizer_ggufs.json");
   const nlohmann::json golden = nlohmann::json::parse(in);
   for (const char* name : {"spm_tokenizer.gguf", "bpe_tokenizer.gguf"}) {
-    const Tokenizer t = Tokenizer::from_gguf(gguf::File::open(std::string(QKV_GOLDEN_DIR) + "/../data/" + name));
-    EXPECT_EQ(t.kind(), std::string(name) == "spm_tokenizer.gguf" ? Tokenizer::Kind::sentencepiece : Tokenizer::Kind::byte_bpe);
+    const Tokenizer t =
+        Tokenizer::from_gguf(gguf::File::open(std::string(QKV_GOLDEN_DIR) + "/../data/" + name));
+    EXPECT_EQ(t.kind(), std::string(name) == "spm_tokenizer.gguf" ? Tokenizer::Kind::sentencepiece
+                                                                  : Tokenizer::Kind::byte_bpe);
     ASSERT_GE(golden[name].size(), 8u);
     for (const nlohmann::json& c : golden[name]) {
       const std::string text = c["text"];
-      EXPECT_EQ(t.encode(text), c["ids"].get<std::vector<int32_t>>()) << name << ": \"" << text << "\"";
+      EXPECT_EQ(t.encode(text), c["ids"].get<std::vector<int32_t>>())
+          << name << ": \"" << text << "\"";
     }
   }
 }
@@ -315,7 +324,9 @@ TEST(GgufModel, UnsupportedFilesAreClearErrors) {
     load_gguf(kFile);  // tiny.gguf: llama, but no model in it
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("\"llama.attention.head_count\" is missing"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("\"llama.attention.head_count\" is missing"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -181,7 +181,8 @@ TEST(KVCache, Bf16DecodingInPlaceMatchesTheCopiedRows) {
     const std::vector<float> expected(all.data, all.data + 30 * c.vocab_size);
     for (int64_t t = 0; t < 30; ++t) {
       const View l = m.forward_cached(one, &tokens[10 + t], 1, 1);
-      EXPECT_LE(relative_error(expected, t, l, 0, c.vocab_size), 2e-4) << style << " position " << 10 + t;
+      EXPECT_LE(relative_error(expected, t, l, 0, c.vocab_size), 2e-4)
+          << style << " position " << 10 + t;
     }
   }
 }

@@ -17,8 +17,9 @@ TEST(Learning, CopyIsLearnedPerfectly) {
   ModelConfig c = small(data, /*llama=*/true);
   Model m(c, 1);
   AdamW opt(m);
-  const TrainResult r = train(m, opt, data, {.steps = 300, .batch = 32, .warmup = 30,
-                                             .eval_every = 0, .lr = 3e-3f}, 0, nullptr);
+  const TrainResult r =
+      train(m, opt, data, {.steps = 300, .batch = 32, .warmup = 30, .eval_every = 0, .lr = 3e-3f},
+            0, nullptr);
   EXPECT_GE(r.final_accuracy, 0.99) << "loss " << r.final_loss;
 }
 
@@ -34,8 +35,9 @@ TEST(Learning, RecallReaches99Percent) {
   c.init_std = 0.125f;  // 1/sqrt(d_model), as qkv train uses
   Model m(c, 1);
   AdamW opt(m);
-  const TrainResult r = train(m, opt, data, {.steps = 1500, .batch = 64, .warmup = 100,
-                                             .eval_every = 0, .lr = 1e-3f}, 0, nullptr);
+  const TrainResult r =
+      train(m, opt, data, {.steps = 1500, .batch = 64, .warmup = 100, .eval_every = 0, .lr = 1e-3f},
+            0, nullptr);
   EXPECT_GE(r.final_accuracy, 0.99) << "loss " << r.final_loss;
 }
 

@@ -44,7 +44,8 @@ TEST_P(ModelGolden, MatchesPyTorch) {
     ASSERT_TRUE(g["params"].contains(p.name)) << p.name;
     const json& values = g["params"][p.name];
     ASSERT_EQ(static_cast<int64_t>(values.size()), p.rows * p.cols) << p.name;
-    for (int64_t i = 0; i < p.rows * p.cols; ++i) m.weights()[p.offset + i] = values[i].get<float>();
+    for (int64_t i = 0; i < p.rows * p.cols; ++i)
+      m.weights()[p.offset + i] = values[i].get<float>();
   }
   const int64_t B = g["B"], T = g["T"];
   const auto tokens = g["tokens"].get<std::vector<int32_t>>();
@@ -59,7 +60,9 @@ TEST_P(ModelGolden, MatchesPyTorch) {
     expect_close(m.grads() + p.offset, g["grads"][p.name], "grad of " + p.name);
 
   const json& a = g["adamw"];
-  AdamW opt(m, {.beta1 = a["beta1"], .beta2 = a["beta2"], .eps = a["eps"],
+  AdamW opt(m, {.beta1 = a["beta1"],
+                .beta2 = a["beta2"],
+                .eps = a["eps"],
                 .weight_decay = a["weight_decay"]});
   for (int step = 0; step < 2; ++step) {
     m.zero_grad();

@@ -32,7 +32,8 @@ void expect_model_gradients(const ModelConfig& c) {
       for (int64_t i = 0; i < p.rows * p.cols; ++i) m.weights()[p.offset + i] = w[p.offset + i];
   const int64_t B = 2, T = 5;
   std::vector<int32_t> tokens(B * T), targets(B * T);
-  for (int64_t i = 0; i < B * T; ++i) tokens[i] = (i * 7 + 3) % c.vocab_size, targets[i] = (i * 5 + 1) % c.vocab_size;
+  for (int64_t i = 0; i < B * T; ++i)
+    tokens[i] = (i * 7 + 3) % c.vocab_size, targets[i] = (i * 5 + 1) % c.vocab_size;
   targets[3] = kIgnoreIndex;
   m.zero_grad();
   m.forward(tokens.data(), targets.data(), B, T);
@@ -90,8 +91,7 @@ TEST(Order, AttentionAloneIsBlindToOrder) {
         worst = std::max<double>(worst, std::abs(b[i * V + v] - a[perm[i] * V + v]));
     if (pk == PositionKind::none)
       EXPECT_LT(worst, 1e-5) << "without positions the outputs must just permute";
-    else
-      EXPECT_GT(worst, 1e-3) << "positions kind " << to_string(pk) << " must break the symmetry";
+    else EXPECT_GT(worst, 1e-3) << "positions kind " << to_string(pk) << " must break the symmetry";
   }
 }
 

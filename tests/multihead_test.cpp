@@ -51,7 +51,8 @@ TEST(CrossAttention, EqualsProjectionsAroundTheReferenceKernel) {
   // By hand: project q from x and k, v from the context with linear_forward, lay them out
   // as contiguous [B, H, T, dh] tensors, run the reference kernel, project back.
   std::vector<float> qr(B * T * Hq * dh), kvr(B * S * 2 * Hkv * dh);
-  linear_forward(View(qr.data(), {B * T, Hq * dh}), View(c.x.data(), {B * T, C}), c.m.q_w, c.q_b.data());
+  linear_forward(View(qr.data(), {B * T, Hq * dh}), View(c.x.data(), {B * T, C}), c.m.q_w,
+                 c.q_b.data());
   linear_forward(View(kvr.data(), {B * S, 2 * Hkv * dh}), View(c.ctx.data(), {B * S, Cc}), c.m.kv_w,
                  c.kv_b.data());
   Tensor q({B, Hq, T, dh}), k({B, Hkv, S, dh}), v({B, Hkv, S, dh}), o({B, Hq, T, dh});

@@ -88,8 +88,8 @@ TEST(LayerNorm, NormalisesEachRowAndBackwardMatches) {
     EXPECT_NEAR(sq / C, 1, 1e-4);
   }
   layernorm_backward(View(dx.data(), {N, C}), dw.data(), db.data(),
-                     View(const_cast<float*>(g.data()), {N, C}), View(x.data(), {N, C}),
-                     w.data(), mean.data(), rstd.data());
+                     View(const_cast<float*>(g.data()), {N, C}), View(x.data(), {N, C}), w.data(),
+                     mean.data(), rstd.data());
   expect_gradient(x.data(), dx.data(), x.size(), loss, "dx");
   expect_gradient(w.data(), dw.data(), w.size(), loss, "dw");
   expect_gradient(b.data(), db.data(), b.size(), loss, "db");
@@ -131,8 +131,10 @@ TEST(Gelu, KnownValuesAndBackward) {
       loss();
       for (int64_t i = 0; i < N * W; ++i) {  // the formula, in double
         const double v = x[i], t = std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
-        EXPECT_NEAR(out[i], kind == Gelu::exact ? 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))
-                                                : 0.5 * v * (1 + t), 2e-6 * (1 + std::abs(v)));
+        EXPECT_NEAR(
+            out[i],
+            kind == Gelu::exact ? 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))) : 0.5 * v * (1 + t),
+            2e-6 * (1 + std::abs(v)));
       }
       gelu_backward(View(dx.data(), {N, W}), View(const_cast<float*>(g.data()), {N, W}),
                     View(x.data(), {N, W}), kind);
@@ -185,14 +187,14 @@ TEST(Embedding, LooksUpAndAccumulatesRepeatedTokens) {
   };
   loss();
   EXPECT_EQ(y[2 * C + 1], table[3 * C + 1] + positions[2 * C + 1]);
-  embedding_backward(View(dtable.data(), {6, C}), tokens, View(const_cast<float*>(g.data()), {N, C}),
-                     pos, View(dpos.data(), {4, C}));
+  embedding_backward(View(dtable.data(), {6, C}), tokens,
+                     View(const_cast<float*>(g.data()), {N, C}), pos, View(dpos.data(), {4, C}));
   expect_gradient(table.data(), dtable.data(), table.size(), loss, "dtable");
   expect_gradient(positions.data(), dpos.data(), positions.size(), loss, "dpositions");
   const int32_t bad[N] = {0, 1, 6, 0, 0};
-  EXPECT_THROW(embedding_forward(View(y.data(), {N, C}), bad, View(table.data(), {6, C}),
-                                 nullptr, View()),
-               Error);
+  EXPECT_THROW(
+      embedding_forward(View(y.data(), {N, C}), bad, View(table.data(), {6, C}), nullptr, View()),
+      Error);
 }
 
 TEST(Sinusoidal, MatchesTheFormula) {
@@ -248,9 +250,9 @@ TEST(Rope, BackwardMatchesFiniteDifferences) {
 TEST(Alibi, SlopesOfThePaper) {
   float s8[8], s6[6];
   alibi_slopes(8, s8);
-  EXPECT_FLOAT_EQ(s8[0], 0.5f);         // 2^-1
-  EXPECT_FLOAT_EQ(s8[7], 1.0f / 256);   // 2^-8
-  alibi_slopes(6, s6);                  // 4 from the sequence for 4, then 2 from that for 8
+  EXPECT_FLOAT_EQ(s8[0], 0.5f);        // 2^-1
+  EXPECT_FLOAT_EQ(s8[7], 1.0f / 256);  // 2^-8
+  alibi_slopes(6, s6);                 // 4 from the sequence for 4, then 2 from that for 8
   EXPECT_FLOAT_EQ(s6[0], 0.25f);
   EXPECT_FLOAT_EQ(s6[3], 1.0f / 256);
   EXPECT_FLOAT_EQ(s6[4], std::exp2(-1.0f));
@@ -263,8 +265,8 @@ TEST(CrossEntropy, LossAndBackward) {
     const int32_t targets[N] = {2, kIgnoreIndex, 0, 5, 1};
     std::vector<float> probs(N * V), dlogits(N * V);
     auto loss = [&] {
-      return double(cross_entropy_forward(View(probs.data(), {N, V}), View(logits.data(), {N, V}),
-                                          targets));
+      return double(
+          cross_entropy_forward(View(probs.data(), {N, V}), View(logits.data(), {N, V}), targets));
     };
     const double l = loss();
     // By hand: mean of −log softmax over the 4 counted rows.
@@ -282,8 +284,8 @@ TEST(CrossEntropy, LossAndBackward) {
     for (int64_t v = 0; v < V; ++v) EXPECT_EQ(dlogits[1 * V + v], 0.0f);  // ignored row
     expect_gradient(logits.data(), dlogits.data(), logits.size(), loss, "dlogits");
     const int32_t bad[N] = {0, 0, static_cast<int32_t>(V), 0, 0};
-    EXPECT_THROW(cross_entropy_forward(View(probs.data(), {N, V}), View(logits.data(), {N, V}), bad),
-                 Error);
+    EXPECT_THROW(
+        cross_entropy_forward(View(probs.data(), {N, V}), View(logits.data(), {N, V}), bad), Error);
   }
 }
 

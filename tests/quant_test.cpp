@@ -35,18 +35,32 @@ std::vector<uint8_t> random_blocks(TensorType type, int64_t rows, int64_t cols, 
     for (int64_t b = 0; b < cols / bs.elements; ++b) {
       uint8_t* blk = data.data() + r * rb + b * bs.bytes;
       switch (type) {
-        case TensorType::q8_0: case TensorType::q4_0: half(blk, byte(rng) & 1); break;
-        case TensorType::q4_1: half(blk, false), half(blk + 2, true); break;
-        case TensorType::q4_k: half(blk, false), half(blk + 2, false); break;
-        case TensorType::q6_k: half(blk + 208, false); break;
-        case TensorType::f16: half(blk, byte(rng) & 1), blk[1] += 0x14; break;  // ~±1
-        case TensorType::bf16: blk[1] = static_cast<uint8_t>((blk[1] & 0x80) | 0x3f); break;
+        case TensorType::q8_0:
+        case TensorType::q4_0:
+          half(blk, byte(rng) & 1);
+          break;
+        case TensorType::q4_1:
+          half(blk, false), half(blk + 2, true);
+          break;
+        case TensorType::q4_k:
+          half(blk, false), half(blk + 2, false);
+          break;
+        case TensorType::q6_k:
+          half(blk + 208, false);
+          break;
+        case TensorType::f16:
+          half(blk, byte(rng) & 1), blk[1] += 0x14;
+          break;  // ~±1
+        case TensorType::bf16:
+          blk[1] = static_cast<uint8_t>((blk[1] & 0x80) | 0x3f);
+          break;
         case TensorType::f32: {
           const float f = std::uniform_real_distribution<float>(-1, 1)(rng);
           std::memcpy(blk, &f, 4);
           break;
         }
-        default: break;
+        default:
+          break;
       }
     }
   return data;
@@ -78,8 +92,8 @@ TEST_P(QuantLinear, MatchesTheReferenceDequantizer) {
       const int64_t ldx = K + 3, ldy = N + 5;  // strided rows
       std::vector<float> x(M * ldx), y(M * ldy, NAN);
       for (float& v : x) v = normal(rng);
-      quant::linear_forward(View(y.data(), {M, N}, {ldy, 1}), View(x.data(), {M, K}, {ldx, 1}), parts,
-                            with_bias ? bias.data() : nullptr);
+      quant::linear_forward(View(y.data(), {M, N}, {ldy, 1}), View(x.data(), {M, K}, {ldx, 1}),
+                            parts, with_bias ? bias.data() : nullptr);
       for (int64_t i = 0; i < M; ++i)
         for (int64_t n = 0; n < N; ++n) {
           double want = with_bias ? bias[n] : 0, size = 0;
@@ -95,13 +109,15 @@ TEST_P(QuantLinear, MatchesTheReferenceDequantizer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantLinear,
-                         ::testing::Values(TensorType::f32, TensorType::f16, TensorType::bf16, TensorType::q8_0,
-                                           TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k),
+                         ::testing::Values(TensorType::f32, TensorType::f16, TensorType::bf16,
+                                           TensorType::q8_0, TensorType::q4_0, TensorType::q4_1,
+                                           TensorType::q4_k, TensorType::q6_k),
                          [](const auto& info) { return to_string(info.param); });
 
 TEST(QuantLinear, BadShapesAreClearErrors) {
   std::vector<uint8_t> blocks(34 * 4);
-  EXPECT_THROW(quant::matrix("w", TensorType::q8_0, blocks.data(), 2, 48), Error);  // not whole blocks
+  EXPECT_THROW(quant::matrix("w", TensorType::q8_0, blocks.data(), 2, 48),
+               Error);  // not whole blocks
   EXPECT_THROW(quant::matrix("w", TensorType::q5_0, blocks.data(), 1, 32), Error);  // unsupported
   const quant::Matrix m = quant::matrix("w", TensorType::q8_0, blocks.data(), 2, 64);
   std::vector<float> x(64), y(3);
@@ -129,7 +145,8 @@ TEST(Quantize, MatchesLlamaCppsQuantizers) {
   }
   const std::vector<float> h = golden["f16_values"];
   const std::string want = golden["F16"];
-  const std::string got = hex(quant::quantize(TensorType::f16, h.data(), static_cast<int64_t>(h.size())));
+  const std::string got =
+      hex(quant::quantize(TensorType::f16, h.data(), static_cast<int64_t>(h.size())));
   for (size_t i = 0; i < h.size(); ++i)
     EXPECT_EQ(got.substr(4 * i, 4), want.substr(4 * i, 4)) << "half of " << h[i];
   EXPECT_THROW(quant::quantize(TensorType::q4_1, x.data(), 32), Error);

@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 
 std::string smollm2_path() {
   const char* env = std::getenv("QKV_MODELS");
-  return (env ? fs::path(env) : fs::path(QKV_MODELS_DIR)) / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  return (env ? fs::path(env) : fs::path(QKV_MODELS_DIR)) / "smollm2" /
+         "SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
 // The model is a required part of the tests: missing, they fail (run scripts/get-models).
@@ -41,7 +42,9 @@ nlohmann::json golden() {
   return nlohmann::json::parse(in);
 }
 
-std::string template_of(const gguf::File& f) { return f.at("tokenizer.chat_template").as_string("template"); }
+std::string template_of(const gguf::File& f) {
+  return f.at("tokenizer.chat_template").as_string("template");
+}
 
 TEST(ByteBpe, MatchesHuggingFaceTokenizers) {
   const Tokenizer t = Tokenizer::from_gguf(smollm2());
@@ -85,7 +88,8 @@ TEST(ByteBpe, InvalidUtf8AndLongWordsAreHandled) {
   // the longest well-formed prefix: "\xe2\x82" is one; an overlong "\xc0\xaf" two).
   std::string back;
   int32_t prev = -1;
-  for (int32_t id : t.encode("ok \xff\xfe \xc3 \xc0\xaf end \xe2\x82")) back += t.decode(prev, id), prev = id;
+  for (int32_t id : t.encode("ok \xff\xfe \xc3 \xc0\xaf end \xe2\x82"))
+    back += t.decode(prev, id), prev = id;
   const std::string r = "\xEF\xBF\xBD";
   EXPECT_EQ(back, "ok " + r + r + " " + r + " " + r + r + " end " + r);
   // A 200,000-byte word merges in n log n (a quadratic merge would take minutes).
@@ -102,15 +106,17 @@ TEST(Chat, TokensAreTheTemplatesRendering) {
   const Tokenizer t = Tokenizer::from_gguf(smollm2());
   const std::string tmpl = template_of(smollm2());
   ASSERT_EQ(chat_format(tmpl), ChatFormat::chatml);
-  EXPECT_EQ(default_system_prompt(tmpl), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_EQ(default_system_prompt(tmpl),
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   // The conversation's tokens need only the model's sizes: a tiny one with SmolLM2's vocabulary.
   Model model(llama_config(1, 16, 2, 1, 32, t.vocab_size(), 256), 1);
   const nlohmann::json chats = golden()["chats"];  // (a copy: the temporary dies before the loop)
   for (const nlohmann::json& c : chats) {
     const nlohmann::json& m = c["messages"];
     const bool system = m[0]["role"] == "system";
-    Chat chat(model, t, ChatFormat::chatml,
-              {.system = system ? m[0]["content"].get<std::string>() : default_system_prompt(tmpl)});
+    Chat chat(
+        model, t, ChatFormat::chatml,
+        {.system = system ? m[0]["content"].get<std::string>() : default_system_prompt(tmpl)});
     for (size_t i = system; i < m.size(); ++i) chat.add(m[i]["role"], m[i]["content"]);
     std::vector<int32_t> got = chat.transcript();
     got.push_back(t.token_id("<|im_start|>"));  // the generation prompt respond() adds
@@ -142,7 +148,9 @@ TEST(Chat, TemplatesAndLimitsAreClearErrors) {
   Chat chat(model, t, ChatFormat::chatml, {.context = 24});
   const std::vector<int32_t> before = chat.transcript();
   EXPECT_THROW(chat.reply("a message far too long for a context of twenty-four positions, as this "
-                          "one plainly is", {}), Error);
+                          "one plainly is",
+                          {}),
+               Error);
   EXPECT_EQ(chat.transcript(), before);  // unchanged
   EXPECT_EQ(chat.positions(), 0);
 }
@@ -166,13 +174,16 @@ TEST(SmolLM2, GreedyTextMatchesAnIndependentForward) {
       View logits = model->forward_cached(cache, ids.data(), 1, static_cast<int64_t>(ids.size()));
       const double scale = c["max_abs_logit"];
       for (size_t i = 0; i < c["top_ids"].size(); ++i)
-        EXPECT_NEAR(logits.data[c["top_ids"][i].get<int>()], c["top_logits"][i].get<double>(), 1e-4 * scale)
+        EXPECT_NEAR(logits.data[c["top_ids"][i].get<int>()], c["top_logits"][i].get<double>(),
+                    1e-4 * scale)
             << c["text"] << " logit " << c["top_ids"][i];
       for (size_t i = 0; i < want.size(); ++i) {
-        const int32_t got = static_cast<int32_t>(std::max_element(logits.data, logits.data + V) - logits.data);
+        const int32_t got =
+            static_cast<int32_t>(std::max_element(logits.data, logits.data + V) - logits.data);
         if (got != want[i]) {
-          EXPECT_LT(gaps[i], 1e-3) << c["text"] << ": token " << i << " is " << got << ", NumPy's " << want[i]
-                                   << " by a margin of " << gaps[i] << (how == GgufWeights::fp32 ? " (fp32)" : " (in place)");
+          EXPECT_LT(gaps[i], 1e-3) << c["text"] << ": token " << i << " is " << got << ", NumPy's "
+                                   << want[i] << " by a margin of " << gaps[i]
+                                   << (how == GgufWeights::fp32 ? " (fp32)" : " (in place)");
           break;
         }
         logits = model->forward_cached(cache, &got, 1, 1);
@@ -188,10 +199,12 @@ TEST(Chat, SmolLM2RemembersTheConversation) {
   const std::unique_ptr<Model> model = load_gguf(smollm2());
   const Tokenizer t = Tokenizer::from_gguf(smollm2());
   const ChatOptions o{.system = default_system_prompt(template_of(smollm2())),
-                      .sampling = {.temperature = 0}, .max_reply = 40};
+                      .sampling = {.temperature = 0},
+                      .max_reply = 40};
   Chat chat(*model, t, ChatFormat::chatml, o);
   std::string first, second;
-  chat.reply("What is the capital of France?", [&](const std::string& s) { return first += s, true; });
+  chat.reply("What is the capital of France?",
+             [&](const std::string& s) { return first += s, true; });
   chat.reply("And of Germany?", [&](const std::string& s) { return second += s, true; });
   EXPECT_NE(first.find("Paris"), std::string::npos) << first;
   EXPECT_NE(second.find("Berlin"), std::string::npos) << second;

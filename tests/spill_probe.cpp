@@ -22,8 +22,7 @@ HWY_NOINLINE void spill_probe_scores(const float* a, int64_t as, const float* bt
   rows_times_packed<kV, kRows, Into::kStore>(a, as, bt, depth, Mq, c, nullptr);
 }
 HWY_NOINLINE void spill_probe_rescale_add(const float* a, int64_t as, const float* bt,
-                                          int64_t depth, int64_t Mq, float* c,
-                                          const float* alpha) {
+                                          int64_t depth, int64_t Mq, float* c, const float* alpha) {
   rows_times_packed<kV, kRows, Into::kRescaleAdd>(a, as, bt, depth, Mq, c, alpha);
 }
 HWY_NOINLINE void spill_probe_rows(const float* p, int64_t rows, int64_t Mq, const float* b,

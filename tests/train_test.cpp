@@ -203,20 +203,37 @@ TEST(Checkpoint, MalformedHeaderFieldsAreClearErrors) {
   } cases[] = {
       {[&](auto& h) { h[first]["data_offsets"] = {0}; }, "\"data_offsets\" must be [begin, end]"},
       {[&](auto& h) { h[first]["data_offsets"] = 12; }, "\"data_offsets\" must be [begin, end]"},
-      {[&](auto& h) { h[first]["data_offsets"] = {"0", 4}; }, "data_offsets[0] must be a whole number"},
-      {[&](auto& h) { h[first]["data_offsets"] = {-4, 4}; }, "data_offsets[0] = -4 is out of range"},
-      {[&](auto& h) { h[first]["shape"] = {1, 2, 3}; }, "\"shape\" must be a list of at most 2 sizes"},
-      {[&](auto& h) { h[first]["shape"] = {1, 1}; }, "has shape [1,1] but the model needs"},
+      {[&](auto& h) {
+         h[first]["data_offsets"] = {"0", 4};
+       },
+       "data_offsets[0] must be a whole number"},
+      {[&](auto& h) {
+         h[first]["data_offsets"] = {-4, 4};
+       },
+       "data_offsets[0] = -4 is out of range"},
+      {[&](auto& h) {
+         h[first]["shape"] = {1, 2, 3};
+       },
+       "\"shape\" must be a list of at most 2 sizes"},
+      {[&](auto& h) {
+         h[first]["shape"] = {1, 1};
+       },
+       "has shape [1,1] but the model needs"},
       {[&](auto& h) { h[first] = "F32"; }, "expected a JSON object, found string"},
       {[&](auto& h) { h.erase(first); }, "\"" + first + "\" is missing"},
-      {[&](auto& h) { h["__metadata__"]["step"] = "seven"; }, "\"step\" must be a whole number, found \"seven\""},
+      {[&](auto& h) { h["__metadata__"]["step"] = "seven"; },
+       "\"step\" must be a whole number, found \"seven\""},
       {[&](auto& h) { h["__metadata__"]["step"] = 7; }, "\"step\" must be a string"},
-      {[&](auto& h) { h["__metadata__"]["optimizer.step"] = "1e3"; }, "\"optimizer.step\" must be a whole number"},
+      {[&](auto& h) { h["__metadata__"]["optimizer.step"] = "1e3"; },
+       "\"optimizer.step\" must be a whole number"},
       {[&](auto& h) { h["__metadata__"]["optimizer.config"] = "{\"beta1\": \"high\"}"; },
        "\"beta1\" must be a finite number"},
-      {[&](auto& h) { h["__metadata__"]["optimizer.config"] = "[1, 2]"; }, "expected a JSON object, found array"},
-      {[&](auto& h) { h["__metadata__"]["optimizer.config"] = "{"; }, "\"optimizer.config\": not valid JSON"},
-      {[&](auto& h) { h["__metadata__"]["config"] = "{\"vocab_size\": 1.5}"; }, "\"vocab_size\" must be a whole number"},
+      {[&](auto& h) { h["__metadata__"]["optimizer.config"] = "[1, 2]"; },
+       "expected a JSON object, found array"},
+      {[&](auto& h) { h["__metadata__"]["optimizer.config"] = "{"; },
+       "\"optimizer.config\": not valid JSON"},
+      {[&](auto& h) { h["__metadata__"]["config"] = "{\"vocab_size\": 1.5}"; },
+       "\"vocab_size\" must be a whole number"},
       {[&](auto& h) { h["__metadata__"]["config"] = 5; }, "\"config\" must be a string"},
       {[&](auto& h) { h["__metadata__"] = "x"; }, "not a qkv checkpoint"},
   };
@@ -265,8 +282,9 @@ TEST(Tasks, TextTrainingLowersTheHeldOutLoss) {
   EXPECT_EQ(data.vocab_size(), 256);
   Model m(small(data), 2);
   AdamW opt(m);
-  const TrainResult r = train(m, opt, data, {.steps = 60, .batch = 8, .warmup = 5,
-                                             .eval_every = 0, .lr = 3e-3f}, 0, nullptr);
+  const TrainResult r =
+      train(m, opt, data, {.steps = 60, .batch = 8, .warmup = 5, .eval_every = 0, .lr = 3e-3f}, 0,
+            nullptr);
   EXPECT_LT(r.final_eval_loss, 0.5 * std::log(256.0)) << r.final_eval_loss;
   EXPECT_LT(r.final_accuracy, 0);  // no exact-match accuracy for text
   std::filesystem::remove(path);

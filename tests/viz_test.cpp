@@ -51,10 +51,13 @@ std::string chromium() {
 // Headless Chromium with a fresh profile, as the issue asks.
 Result browse(const std::string& args, const std::string& profile) {
   fs::remove_all(profile);
-  return run(chromium() + " --headless --no-sandbox --disable-gpu --disable-background-networking "
-             "--disable-component-update --disable-sync --no-first-run --user-data-dir=" + profile +
+  return run(chromium() +
+             " --headless --no-sandbox --disable-gpu --disable-background-networking "
+             "--disable-component-update --disable-sync --no-first-run --user-data-dir=" +
+             profile +
              " --enable-logging=stderr --v=0 --allow-file-access-from-files "
-             "--virtual-time-budget=10000 --window-size=1280,1000 " + args);
+             "--virtual-time-budget=10000 --window-size=1280,1000 " +
+             args);
 }
 
 std::string unescape_html(std::string s) {
@@ -130,9 +133,11 @@ json open_and_hover(const fs::path& page, int layer, int head, int query, int ke
   const std::string dom = r.out, open = "<pre id=\"result\">";
   const size_t begin = dom.find(open), end = dom.find("</pre>", begin);
   EXPECT_TRUE(begin != std::string::npos && end != std::string::npos) << dom;
-  if (begin == std::string::npos || end == std::string::npos) return json::object({{"error", "no result"}});
+  if (begin == std::string::npos || end == std::string::npos)
+    return json::object({{"error", "no result"}});
   if (!screenshot.empty()) {
-    const Result shot = browse("--screenshot=" + screenshot + " file://" + harness.string(), profile);
+    const Result shot =
+        browse("--screenshot=" + screenshot + " file://" + harness.string(), profile);
     EXPECT_EQ(shot.status, 0) << shot.err;
     EXPECT_GT(fs::file_size(screenshot), 10000u);
   }
@@ -142,7 +147,8 @@ json open_and_hover(const fs::path& page, int layer, int head, int query, int ke
 class Viz : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (chromium().empty()) GTEST_SKIP() << "chromium not installed (scripts/install-deps installs it)";
+    if (chromium().empty())
+      GTEST_SKIP() << "chromium not installed (scripts/install-deps installs it)";
   }
 };
 
@@ -179,8 +185,8 @@ TEST_F(Viz, ModelPageInChromium) {
   const double expected = w.view()(0, head, query, key);
   ASSERT_GT(expected, 0.1);
 
-  const json r = open_and_hover(page, layer, head, query, key,
-                                std::string(QKV_ARTIFACTS) + "/viz_model.png");
+  const json r =
+      open_and_hover(page, layer, head, query, key, std::string(QKV_ARTIFACTS) + "/viz_model.png");
   ASSERT_FALSE(r.contains("error")) << r.dump();
   EXPECT_EQ(r["heads"], 8);
   EXPECT_TRUE(r["hidden_before"].get<bool>());
@@ -194,7 +200,8 @@ TEST_F(Viz, ModelPageInChromium) {
   EXPECT_NEAR(std::stod(r["weight"].get<std::string>()), expected, 5.01e-4) << r.dump();
   const std::string key_label = prompt[key] == ' ' ? "␣" : std::string(1, prompt[key]);
   EXPECT_NE(r["tip"].get<std::string>().find("query “t” → key “" + key_label + "”"),
-            std::string::npos) << r.dump();
+            std::string::npos)
+      << r.dump();
   EXPECT_GT(r["lines"].get<int>(), 0);
   EXPECT_EQ(r["labels"], 2 * 21 + 2);  // every token on both sides, and the two headings
   // A hover above the diagonal says masked.
@@ -238,7 +245,9 @@ TEST(VizPage, SizeForSixLayersOfEightHeads) {
   fs::create_directories(dir);
   const std::string model = (dir / "m.bin").string(), page = (dir / "p.html").string();
   ASSERT_EQ(run(std::string(QKV_BINARY) + " random-model -o " + model +
-                " --dim 64 --hidden 128 --layers 6 --heads 8 --vocab 100 --seq-len 128").status, 0);
+                " --dim 64 --hidden 128 --layers 6 --heads 8 --vocab 100 --seq-len 128")
+                .status,
+            0);
   std::string ids;
   for (int i = 0; i < 64; ++i) ids += std::to_string((i * 37) % 100) + " ";
   const Result r = run(std::string(QKV_BINARY) + " viz --model " + model + " --prompt-ids \"" +
@@ -249,8 +258,10 @@ TEST(VizPage, SizeForSixLayersOfEightHeads) {
   std::ifstream in(page);
   const std::string html(std::istreambuf_iterator<char>(in), {});
   // (The SVG namespace URI is a name, not a fetch.)
-  for (const char* external : {"<script src", "<link", "src=\"http", "href=\"http", "@import", "url(", "fetch("})
-    EXPECT_EQ(html.find(external), std::string::npos) << "the page must be self-contained: " << external;
+  for (const char* external :
+       {"<script src", "<link", "src=\"http", "href=\"http", "@import", "url(", "fetch("})
+    EXPECT_EQ(html.find(external), std::string::npos)
+        << "the page must be self-contained: " << external;
   fs::remove_all(dir);
 }
 

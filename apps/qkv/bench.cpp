@@ -79,8 +79,7 @@ Timing time_against_peak(F&& f, double flops, int threads, double min_time, doub
     reads.push_back(read_gbps());
     read_fractions.push_back(bytes / seconds.back() / 1e9 / reads.back());
   }
-  return {median(seconds), median(peaks), median(fractions), median(reads),
-          median(read_fractions)};
+  return {median(seconds), median(peaks), median(fractions), median(reads), median(read_fractions)};
 }
 
 void bench_attention(const BenchOptions& o) {
@@ -130,9 +129,9 @@ void bench_attention(const BenchOptions& o) {
   // The read yardstick reads the run's own K and V (no second copy of them in memory).
   const double kv_bytes = 4.0 * (k.numel() + v.numel());
   auto read_kv = [&] {
-    return detail::measure_read_gbps({std::span<const float>(k.data(), k.numel()),
-                                      std::span<const float>(v.data(), v.numel())},
-                                     threads, 0.1);
+    return detail::measure_read_gbps(
+        {std::span<const float>(k.data(), k.numel()), std::span<const float>(v.data(), v.numel())},
+        threads, 0.1);
   };
   const Timing timing = time_against_peak(
       [&] {
@@ -200,16 +199,18 @@ void bench_attention(const BenchOptions& o) {
                  {"max_abs_err", max_abs_err},
                  {"peak_rss_mb", peak_rss}};
   if (!o.json) {
-    std::cout << std::fixed << std::setprecision(2) << (o.backward ? "attention forward + backward B=" : "attention B=") << B << " Hq=" << Hq
-              << " Hkv=" << Hkv << " Tq=" << Tq << " Tk=" << Tk << " D=" << D
+    std::cout << std::fixed << std::setprecision(2)
+              << (o.backward ? "attention forward + backward B=" : "attention B=") << B
+              << " Hq=" << Hq << " Hkv=" << Hkv << " Tq=" << Tq << " Tk=" << Tk << " D=" << D
               << (o.causal ? " causal" : "") << ", " << threads << " thread(s), SIMD target "
               << current_target() << "\n"
-              << "  " << seconds * 1e3 << " ms, " << gflops << " GFLOP/s = "
-              << 100 * timing.fraction << "% of the measured fp32 FMA peak (" << peak
-              << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n"
-              << "  K and V read at " << result["kv_gbps"].get<double>() << " GB/s = "
-              << 100 * timing.read_fraction << "% of a plain read loop over the same bytes ("
-              << read_gbps << " GB/s; medians over the rounds)\n"
+              << "  " << seconds * 1e3 << " ms, " << gflops
+              << " GFLOP/s = " << 100 * timing.fraction << "% of the measured fp32 FMA peak ("
+              << peak << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n"
+              << "  K and V read at " << result["kv_gbps"].get<double>()
+              << " GB/s = " << 100 * timing.read_fraction
+              << "% of a plain read loop over the same bytes (" << read_gbps
+              << " GB/s; medians over the rounds)\n"
               << std::scientific << "  max |error| against the reference: " << max_abs_err
               << std::fixed << "\n";
     if (!reference_ms.is_null()) {
@@ -225,7 +226,8 @@ void bench_attention(const BenchOptions& o) {
 
 void add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks against yardsticks measured in the same run");
+  CLI::App* bench =
+      app.add_subcommand("bench", "Benchmarks against yardsticks measured in the same run");
   bench->require_subcommand(1);
   add_bench_train(*bench);
   add_bench_generate(*bench);
@@ -233,7 +235,9 @@ void add_bench(CLI::App& app) {
   add_bench_ring(*bench);
 #else
   bench->add_subcommand("ring", "Ring attention under mpirun (needs qkv built with MPI)")
-      ->callback([] { fail("bench ring: this qkv was built without MPI (QKV_MPI; Debian: libopenmpi-dev)"); });
+      ->callback([] {
+        fail("bench ring: this qkv was built without MPI (QKV_MPI; Debian: libopenmpi-dev)");
+      });
 #endif
   CLI::App* cmd = bench->add_subcommand("attention", "Time qkv::attention on one shape");
   cmd->add_option("--batch", o->batch, "Batch size")->capture_default_str();
@@ -249,7 +253,8 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--bthd", o->seq_major, "Store tensors as [B, T, H, D] (strided views)");
   cmd->add_flag("--backward", o->backward, "Time forward + backward (counted as 3.5 forwards)");
   add_threads_option(*cmd, o->threads);
-  cmd->add_option("--min-time", o->min_time, "Seconds to repeat the timed call")->capture_default_str();
+  cmd->add_option("--min-time", o->min_time, "Seconds to repeat the timed call")
+      ->capture_default_str();
   cmd->add_flag("--no-reference", o->no_reference, "Skip timing the reference kernel");
   cmd->add_flag("--json", o->json, "Print only the JSON result line");
   cmd->callback([o] { bench_attention(*o); });

@@ -46,9 +46,9 @@ double weight_bytes_per_token(const Model& m) {
     const std::vector<quant::Matrix>* q = m.external(p.name);
     double size = 0;
     if (q)
-      for (const quant::Matrix& part : *q) size += static_cast<double>(part.rows) * quant::row_bytes(part.type, part.cols);
-    else
-      size = 4.0 * p.rows * p.cols;
+      for (const quant::Matrix& part : *q)
+        size += static_cast<double>(part.rows) * quant::row_bytes(part.type, part.cols);
+    else size = 4.0 * p.rows * p.cols;
     if (p.name == "embedding.token" && !c.tied_embeddings) size /= c.vocab_size;  // one row
     if (p.name == "embedding.position") size /= c.context;
     bytes += size;
@@ -59,20 +59,24 @@ double weight_bytes_per_token(const Model& m) {
 void bench_generate(const BenchGenerateOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   check(o.cache == "f32" || o.cache == "bf16", "--cache must be f32 or bf16");
-  check(o.prompt >= 1 && o.decode >= 1 && o.repeats >= 1, "--prompt, --decode and --repeats must be >= 1");
+  check(o.prompt >= 1 && o.decode >= 1 && o.repeats >= 1,
+        "--prompt, --decode and --repeats must be >= 1");
   ModelFile f = load_model_file(o.model, "", /*need_tokenizer=*/false);
   Model& m = *f.model;
   const ModelConfig& c = m.config();
   const CacheType type = o.cache == "bf16" ? CacheType::bf16 : CacheType::f32;
-  check(o.prompt <= c.context, "--prompt ", o.prompt, " is longer than the model's context of ", c.context);
-  check(o.decode < c.context, "--decode ", o.decode, " does not fit the model's context of ", c.context);
+  check(o.prompt <= c.context, "--prompt ", o.prompt, " is longer than the model's context of ",
+        c.context);
+  check(o.decode < c.context, "--decode ", o.decode, " does not fit the model's context of ",
+        c.context);
   // A cache length the context cannot hold (with the decoded tokens after it) is cut to fit.
   std::vector<int64_t> lengths;
   for (int64_t len : o.lengths) {
     check(len >= 1, "--cache-lengths must be >= 1, got ", len);
     lengths.push_back(std::min(len, c.context - o.decode));
   }
-  const int64_t longest = std::max(o.prompt, *std::max_element(lengths.begin(), lengths.end()) + o.decode);
+  const int64_t longest =
+      std::max(o.prompt, *std::max_element(lengths.begin(), lengths.end()) + o.decode);
   KVCache cache(c, {.max_seq = longest, .type = type});
   std::mt19937 rng(1);
   std::vector<int32_t> tokens(longest);
@@ -93,22 +97,32 @@ void bench_generate(const BenchGenerateOptions& o) {
                                c.n_layers * 2.0 * c.n_heads * P * P * c.d_head;  // causal attention
   const int threads = num_threads();
   const double peak = detail::measure_fma_peak_gflops(threads);
-  nlohmann::json r = {{"benchmark", "generate"}, {"model", o.model}, {"format", f.format},
-                      {"parameters", m.num_params()}, {"d_model", c.d_model},
-                      {"layers", c.n_layers}, {"heads", c.n_heads}, {"kv_heads", c.n_kv_heads},
-                      {"vocab", c.vocab_size}, {"threads", threads}, {"target", current_target()},
+  nlohmann::json r = {{"benchmark", "generate"},
+                      {"model", o.model},
+                      {"format", f.format},
+                      {"parameters", m.num_params()},
+                      {"d_model", c.d_model},
+                      {"layers", c.n_layers},
+                      {"heads", c.n_heads},
+                      {"kv_heads", c.n_kv_heads},
+                      {"vocab", c.vocab_size},
+                      {"threads", threads},
+                      {"target", current_target()},
                       {"cache", o.cache},
-                      {"prompt_tokens", o.prompt}, {"prefill_ms", prefill * 1e3},
+                      {"prompt_tokens", o.prompt},
+                      {"prefill_ms", prefill * 1e3},
                       {"prefill_tokens_per_s", P / prefill},
-                      {"prefill_gflops", prefill_flops / prefill * 1e-9}, {"peak_gflops", peak},
+                      {"prefill_gflops", prefill_flops / prefill * 1e-9},
+                      {"peak_gflops", peak},
                       {"prefill_fraction_of_peak", prefill_flops / prefill * 1e-9 / peak}};
   if (!o.json)
     std::cout << "model " << o.model << ": " << short_count(m.num_params()) << " parameters, "
               << threads << " thread(s), " << o.cache << " cache\n"
               << "prefill " << o.prompt << " tokens: " << prefill * 1e3 << " ms, "
-              << static_cast<int64_t>(P / prefill) << " tokens/s, " << prefill_flops / prefill * 1e-9
-              << " GFLOP/s = " << 100 * prefill_flops / prefill * 1e-9 / peak << "% of the "
-              << peak << " GFLOP/s FMA peak\n";
+              << static_cast<int64_t>(P / prefill) << " tokens/s, "
+              << prefill_flops / prefill * 1e-9
+              << " GFLOP/s = " << 100 * prefill_flops / prefill * 1e-9 / peak << "% of the " << peak
+              << " GFLOP/s FMA peak\n";
 
   // Decode at each cache length: fill the cache to that length, then time `decode` tokens.
   nlohmann::json decode = nlohmann::json::array();
@@ -123,14 +137,18 @@ void bench_generate(const BenchGenerateOptions& o) {
     const double bytes = weight_bytes_per_token(m) + cache_bytes;
     const double read = detail::measure_read_gbps(static_cast<size_t>(bytes), threads);
     const double gbps = bytes / seconds * 1e-9;
-    decode.push_back({{"cache_length", len}, {"ms_per_token", seconds * 1e3},
-                      {"tokens_per_s", 1 / seconds}, {"bytes_per_token", bytes},
-                      {"gbps", gbps}, {"read_gbps", read}, {"fraction_of_read", gbps / read}});
+    decode.push_back({{"cache_length", len},
+                      {"ms_per_token", seconds * 1e3},
+                      {"tokens_per_s", 1 / seconds},
+                      {"bytes_per_token", bytes},
+                      {"gbps", gbps},
+                      {"read_gbps", read},
+                      {"fraction_of_read", gbps / read}});
     if (!o.json)
       std::cout << "decode at cache length " << len << ": " << seconds * 1e3 << " ms/token, "
                 << static_cast<int64_t>(1 / seconds) << " tokens/s, " << gbps << " GB/s of "
-                << bytes_str(bytes) << " per token = " << 100 * gbps / read
-                << "% of a read loop (" << read << " GB/s)\n";
+                << bytes_str(bytes) << " per token = " << 100 * gbps / read << "% of a read loop ("
+                << read << " GB/s)\n";
   }
   r["decode"] = decode;
   r["peak_rss_mb"] = detail::peak_rss_mb();
@@ -144,9 +162,13 @@ void add_bench_generate(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand("generate", "Prefill and decode speed of a model file");
   cmd->add_option("--model", o->model, "llama2.c or qkv checkpoint")->required();
   cmd->add_option("--prompt", o->prompt, "Prefill length")->capture_default_str();
-  cmd->add_option("--cache-lengths", o->lengths, "Cache lengths to decode at")->capture_default_str()->delimiter(',');
-  cmd->add_option("--decode", o->decode, "Tokens timed at each cache length")->capture_default_str();
-  cmd->add_option("--repeats", o->repeats, "Prefill runs (the best is kept)")->capture_default_str();
+  cmd->add_option("--cache-lengths", o->lengths, "Cache lengths to decode at")
+      ->capture_default_str()
+      ->delimiter(',');
+  cmd->add_option("--decode", o->decode, "Tokens timed at each cache length")
+      ->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "Prefill runs (the best is kept)")
+      ->capture_default_str();
   cmd->add_option("--cache", o->cache, "f32 or bf16")->capture_default_str();
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "Only the JSON line");

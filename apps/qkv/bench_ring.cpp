@@ -1,6 +1,6 @@
-// `mpirun --bind-to none -np P qkv bench ring`: ring attention over P ranks (1 thread each by default)
-// against one process with P threads on the same whole sequence, timed in the same run; the
-// fraction of the ring's communication hidden behind compute; GFLOP/s and the fraction of the
+// `mpirun --bind-to none -np P qkv bench ring`: ring attention over P ranks (1 thread each by
+// default) against one process with P threads on the same whole sequence, timed in the same run;
+// the fraction of the ring's communication hidden behind compute; GFLOP/s and the fraction of the
 // FMA peak of all ranks together, measured in the same run.
 //
 // Communication alone is timed by the same ring transfers with no compute between them. What
@@ -147,8 +147,8 @@ void bench_ring(const RingBenchOptions& o) {
       const double t0 = detail::now_seconds();
       for (int h = 0; h < hops; ++h)
         MPI_Sendrecv(send.data(), static_cast<int>(block), MPI_FLOAT, (rank + 1) % P, 5,
-                     recv.data(), static_cast<int>(block), MPI_FLOAT, (rank + P - 1) % P, 5,
-                     comm, MPI_STATUS_IGNORE);
+                     recv.data(), static_cast<int>(block), MPI_FLOAT, (rank + P - 1) % P, 5, comm,
+                     MPI_STATUS_IGNORE);
       comm_times.push_back(max_over(detail::now_seconds() - t0, comm));
     }
     const double comm_s = median(comm_times);
@@ -243,12 +243,12 @@ void bench_ring(const RingBenchOptions& o) {
                   << "  one process: " << one_s * 1e3 << " ms with " << P * o.threads
                   << " threads, " << flops / one_s / 1e9 << " GFLOP/s; the ring is "
                   << one_s / ring_s << "x its speed\n"
-                  << "  communication: " << comm_s * 1e3 << " ms alone ("
-                  << bytes_per_rank / 1e6 << " MB per rank); not hidden: " << wait_s * 1e3
-                  << " ms waiting + " << progress_s * 1e3 << " ms in MPI progress calls: "
-                  << 100 * hidden << "% hidden behind compute\n"
-                  << std::scientific << "  max |out − one process's| (rank 0's rows): " << max_err << std::fixed
-                  << "\n";
+                  << "  communication: " << comm_s * 1e3 << " ms alone (" << bytes_per_rank / 1e6
+                  << " MB per rank); not hidden: " << wait_s * 1e3 << " ms waiting + "
+                  << progress_s * 1e3 << " ms in MPI progress calls: " << 100 * hidden
+                  << "% hidden behind compute\n"
+                  << std::scientific << "  max |out − one process's| (rank 0's rows): " << max_err
+                  << std::fixed << "\n";
       }
       std::cout << result.dump() << "\n";
     }
@@ -273,9 +273,14 @@ void add_bench_ring(CLI::App& bench) {
   cmd->add_option("--window", o->window, "Sliding window: keys at most N positions back");
   cmd->add_flag("--contiguous", o->contiguous, "Contiguous shards instead of zigzag");
   cmd->add_flag("--backward", o->backward, "Time forward + backward (counted as 3.5 forwards)");
-  cmd->add_option("--threads", o->threads, "Threads per rank")->capture_default_str()->check(CLI::Range(1, 1024));
-  cmd->add_option("--repeats", o->repeats, "At least this many timed calls (medians)")->capture_default_str()->check(CLI::Range(1, 1000));
-  cmd->add_option("--min-time", o->min_time, "And at least this many seconds of them")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Threads per rank")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--repeats", o->repeats, "At least this many timed calls (medians)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--min-time", o->min_time, "And at least this many seconds of them")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print only the JSON result line");
   cmd->callback([o] { bench_ring(*o); });
 }

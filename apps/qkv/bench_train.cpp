@@ -70,12 +70,23 @@ void bench_train(const BenchTrainOptions& o) {
   const double flops_per_token = training_flops_per_token(c, model.num_params(), T);
   const double tokens_per_s = B * T / seconds;
   const double mfu = tokens_per_s * flops_per_token / (peak * 1e9);
-  nlohmann::json r = {{"benchmark", "train"}, {"d_model", c.d_model}, {"layers", c.n_layers},
-                      {"heads", c.n_heads}, {"context", T}, {"batch", B}, {"vocab", c.vocab_size},
-                      {"style", o.style}, {"parameters", model.num_params()},
-                      {"threads", num_threads()}, {"target", current_target()}, {"ms_per_step", seconds * 1e3},
-                      {"tokens_per_s", tokens_per_s}, {"flops_per_token", flops_per_token},
-                      {"peak_gflops", peak}, {"mfu", mfu}, {"peak_rss_mb", rss}};
+  nlohmann::json r = {{"benchmark", "train"},
+                      {"d_model", c.d_model},
+                      {"layers", c.n_layers},
+                      {"heads", c.n_heads},
+                      {"context", T},
+                      {"batch", B},
+                      {"vocab", c.vocab_size},
+                      {"style", o.style},
+                      {"parameters", model.num_params()},
+                      {"threads", num_threads()},
+                      {"target", current_target()},
+                      {"ms_per_step", seconds * 1e3},
+                      {"tokens_per_s", tokens_per_s},
+                      {"flops_per_token", flops_per_token},
+                      {"peak_gflops", peak},
+                      {"mfu", mfu},
+                      {"peak_rss_mb", rss}};
   if (!o.json)
     std::cout << "train step, " << model.num_params() << " parameters, batch " << B << " x " << T
               << ": " << seconds * 1e3 << " ms, " << static_cast<int64_t>(tokens_per_s)

@@ -29,7 +29,9 @@ void run_chat(const ChatCliOptions& o) {
   check(f.format == "gguf", "--model: chat needs a GGUF file with a chat template; \"", o.model,
         "\" is a ", f.format, " model");
   const ChatFormat format = chat_format(f.chat_template);
-  ChatOptions c{.system = o.no_system ? "" : o.system.empty() ? default_system_prompt(f.chat_template) : o.system,
+  ChatOptions c{.system = o.no_system        ? ""
+                          : o.system.empty() ? default_system_prompt(f.chat_template)
+                                             : o.system,
                 .sampling = sampling.options,
                 .max_reply = o.max_reply,
                 .context = o.context,
@@ -53,10 +55,14 @@ void run_chat(const ChatCliOptions& o) {
     });
     std::cout << "\n\n" << std::flush;
     if (!o.quiet)
-      std::fprintf(stderr, "[%ld prompt tokens in %.0f ms; %ld tokens, %.1f tokens/s%s; %ld of %ld positions used]\n",
-                   static_cast<long>(s.prompt_tokens), 1e3 * s.prefill_seconds, static_cast<long>(s.reply_tokens),
-                   s.reply_tokens / std::max(s.decode_seconds, 1e-9), s.finished ? "" : ", cut at --max-reply",
-                   static_cast<long>(chat.positions()), static_cast<long>(chat.context()));
+      std::fprintf(stderr,
+                   "[%ld prompt tokens in %.0f ms; %ld tokens, %.1f tokens/s%s; %ld of %ld "
+                   "positions used]\n",
+                   static_cast<long>(s.prompt_tokens), 1e3 * s.prefill_seconds,
+                   static_cast<long>(s.reply_tokens),
+                   s.reply_tokens / std::max(s.decode_seconds, 1e-9),
+                   s.finished ? "" : ", cut at --max-reply", static_cast<long>(chat.positions()),
+                   static_cast<long>(chat.context()));
   }
 }
 
@@ -64,12 +70,22 @@ void run_chat(const ChatCliOptions& o) {
 
 void add_chat(CLI::App& app) {
   auto o = std::make_shared<ChatCliOptions>();
-  CLI::App* cmd = app.add_subcommand("chat", "Talk with an instruction-tuned GGUF model (ChatML), one line per turn");
-  cmd->add_option("--model", o->model, "GGUF file with a ChatML chat template (SmolLM2-135M-Instruct: scripts/get-models)")->required();
-  cmd->add_option("--system", o->system, "System prompt (default: the one the chat template writes, if any)");
+  CLI::App* cmd = app.add_subcommand(
+      "chat", "Talk with an instruction-tuned GGUF model (ChatML), one line per turn");
+  cmd->add_option(
+         "--model", o->model,
+         "GGUF file with a ChatML chat template (SmolLM2-135M-Instruct: scripts/get-models)")
+      ->required();
+  cmd->add_option("--system", o->system,
+                  "System prompt (default: the one the chat template writes, if any)");
   cmd->add_flag("--no-system", o->no_system, "No system prompt at all");
-  cmd->add_option("-n,--max-reply", o->max_reply, "Tokens per answer, at most")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--context", o->context, "Positions kept for the whole conversation (0 = the model's)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--max-reply", o->max_reply, "Tokens per answer, at most")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--context", o->context,
+                  "Positions kept for the whole conversation (0 = the model's)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   add_sampling_flags(*cmd, o->sampling);
   cmd->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
   add_threads_option(*cmd, o->threads);

@@ -40,7 +40,8 @@ void answer_by_generation(std::ostream& out, Model& model, const Batch& example,
   const int64_t prompt = 2 * items + 1;  // the pairs, then '?'
   model.forward_cached(cache, example.tokens.data(), 1, prompt);
   out << "\nNow the model answers by generating, one token at a time. The " << prompt
-      << " tokens up to '?' are\nrun once (prefill) and their keys and values kept in the KV cache; "
+      << " tokens up to '?' are\nrun once (prefill) and their keys and values kept in the KV "
+         "cache; "
          "each question is then\none step that reads the cache instead of recomputing it:\n\n  ";
   for (int64_t t = 0; t < prompt; ++t) out << recall_label(example.tokens[t], symbols) << ' ';
   out << "\n";
@@ -52,8 +53,9 @@ void answer_by_generation(std::ostream& out, Model& model, const Batch& example,
     const bool ok = answer == example.tokens[t + 1];
     right += ok, ++asked;
     out << "  " << recall_label(example.tokens[t], symbols) << " → "
-        << recall_label(answer, symbols) << (ok ? "  right" : "  wrong (the value was " +
-                                             recall_label(example.tokens[t + 1], symbols) + ")")
+        << recall_label(answer, symbols)
+        << (ok ? "  right"
+               : "  wrong (the value was " + recall_label(example.tokens[t + 1], symbols) + ")")
         << "\n";
     model.forward_cached(cache, &example.tokens[t + 1], 1, 1);  // the true answer joins the cache
   }
@@ -68,10 +70,12 @@ void write_page(std::ostream& out, std::vector<Tensor> weights, const Batch& exa
   const int64_t layers = static_cast<int64_t>(weights.size());
   AttentionMaps maps;
   maps.title = "The recall model of qkv demo";
-  maps.description = "Associative recall: 8 key-value pairs (keys A–P, values a–p), '?', then keys "
-                     "whose values the model must answer. The head that looks them up: layer " +
-                     std::to_string(layers - 1) + ", head " + std::to_string(head) + ".";
-  for (int64_t t = 0; t < example.T; ++t) maps.tokens.push_back(recall_label(example.tokens[t], symbols));
+  maps.description =
+      "Associative recall: 8 key-value pairs (keys A–P, values a–p), '?', then keys "
+      "whose values the model must answer. The head that looks them up: layer " +
+      std::to_string(layers - 1) + ", head " + std::to_string(head) + ".";
+  for (int64_t t = 0; t < example.T; ++t)
+    maps.tokens.push_back(recall_label(example.tokens[t], symbols));
   maps.weights = std::move(weights);
   maps.open_layer = layers - 1;  // the page opens on the head that looks up
   maps.open_head = head;
@@ -102,17 +106,20 @@ void tell_a_story(std::ostream& out) {
     return;
   }
   auto model = load_llama2c((dir / "stories260K.bin").string());
-  const Tokenizer tok = Tokenizer::load_llama2c((dir / "tok512.bin").string(), model->config().vocab_size);
-  out << "\nA real pretrained model: stories260K (llama2.c, 260K parameters, trained on children's\n"
+  const Tokenizer tok =
+      Tokenizer::load_llama2c((dir / "tok512.bin").string(), model->config().vocab_size);
+  out << "\nA real pretrained model: stories260K (llama2.c, 260K parameters, trained on "
+         "children's\n"
          "stories), greedy, with the KV cache:\n\n  ";
-  const GenerateStats s = generate(*model, tok.encode("Once upon a time"),
-                                   {.steps = 120, .sampling = {.temperature = 0}, .stop_tokens = {tok.bos()}},
-                                   [&](int32_t prev, int32_t token) {
-                                     const std::string piece = tok.decode(prev, token);
-                                     for (char c : piece) out << c << (c == '\n' ? "  " : "");
-                                     out << std::flush;
-                                     return true;
-                                   });
+  const GenerateStats s =
+      generate(*model, tok.encode("Once upon a time"),
+               {.steps = 120, .sampling = {.temperature = 0}, .stop_tokens = {tok.bos()}},
+               [&](int32_t prev, int32_t token) {
+                 const std::string piece = tok.decode(prev, token);
+                 for (char c : piece) out << c << (c == '\n' ? "  " : "");
+                 out << std::flush;
+                 return true;
+               });
   char line[200];
   std::snprintf(line, sizeof line, "\n\n  prefill %.0f tokens/s, decode %.0f tokens/s\n",
                 s.prefill_tokens_per_s, s.decode_tokens_per_s);
@@ -144,8 +151,7 @@ void train_and_show(std::ostream& out, int64_t steps) {
     const int bar = static_cast<int>(30 * p.step / p.steps);
     char line[160];
     std::snprintf(line, sizeof line, "%s  [%-30s] step %4ld  loss %.3f", tty ? "\r" : "",
-                  std::string(bar, '#').c_str(),
-                  static_cast<long>(p.step), p.loss);
+                  std::string(bar, '#').c_str(), static_cast<long>(p.step), p.loss);
     out << line;
     if (p.accuracy >= 0) {
       std::snprintf(line, sizeof line, "  accuracy %5.1f%%", 100 * p.accuracy);
@@ -194,7 +200,8 @@ void train_and_show(std::ostream& out, int64_t steps) {
 void add_demo(CLI::App& app) {
   auto skip_training = std::make_shared<bool>(false);
   auto steps = std::make_shared<int64_t>(1500);
-  CLI::App* cmd = app.add_subcommand("demo", "A guided tour: attention by hand, then a model that learns to use it");
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "A guided tour: attention by hand, then a model that learns to use it");
   cmd->add_flag("--no-training", *skip_training, "Skip the training (and the recall model's page)");
   cmd->add_option("--steps", *steps, "Training steps of the recall model")->capture_default_str();
   cmd->callback([skip_training, steps] {
@@ -219,8 +226,10 @@ void add_demo(CLI::App& app) {
         << "  build/release/qkv params --preset gpt3-175b GPT-3's parameters, head by head\n"
         << "  build/release/qkv train --task recall       the training above, with options\n"
         << "  build/release/qkv viz --example -o example.html   the worked example as a page\n"
-        << "  build/release/qkv generate --model models/stories260K/stories260K.bin --prompt \"Lily\"\n"
-        << "  build/release/qkv viz --model models/stories260K/stories260K.bin --prompt \"Once upon a time\"\n"
+        << "  build/release/qkv generate --model models/stories260K/stories260K.bin --prompt "
+           "\"Lily\"\n"
+        << "  build/release/qkv viz --model models/stories260K/stories260K.bin --prompt \"Once "
+           "upon a time\"\n"
         << "  build/release/qkv bench attention --seq 2048 --dim 128 --causal\n";
   });
 }

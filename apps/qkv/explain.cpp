@@ -28,16 +28,15 @@ void add_explain(CLI::App& app) {
   softmax->add_option("scores", opt->scores, "The scores (numbers)")->required();
   softmax->add_flag("--json", opt->json, "Print as JSON");
   softmax->add_option("--digits", opt->digits, "Decimals to print")->check(CLI::Range(0, 12));
-  softmax->callback([opt] { explain::print_softmax(std::cout, opt->scores, opt->json, opt->digits); });
+  softmax->callback(
+      [opt] { explain::print_softmax(std::cout, opt->scores, opt->json, opt->digits); });
 
   cmd->callback([opt, softmax] {
     if (softmax->parsed()) return;
     const explain::Example e = opt->input.empty() ? explain::article_example(opt->causal)
                                                   : explain::read_example(opt->input, opt->causal);
-    if (opt->json)
-      std::cout << explain::example_json(e, 2) << "\n";
-    else
-      explain::print_example(std::cout, e, opt->digits);
+    if (opt->json) std::cout << explain::example_json(e, 2) << "\n";
+    else explain::print_example(std::cout, e, opt->digits);
   });
 }
 

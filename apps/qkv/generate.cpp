@@ -31,7 +31,8 @@ void run_generate(const GenerateCliOptions& o) {
 
   const bool as_text = o.prompt_ids.empty();
   if (!as_text) std::cout << prompt[0];
-  else if (prompt[0] != f.tokenizer->bos()) std::cout << f.tokenizer->decode(-1, prompt[0]);  // the first token is text
+  else if (prompt[0] != f.tokenizer->bos())
+    std::cout << f.tokenizer->decode(-1, prompt[0]);  // the first token is text
   const GenerateStats s = generate(model, prompt, g, [&](int32_t prev, int32_t token) {
     if (as_text) std::cout << f.tokenizer->decode(prev, token);
     else std::cout << ' ' << token;
@@ -53,12 +54,19 @@ void run_generate(const GenerateCliOptions& o) {
 
 void add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateCliOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text with a KV cache (llama2.c, qkv or GGUF models)");
-  cmd->add_option("--model", o->model, "llama2.c checkpoint (.bin), qkv checkpoint (.safetensors) or GGUF file (.gguf)")->required();
-  cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer; default: tokenizer.bin or tok<vocab>.bin beside the model");
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Generate text with a KV cache (llama2.c, qkv or GGUF models)");
+  cmd->add_option("--model", o->model,
+                  "llama2.c checkpoint (.bin), qkv checkpoint (.safetensors) or GGUF file (.gguf)")
+      ->required();
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "llama2.c tokenizer; default: tokenizer.bin or tok<vocab>.bin beside the model");
   cmd->add_option("--prompt", o->prompt, "Text to continue");
-  cmd->add_option("--prompt-ids", o->prompt_ids, "The prompt as token ids (models of synthetic tasks)");
-  cmd->add_option("-n,--steps", o->steps, "Positions in all, prompt included (0 = the model's context)")->capture_default_str();
+  cmd->add_option("--prompt-ids", o->prompt_ids,
+                  "The prompt as token ids (models of synthetic tasks)");
+  cmd->add_option("-n,--steps", o->steps,
+                  "Positions in all, prompt included (0 = the model's context)")
+      ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
   add_threads_option(*cmd, o->threads);
   cmd->callback([o] { run_generate(*o); });

@@ -48,7 +48,8 @@ json caches() {
     if (level.empty()) break;
     if (type == "Instruction") continue;
     const std::string name = "L" + level + (type == "Data" ? "d" : "");
-    out.push_back({{"name", name}, {"size", read_line(dir + "size")},
+    out.push_back({{"name", name},
+                   {"size", read_line(dir + "size")},
                    {"shared_by", read_line(dir + "shared_cpu_list")}});
   }
   return out;
@@ -106,8 +107,8 @@ void info(const InfoOptions& o) {
             << joined(supported_targets()) << "\n          in use: " << target << " ("
             << target_vector_bits() << "-bit vectors, " << target_vector_registers()
             << " registers)\n"
-            << std::fixed << std::setprecision(1) << "fp32 FMA peak, " << threads
-            << " thread(s), " << target << ": " << peak << " GFLOP/s (measured now)\n"
+            << std::fixed << std::setprecision(1) << "fp32 FMA peak, " << threads << " thread(s), "
+            << target << ": " << peak << " GFLOP/s (measured now)\n"
             << "read bandwidth, " << threads << " thread(s), 256 MiB: " << read
             << " GB/s (measured now)\n"
             << result.dump() << "\n";
@@ -118,8 +119,9 @@ void info(const InfoOptions& o) {
 void add_info(CLI::App& app) {
   auto o = std::make_shared<InfoOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "info", "The CPU, its caches, the SIMD targets compiled in and in use, FMA peak and read "
-              "bandwidth measured now");
+      "info",
+      "The CPU, its caches, the SIMD targets compiled in and in use, FMA peak and read "
+      "bandwidth measured now");
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "Print only the JSON line");
   cmd->callback([o] { info(*o); });

@@ -68,7 +68,8 @@ class MpiJob : public ParallelJob {
   }
   bool any(bool flag) override {
     int mine = flag, all = 0;
-    dist::check_mpi(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD), "MPI_Allreduce");
+    dist::check_mpi(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD),
+                    "MPI_Allreduce");
     return all != 0;
   }
   double sum(double x) override { return dist::sum_over_ranks(MPI_COMM_WORLD, x); }

@@ -18,11 +18,13 @@ void ParallelJob::fail_job(const std::string& message) { throw Error(message); }
 
 #ifndef QKV_HAVE_MPI
 std::unique_ptr<ParallelJob> ParallelJob::start(const ParallelOptions& options) {
-  check(!options.context_parallel && !options.zero1, "train: --context-parallel and --zero1 need "
+  check(!options.context_parallel && !options.zero1,
+        "train: --context-parallel and --zero1 need "
         "qkv built with MPI (QKV_MPI; Debian: libopenmpi-dev)");
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
     const char* size = std::getenv(name);
-    check(!size || std::atoi(size) <= 1, "train: started as one of ", size, " MPI ranks, but this "
+    check(!size || std::atoi(size) <= 1, "train: started as one of ", size,
+          " MPI ranks, but this "
           "qkv was built without MPI (QKV_MPI): each rank would train alone. Rebuild with "
           "libopenmpi-dev installed");
   }

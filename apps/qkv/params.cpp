@@ -41,18 +41,18 @@ ModelConfig configure(ModelConfig c, const Overrides& o) {
   if (o.heads) c.n_heads = c.n_kv_heads = *o.heads;
   if (o.kv_heads) c.n_kv_heads = *o.kv_heads;
   if (o.norm)
-    c.norm = parse_kind<NormKind>("--norm", *o.norm,
-                                  {{"layernorm", NormKind::layer_norm},
-                                   {"rmsnorm", NormKind::rms_norm}});
+    c.norm = parse_kind<NormKind>(
+        "--norm", *o.norm, {{"layernorm", NormKind::layer_norm}, {"rmsnorm", NormKind::rms_norm}});
   if (o.mlp)
     c.mlp = parse_kind<MlpKind>("--mlp", *o.mlp,
                                 {{"gelu", MlpKind::gelu}, {"swiglu", MlpKind::swiglu}});
   if (o.positions)
-    c.positions = parse_kind<PositionKind>(
-        "--positions", *o.positions,
-        {{"learned", PositionKind::learned}, {"sinusoidal", PositionKind::sinusoidal},
-         {"rotary", PositionKind::rotary}, {"alibi", PositionKind::alibi},
-         {"none", PositionKind::none}});
+    c.positions = parse_kind<PositionKind>("--positions", *o.positions,
+                                           {{"learned", PositionKind::learned},
+                                            {"sinusoidal", PositionKind::sinusoidal},
+                                            {"rotary", PositionKind::rotary},
+                                            {"alibi", PositionKind::alibi},
+                                            {"none", PositionKind::none}});
   if (o.bias) c.bias = *o.bias;
   if (o.tied) c.tied_embeddings = *o.tied;
   if (o.d_head) {
@@ -74,41 +74,55 @@ ModelConfig configure(ModelConfig c, const Overrides& o) {
 }
 
 json config_json(const ModelConfig& c) {
-  return {{"vocab_size", c.vocab_size}, {"context", c.context},   {"d_model", c.d_model},
-          {"n_layers", c.n_layers},     {"n_heads", c.n_heads},   {"n_kv_heads", c.n_kv_heads},
-          {"d_head", c.d_head},         {"d_ff", c.d_ff},         {"norm", to_string(c.norm)},
-          {"mlp", to_string(c.mlp)},    {"positions", to_string(c.positions)},
-          {"bias", c.bias},             {"tied_embeddings", c.tied_embeddings}};
+  return {{"vocab_size", c.vocab_size},
+          {"context", c.context},
+          {"d_model", c.d_model},
+          {"n_layers", c.n_layers},
+          {"n_heads", c.n_heads},
+          {"n_kv_heads", c.n_kv_heads},
+          {"d_head", c.d_head},
+          {"d_ff", c.d_ff},
+          {"norm", to_string(c.norm)},
+          {"mlp", to_string(c.mlp)},
+          {"positions", to_string(c.positions)},
+          {"bias", c.bias},
+          {"tied_embeddings", c.tied_embeddings}};
 }
 
 json report_json(const std::string& name, const ModelConfig& c, const ParamCounts& p,
                  const CostCounts& k) {
-  return {
-      {"preset", name},
-      {"config", config_json(c)},
-      {"per_head",
-       {{"w_q", p.w_q}, {"w_k", p.w_k}, {"value_down", p.value_down}, {"value_up", p.value_up},
-        {"total", p.w_q + p.w_k + p.value_down + p.value_up}}},
-      {"per_layer",
-       {{"attention_weights", p.attention_weights}, {"attention_biases", p.attention_biases},
-        {"mlp", p.mlp}, {"norms", p.norms}, {"total", p.layer}}},
-      {"token_embedding", p.token_embedding},
-      {"position_embedding", p.position_embedding},
-      {"lm_head", p.lm_head},
-      {"final_norm", p.final_norm},
-      {"total", p.total},
-      {"non_embedding", p.non_embedding},
-      {"costs",
-       {{"context", k.context}, {"score_grid_entries", k.score_grid_entries},
-        {"score_grid_entries_all_heads_layers", k.score_grid_entries_all},
-        {"kv_cache_bytes_per_token_fp32", k.kv_cache_bytes_per_token_fp32},
-        {"kv_cache_bytes_per_token_bf16", k.kv_cache_bytes_per_token_bf16},
-        {"kv_cache_bytes_fp32", k.kv_cache_bytes_fp32},
-        {"kv_cache_bytes_bf16", k.kv_cache_bytes_bf16},
-        {"weight_bytes_fp32", k.weight_bytes_fp32},
-        {"forward_flops_matmul", k.forward_flops_matmul},
-        {"forward_flops_attention", k.forward_flops_attention},
-        {"forward_flops_per_token", k.forward_flops_per_token}}}};
+  return {{"preset", name},
+          {"config", config_json(c)},
+          {"per_head",
+           {{"w_q", p.w_q},
+            {"w_k", p.w_k},
+            {"value_down", p.value_down},
+            {"value_up", p.value_up},
+            {"total", p.w_q + p.w_k + p.value_down + p.value_up}}},
+          {"per_layer",
+           {{"attention_weights", p.attention_weights},
+            {"attention_biases", p.attention_biases},
+            {"mlp", p.mlp},
+            {"norms", p.norms},
+            {"total", p.layer}}},
+          {"token_embedding", p.token_embedding},
+          {"position_embedding", p.position_embedding},
+          {"lm_head", p.lm_head},
+          {"final_norm", p.final_norm},
+          {"total", p.total},
+          {"non_embedding", p.non_embedding},
+          {"costs",
+           {{"context", k.context},
+            {"score_grid_entries", k.score_grid_entries},
+            {"score_grid_entries_all_heads_layers", k.score_grid_entries_all},
+            {"kv_cache_bytes_per_token_fp32", k.kv_cache_bytes_per_token_fp32},
+            {"kv_cache_bytes_per_token_bf16", k.kv_cache_bytes_per_token_bf16},
+            {"kv_cache_bytes_fp32", k.kv_cache_bytes_fp32},
+            {"kv_cache_bytes_bf16", k.kv_cache_bytes_bf16},
+            {"weight_bytes_fp32", k.weight_bytes_fp32},
+            {"forward_flops_matmul", k.forward_flops_matmul},
+            {"forward_flops_attention", k.forward_flops_attention},
+            {"forward_flops_per_token", k.forward_flops_per_token}}}};
 }
 
 void print_report(const std::string& name, const std::string& description, const ModelConfig& c,
@@ -119,22 +133,21 @@ void print_report(const std::string& name, const std::string& description, const
         << with_commas(n) << "  " << extra << "\n";
   };
   out << name << (description.empty() ? "" : " - " + description) << "\n"
-      << "  " << c.n_layers << " layers, d_model " << with_commas(c.d_model) << ", "
-      << c.n_heads << " heads x d_head " << c.d_head;
+      << "  " << c.n_layers << " layers, d_model " << with_commas(c.d_model) << ", " << c.n_heads
+      << " heads x d_head " << c.d_head;
   if (c.n_kv_heads != c.n_heads) out << " (" << c.n_kv_heads << " key/value heads: GQA)";
-  out << ", d_ff " << with_commas(c.d_ff) << ", vocab " << with_commas(c.vocab_size)
-      << ", context " << with_commas(c.context) << "\n  " << to_string(c.norm) << ", "
-      << to_string(c.mlp) << " MLP, " << to_string(c.positions) << " positions, "
-      << (c.bias ? "biases" : "no biases") << ", "
-      << (c.tied_embeddings ? "tied" : "untied") << " embeddings\n";
+  out << ", d_ff " << with_commas(c.d_ff) << ", vocab " << with_commas(c.vocab_size) << ", context "
+      << with_commas(c.context) << "\n  " << to_string(c.norm) << ", " << to_string(c.mlp)
+      << " MLP, " << to_string(c.positions) << " positions, " << (c.bias ? "biases" : "no biases")
+      << ", " << (c.tied_embeddings ? "tied" : "untied") << " embeddings\n";
 
   const std::string dh = std::to_string(c.d_head), dm = with_commas(c.d_model);
   out << "\nParameters of one attention head (the articles' view)\n";
   row("W_Q   query map (" + dh + " x " + dm + ")", p.w_q);
   row("W_K   key map (" + dh + " x " + dm + ")", p.w_k,
-      c.n_kv_heads != c.n_heads ? "shared by " + std::to_string(c.n_heads / c.n_kv_heads) +
-                                      " query heads"
-                                : "");
+      c.n_kv_heads != c.n_heads
+          ? "shared by " + std::to_string(c.n_heads / c.n_kv_heads) + " query heads"
+          : "");
   row("value-down (" + dh + " x " + dm + ")", p.value_down,
       c.n_kv_heads != c.n_heads ? "shared too" : "");
   row("value-up (" + dm + " x " + dh + ", a slice of W_O)", p.value_up);
@@ -164,8 +177,8 @@ void print_report(const std::string& name, const std::string& description, const
   row("score grid per head per layer", k.score_grid_entries,
       with_commas(k.context) + "^2 entries: quadratic in the context");
   row("  ... all heads and layers", k.score_grid_entries_all);
-  out << "    " << std::left << std::setw(42) << "KV cache per token" << std::right
-      << std::setw(20) << bytes_str(k.kv_cache_bytes_per_token_fp32) << "  fp32 ("
+  out << "    " << std::left << std::setw(42) << "KV cache per token" << std::right << std::setw(20)
+      << bytes_str(k.kv_cache_bytes_per_token_fp32) << "  fp32 ("
       << bytes_str(k.kv_cache_bytes_per_token_bf16) << " bf16)\n";
   out << "    " << std::left << std::setw(42) << "KV cache for the context" << std::right
       << std::setw(20) << bytes_str(k.kv_cache_bytes_fp32) << "  fp32 ("
@@ -216,10 +229,8 @@ void add_params(CLI::App& app) {
     const ModelConfig c = configure(base.config, *o);
     const ParamCounts p = count_params(c);
     const CostCounts k = count_costs(c, o->seq.value_or(c.context));
-    if (flags->first)
-      std::cout << report_json(base.name, c, p, k).dump(2) << "\n";
-    else
-      print_report(base.name, base.description, c, p, k);
+    if (flags->first) std::cout << report_json(base.name, c, p, k).dump(2) << "\n";
+    else print_report(base.name, base.description, c, p, k);
   });
 }
 

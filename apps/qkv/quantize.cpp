@@ -19,16 +19,19 @@ struct QuantizeOptions {
 
 void run_quantize(const QuantizeOptions& o) {
   const std::map<std::string, gguf::TensorType> types{{"q8_0", gguf::TensorType::q8_0},
-                                                     {"q4_0", gguf::TensorType::q4_0},
-                                                     {"f16", gguf::TensorType::f16},
-                                                     {"f32", gguf::TensorType::f32}};
+                                                      {"q4_0", gguf::TensorType::q4_0},
+                                                      {"f16", gguf::TensorType::f16},
+                                                      {"f32", gguf::TensorType::f32}};
   const auto type = types.find(o.type);
   check(type != types.end(), "--type must be q8_0, q4_0, f16 or f32, got \"", o.type, "\"");
   ModelFile f = load_model_file(o.model, o.tokenizer, /*need_tokenizer=*/false, GgufWeights::fp32);
   check(f.format != "gguf", "--model: \"", o.model, "\" is a GGUF file already");
-  const GgufSaveStats s = save_gguf(o.out, *f.model, f.tokenizer ? &*f.tokenizer : nullptr, type->second);
-  std::printf("%s: %ld matrices in %s", o.out.c_str(), static_cast<long>(s.quantized), gguf::to_string(type->second).c_str());
-  if (s.kept_f32) std::printf(", %ld kept in F32 (rows not whole blocks)", static_cast<long>(s.kept_f32));
+  const GgufSaveStats s =
+      save_gguf(o.out, *f.model, f.tokenizer ? &*f.tokenizer : nullptr, type->second);
+  std::printf("%s: %ld matrices in %s", o.out.c_str(), static_cast<long>(s.quantized),
+              gguf::to_string(type->second).c_str());
+  if (s.kept_f32)
+    std::printf(", %ld kept in F32 (rows not whole blocks)", static_cast<long>(s.kept_f32));
   std::printf(", %s of tensors (fp32: %s)%s\n", bytes_str(static_cast<double>(s.bytes)).c_str(),
               bytes_str(4.0 * static_cast<double>(f.model->num_params())).c_str(),
               f.tokenizer ? ", with its tokenizer" : ", no tokenizer (prompts as --prompt-ids)");
@@ -38,9 +41,13 @@ void run_quantize(const QuantizeOptions& o) {
 
 void add_quantize(CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
-  CLI::App* cmd = app.add_subcommand("quantize", "Write a Llama-style model as GGUF, its matrices in Q8_0 or Q4_0");
-  cmd->add_option("--model", o->model, "llama2.c checkpoint (.bin) or qkv checkpoint (.safetensors)")->required();
-  cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer; default: beside the model (a qkv byte model: its bytes)");
+  CLI::App* cmd = app.add_subcommand(
+      "quantize", "Write a Llama-style model as GGUF, its matrices in Q8_0 or Q4_0");
+  cmd->add_option("--model", o->model,
+                  "llama2.c checkpoint (.bin) or qkv checkpoint (.safetensors)")
+      ->required();
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "llama2.c tokenizer; default: beside the model (a qkv byte model: its bytes)");
   cmd->add_option("--out", o->out, "The GGUF file to write")->required();
   cmd->add_option("--type", o->type, "q8_0, q4_0, f16 or f32")->capture_default_str();
   cmd->callback([o] { run_quantize(*o); });

@@ -32,7 +32,8 @@ void run_random_model(const RandomModelOptions& o) {
 
 void add_random_model(CLI::App& app) {
   auto o = std::make_shared<RandomModelOptions>();
-  CLI::App* cmd = app.add_subcommand("random-model", "Write a llama2.c checkpoint with random weights (for benchmarks)");
+  CLI::App* cmd = app.add_subcommand(
+      "random-model", "Write a llama2.c checkpoint with random weights (for benchmarks)");
   cmd->add_option("-o,--output", o->out, "The .bin file to write")->required();
   cmd->add_option("--dim", o->dim, "Model width")->capture_default_str();
   cmd->add_option("--hidden", o->hidden, "FFN width")->capture_default_str();

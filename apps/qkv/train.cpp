@@ -27,7 +27,8 @@ std::atomic<bool> interrupted{false};
 extern "C" void on_sigint(int) { interrupted = true; }
 
 struct TrainOptions {
-  std::string task = "recall", text, style = "gpt2", positions, checkpoint = "qkv-checkpoint.safetensors";
+  std::string task = "recall", text, style = "gpt2", positions,
+              checkpoint = "qkv-checkpoint.safetensors";
   std::string resume, size;
   int64_t items = 8, symbols = 16, seq = 128;
   TrainOptions() {
@@ -50,9 +51,9 @@ struct Size {
   int64_t d_model, layers, heads;
 };
 constexpr Size kSizes[] = {
-    {"tiny", 64, 2, 4},       // the recall model of the demo
+    {"tiny", 64, 2, 4},  // the recall model of the demo
     {"small", 128, 4, 4},
-    {"medium", 256, 4, 4},    // the first shape of the training benchmark
+    {"medium", 256, 4, 4},  // the first shape of the training benchmark
     {"gpt2-small", 768, 12, 12},
 };
 
@@ -137,8 +138,8 @@ void run_train(const TrainOptions& o, ParallelJob& job) {
     log << "qkv train: " << data.describe() << "\n  model: " << c.n_layers << " layers, d_model "
         << c.d_model << ", " << c.n_heads << " heads, " << with_commas(model->num_params())
         << " parameters; batch " << o.train.batch << " x " << data.seq_len() << " tokens, "
-        << o.train.steps << " steps" << (first_step ? ", resumed at step " + std::to_string(first_step) : "")
-        << "\n";
+        << o.train.steps << " steps"
+        << (first_step ? ", resumed at step " + std::to_string(first_step) : "") << "\n";
     if (!job.describe().empty())
       log << "  " << job.describe() << ", " << num_threads() << " threads per rank; "
           << bytes_str(static_cast<double>(job.state_bytes(*model, *optimizer)))
@@ -151,35 +152,39 @@ void run_train(const TrainOptions& o, ParallelJob& job) {
     const AdamW& whole = job.optimizer_for_checkpoint(*optimizer);
     if (root) save_checkpoint(o.checkpoint, *model, &whole, step, {{"task", data.describe()}});
   };
-  const TrainResult r = train(*model, *optimizer, data, o.train, first_step, [&](const TrainProgress& p) {
-    if (!quiet && (tty || p.eval_loss >= 0 || p.step == p.steps)) {
-      const double eta = p.seconds / std::max<int64_t>(1, p.step - first_step) * (p.steps - p.step);
-      char line[256];
-      std::snprintf(line, sizeof line, "step %5ld/%ld  loss %.4f  lr %.2e  %.0f tok/s  ETA %.0fs",
-                    static_cast<long>(p.step), static_cast<long>(p.steps), p.loss, p.lr,
-                    p.tokens_per_s, eta);
-      std::string text = line;
-      if (p.eval_loss >= 0) {
-        std::snprintf(line, sizeof line, "  eval loss %.4f", p.eval_loss);
-        text += line;
-      }
-      if (p.accuracy >= 0) {
-        std::snprintf(line, sizeof line, "  accuracy %.1f%%", 100 * p.accuracy);
-        text += line;
-      }
-      if (tty) log << "\r\033[K" << text << (p.eval_loss >= 0 ? "\n" : "") << std::flush;
-      else log << text << "\n";
-    }
-    if (o.save_every > 0 && p.step % o.save_every == 0) save(p.step);
-    return !job.any(interrupted);  // every rank stops at the same step
-  }, runner.get());
+  const TrainResult r = train(
+      *model, *optimizer, data, o.train, first_step,
+      [&](const TrainProgress& p) {
+        if (!quiet && (tty || p.eval_loss >= 0 || p.step == p.steps)) {
+          const double eta =
+              p.seconds / std::max<int64_t>(1, p.step - first_step) * (p.steps - p.step);
+          char line[256];
+          std::snprintf(line, sizeof line,
+                        "step %5ld/%ld  loss %.4f  lr %.2e  %.0f tok/s  ETA %.0fs",
+                        static_cast<long>(p.step), static_cast<long>(p.steps), p.loss, p.lr,
+                        p.tokens_per_s, eta);
+          std::string text = line;
+          if (p.eval_loss >= 0) {
+            std::snprintf(line, sizeof line, "  eval loss %.4f", p.eval_loss);
+            text += line;
+          }
+          if (p.accuracy >= 0) {
+            std::snprintf(line, sizeof line, "  accuracy %.1f%%", 100 * p.accuracy);
+            text += line;
+          }
+          if (tty) log << "\r\033[K" << text << (p.eval_loss >= 0 ? "\n" : "") << std::flush;
+          else log << text << "\n";
+        }
+        if (o.save_every > 0 && p.step % o.save_every == 0) save(p.step);
+        return !job.any(interrupted);  // every rank stops at the same step
+      },
+      runner.get());
   std::signal(SIGINT, SIG_DFL);
   save(r.steps);
 
   // MFU: training FLOPs over the fp32 FMA peak measured now (every rank at once, summed).
   const double peak = job.sum(detail::measure_fma_peak_gflops(num_threads(), 0.1));
-  const double flops_per_token =
-      training_flops_per_token(c, model->num_params(), data.seq_len());
+  const double flops_per_token = training_flops_per_token(c, model->num_params(), data.seq_len());
   const double mfu = r.tokens_per_s * flops_per_token / (peak * 1e9);
   if (!root) return;
   json summary = {{"final_loss", r.final_loss},
@@ -199,7 +204,8 @@ void run_train(const TrainOptions& o, ParallelJob& job) {
   if (!o.quiet) {
     log << (interrupted ? "interrupted: " : "done: ") << r.steps << " steps, final loss "
         << r.final_loss;
-    if (r.final_accuracy >= 0) log << ", accuracy " << 100 * r.final_accuracy << "% on held-out examples";
+    if (r.final_accuracy >= 0)
+      log << ", accuracy " << 100 * r.final_accuracy << "% on held-out examples";
     log << ", " << static_cast<int64_t>(r.tokens_per_s) << " tokens/s, MFU " << 100 * mfu
         << "%\n  checkpoint: " << o.checkpoint << "\n";
   }
@@ -221,17 +227,23 @@ void run_train(const TrainOptions& o) {
 
 void add_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
-  CLI::App* cmd = app.add_subcommand("train", "Train a small transformer (default: associative recall)");
+  CLI::App* cmd =
+      app.add_subcommand("train", "Train a small transformer (default: associative recall)");
   cmd->add_option("--task", o->task, "recall, copy or reverse")->capture_default_str();
   cmd->add_option("--text", o->text, "Train on the bytes of this file instead");
-  cmd->add_option("--items", o->items, "Key-value pairs (recall) or symbols to copy")->capture_default_str();
-  cmd->add_option("--symbols", o->symbols, "Alphabet size of the synthetic tasks")->capture_default_str();
+  cmd->add_option("--items", o->items, "Key-value pairs (recall) or symbols to copy")
+      ->capture_default_str();
+  cmd->add_option("--symbols", o->symbols, "Alphabet size of the synthetic tasks")
+      ->capture_default_str();
   cmd->add_option("--seq", o->seq, "Sequence length for --text")->capture_default_str();
-  cmd->add_option("--style", o->style, "gpt2 (LayerNorm, GELU, learned positions) or llama (RMSNorm, SwiGLU, rotary)")
+  cmd->add_option("--style", o->style,
+                  "gpt2 (LayerNorm, GELU, learned positions) or llama (RMSNorm, SwiGLU, rotary)")
       ->capture_default_str()
       ->check(CLI::IsMember({"gpt2", "llama"}));
-  cmd->add_option("--positions", o->positions, "Override: learned, sinusoidal, rotary, alibi, none");
-  cmd->add_option("--size", o->size, "tiny, small, medium or gpt2-small (sets width, layers, heads)");
+  cmd->add_option("--positions", o->positions,
+                  "Override: learned, sinusoidal, rotary, alibi, none");
+  cmd->add_option("--size", o->size,
+                  "tiny, small, medium or gpt2-small (sets width, layers, heads)");
   cmd->add_option("--d-model", o->d_model, "Embedding width")->capture_default_str();
   cmd->add_option("--layers", o->layers, "Blocks")->capture_default_str();
   cmd->add_option("--heads", o->heads, "Query heads")->capture_default_str();
@@ -240,19 +252,23 @@ void add_train(CLI::App& app) {
   cmd->add_option("--init-std", o->init_std, "Std of the initial weights; default 1/sqrt(d_model)");
   cmd->add_option("--steps", o->train.steps, "Optimizer steps")->capture_default_str();
   cmd->add_option("--batch", o->train.batch, "Sequences per micro-batch")->capture_default_str();
-  cmd->add_option("--grad-accum", o->train.grad_accum, "Micro-batches per step")->capture_default_str();
+  cmd->add_option("--grad-accum", o->train.grad_accum, "Micro-batches per step")
+      ->capture_default_str();
   cmd->add_option("--lr", o->train.lr, "Peak learning rate")->capture_default_str();
-  cmd->add_option("--min-lr", o->train.min_lr, "Final learning rate (cosine)")->capture_default_str();
+  cmd->add_option("--min-lr", o->train.min_lr, "Final learning rate (cosine)")
+      ->capture_default_str();
   cmd->add_option("--warmup", o->train.warmup, "Warmup steps")->capture_default_str();
   cmd->add_option("--clip", o->train.clip, "Gradient-norm clip (0 = off)")->capture_default_str();
   cmd->add_option("--weight-decay", o->weight_decay, "AdamW weight decay")->capture_default_str();
   cmd->add_option("--seed", o->train.seed, "Seed of weights and data")->capture_default_str();
-  cmd->add_option("--eval-every", o->train.eval_every, "Steps between evaluations")->capture_default_str();
+  cmd->add_option("--eval-every", o->train.eval_every, "Steps between evaluations")
+      ->capture_default_str();
   cmd->add_option("--checkpoint", o->checkpoint, "Where to save")->capture_default_str();
   cmd->add_option("--save-every", o->save_every, "Also save every N steps (0 = only at the end)");
   cmd->add_option("--resume", o->resume, "Continue from this checkpoint (same data flags)");
-  cmd->add_flag("--context-parallel", o->parallel.context_parallel,
-                "Under mpirun: split each sequence across the ranks (ring attention) instead of the batch");
+  cmd->add_flag(
+      "--context-parallel", o->parallel.context_parallel,
+      "Under mpirun: split each sequence across the ranks (ring attention) instead of the batch");
   cmd->add_flag("--zero1", o->parallel.zero1,
                 "Under mpirun: shard the optimizer state across the ranks (ZeRO-1)");
   add_threads_option(*cmd, o->threads);

@@ -22,12 +22,14 @@ struct VizOptions {
 
 AttentionMaps maps_of_file(const VizOptions& o) {
   ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty(), GgufWeights::fp32);
-  return maps_of_model(f, std::filesystem::path(o.model).filename().string(), o.prompt, o.prompt_ids);
+  return maps_of_model(f, std::filesystem::path(o.model).filename().string(), o.prompt,
+                       o.prompt_ids);
 }
 
 void run_viz(const VizOptions& o) {
   check(o.example != !o.model.empty(), "give --model FILE with --prompt, or --example");
-  check(o.example || !o.prompt.empty() || !o.prompt_ids.empty(), "give a --prompt (or --prompt-ids)");
+  check(o.example || !o.prompt.empty() || !o.prompt_ids.empty(),
+        "give a --prompt (or --prompt-ids)");
   const AttentionMaps m = o.example ? maps_of_example(o.causal_example) : maps_of_file(o);
   if (o.terminal) {
     const int64_t L = m.weights.size(), H = m.weights[0].size(1), T = m.tokens.size();
@@ -56,7 +58,8 @@ void run_viz(const VizOptions& o) {
 
 void add_viz(CLI::App& app) {
   auto o = std::make_shared<VizOptions>();
-  CLI::App* cmd = app.add_subcommand("viz", "Attention patterns as an HTML page (or in the terminal)");
+  CLI::App* cmd =
+      app.add_subcommand("viz", "Attention patterns as an HTML page (or in the terminal)");
   cmd->add_option("--model", o->model, "llama2.c (.bin) or qkv (.safetensors) model");
   cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer; default: beside the model");
   cmd->add_option("--prompt", o->prompt, "The text whose attention to show");

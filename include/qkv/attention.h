@@ -32,13 +32,13 @@
 namespace qkv {
 
 struct Mask {
-  bool causal = false;             // query i sees keys <= i + (Tk - Tq)
-  int window_left = -1;            // sliding window: keys in [pos - left, pos + right];
-  int window_right = -1;           //   -1 = unbounded on that side
-  const int32_t* kv_len = nullptr; // [B]: keys >= kv_len[b] are padding (0 <= kv_len[b] <= Tk)
-  View bias;                       // optional additive bias, broadcastable to [B, Hq, Tq, Tk]:
-                                   //   2 to 4 dims, aligned right, each dim 1 or full size
-  const float* alibi = nullptr;    // optional [Hq] ALiBi slopes
+  bool causal = false;              // query i sees keys <= i + (Tk - Tq)
+  int window_left = -1;             // sliding window: keys in [pos - left, pos + right];
+  int window_right = -1;            //   -1 = unbounded on that side
+  const int32_t* kv_len = nullptr;  // [B]: keys >= kv_len[b] are padding (0 <= kv_len[b] <= Tk)
+  View bias;                        // optional additive bias, broadcastable to [B, Hq, Tq, Tk]:
+                                    //   2 to 4 dims, aligned right, each dim 1 or full size
+  const float* alibi = nullptr;     // optional [Hq] ALiBi slopes
 };
 
 // Packed variable-length batch (FlashAttention's "varlen", cu_seqlens): sequences of
@@ -47,21 +47,21 @@ struct Mask {
 // sees another sequence's keys, and its mask (causal, window) is that of a batch of its own.
 // No padding is stored or computed. The bias, if any, is indexed by packed positions.
 struct Packed {
-  int num_seqs = 0;                     // 0 = off
+  int num_seqs = 0;                       // 0 = off
   const int32_t* cu_seqlens_q = nullptr;  // [num_seqs + 1], 0 … Tq, non-decreasing
   const int32_t* cu_seqlens_k = nullptr;  // [num_seqs + 1], 0 … Tk, non-decreasing
 };
 
 struct AttentionArgs {
-  View q;                 // [B, Hq, Tq, D]
-  View k;                 // [B, Hkv, Tk, D]
-  View v;                 // [B, Hkv, Tk, Dv]
-  View out;               // [B, Hq, Tq, Dv], written
-  float* lse = nullptr;   // optional [B, Hq, Tq] contiguous, written: log-sum-exp of the scores
-  float scale = 0;        // 0 means 1/sqrt(D)
-  float softcap = 0;      // 0 means off
+  View q;                // [B, Hq, Tq, D]
+  View k;                // [B, Hkv, Tk, D]
+  View v;                // [B, Hkv, Tk, Dv]
+  View out;              // [B, Hq, Tq, Dv], written
+  float* lse = nullptr;  // optional [B, Hq, Tq] contiguous, written: log-sum-exp of the scores
+  float scale = 0;       // 0 means 1/sqrt(D)
+  float softcap = 0;     // 0 means off
   Mask mask;
-  Packed packed;          // optional: several sequences packed along T (then B must be 1)
+  Packed packed;  // optional: several sequences packed along T (then B must be 1)
 };
 
 // The fast path: tiled FlashAttention-2 forward, or split-KV decoding when Tq is small.
@@ -82,8 +82,8 @@ double visible_pairs(const AttentionArgs& args);
 
 // Throws qkv::Error naming the first argument whose shape, layout or value is wrong.
 void validate(const AttentionArgs& args, const char* where);
-void validate_backward(const AttentionArgs& args, const View& dout, const View& dq,
-                       const View& dk, const View& dv, const char* where);
+void validate_backward(const AttentionArgs& args, const View& dout, const View& dq, const View& dk,
+                       const View& dv, const char* where);
 
 // ---- attention over stored keys and values (a key/value cache) ----------------------------
 //
@@ -97,10 +97,10 @@ struct StoredKV {
   const void* k = nullptr;
   const void* v = nullptr;
   int64_t batch_stride = 0, head_stride = 0, row_stride = 0;  // in elements
-  int64_t heads = 0;           // Hkv
-  int64_t dim_k = 0, dim_v = 0;  // D, Dv
-  int64_t length = 0;          // positions so far, the queries' included
-  int64_t slots = 0;           // 0: not a ring
+  int64_t heads = 0;                                          // Hkv
+  int64_t dim_k = 0, dim_v = 0;                               // D, Dv
+  int64_t length = 0;  // positions so far, the queries' included
+  int64_t slots = 0;   // 0: not a ring
   // Optional [B, Hkv, n, D] and [B, Hkv, n, Dv] fp32: the keys and values of the last n
   // positions, given here rather than stored (a ring that storing them would overrun while
   // earlier queries still see what they overwrite). Read as `type` rounds them.

@@ -26,7 +26,7 @@ ChatFormat chat_format(const std::string& chat_template);
 std::string default_system_prompt(const std::string& chat_template);
 
 struct ChatOptions {
-  std::string system;        // the system prompt; "" = none
+  std::string system;  // the system prompt; "" = none
   SamplingOptions sampling;
   int64_t max_reply = 1024;  // tokens per answer, at most
   int64_t context = 0;       // positions the cache holds, all turns together; 0 = the model's
@@ -49,7 +49,8 @@ class Chat {
   // Adds the user's message, then streams the answer: on_token(text) for each token's bytes
   // (returning false stops it). Throws qkv::Error, the conversation unchanged, when the turn
   // would not fit in the context that is left.
-  ChatTurnStats reply(const std::string& user, const std::function<bool(const std::string&)>& on_token);
+  ChatTurnStats reply(const std::string& user,
+                      const std::function<bool(const std::string&)>& on_token);
   // The same in two steps: add() puts a message of any role in the conversation (an earlier
   // exchange, a few-shot example) without running it; respond() runs what was added and
   // streams the assistant's answer.
@@ -71,9 +72,9 @@ class Chat {
   const Tokenizer* tokenizer_;
   ChatOptions options_;
   int64_t context_ = 0;
-  int32_t start_ = -1, end_ = -1;    // <|im_start|>, <|im_end|>
-  std::vector<int32_t> run_;         // the tokens in the cache
-  std::vector<int32_t> pending_;     // decided but not yet run (added messages, the last <|im_end|>\n)
+  int32_t start_ = -1, end_ = -1;  // <|im_start|>, <|im_end|>
+  std::vector<int32_t> run_;       // the tokens in the cache
+  std::vector<int32_t> pending_;  // decided but not yet run (added messages, the last <|im_end|>\n)
   std::unique_ptr<KVCache> cache_;
   Sampler sampler_;
 };

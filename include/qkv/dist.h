@@ -39,7 +39,7 @@ struct Sharding {
 
   // Throws qkv::Error unless seq_len divides into equal chunks (P of them contiguous, 2P zigzag).
   void validate(const char* where) const;
-  int64_t local_len() const;                 // positions per rank
+  int64_t local_len() const;                  // positions per rank
   std::vector<Chunk> chunks(int rank) const;  // in local row order
   // The global position of every local row of `rank`.
   std::vector<int64_t> positions(int rank) const;
@@ -117,9 +117,9 @@ class DataParallel : public StepRunner {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   bool zero1_ = false;
-  std::vector<int64_t> begin_;          // slice r is [begin_[r], begin_[r+1])
-  std::vector<int> counts_;             // the same, as MPI counts
-  std::vector<float> received_;         // P × this rank's slice
+  std::vector<int64_t> begin_;   // slice r is [begin_[r], begin_[r+1])
+  std::vector<int> counts_;      // the same, as MPI counts
+  std::vector<float> received_;  // P × this rank's slice
 };
 
 // ---- context-parallel training -------------------------------------------------------------

@@ -25,8 +25,19 @@
 namespace qkv::gguf {
 
 enum class ValueType : uint32_t {
-  u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7, string = 8,
-  array = 9, u64 = 10, i64 = 11, f64 = 12,
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
 };
 std::string to_string(ValueType t);
 
@@ -46,8 +57,8 @@ struct Value {
 };
 
 // The tensor types and their block sizes are qkv's number formats (qkv/number_format.h).
-using ::qkv::BlockSize;
 using ::qkv::block_size;
+using ::qkv::BlockSize;
 using ::qkv::TensorType;
 using ::qkv::to_string;
 
@@ -55,7 +66,7 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // as the file lists them: dims[0] is the innermost (contiguous)
   TensorType type = TensorType::f32;
-  uint64_t offset = 0;        // into the data section
+  uint64_t offset = 0;  // into the data section
   uint64_t bytes = 0;
   const uint8_t* data = nullptr;  // in the mapped file
   int64_t elements() const;
@@ -72,8 +83,8 @@ class File {
   uint64_t alignment() const { return alignment_; }
   const std::map<std::string, Value>& metadata() const { return metadata_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  const Value* find(const std::string& key) const;          // null when absent
-  const Value& at(const std::string& key) const;             // a qkv::Error when absent
+  const Value* find(const std::string& key) const;  // null when absent
+  const Value& at(const std::string& key) const;    // a qkv::Error when absent
   const TensorInfo* find_tensor(const std::string& name) const;
   const std::string& name() const { return name_; }
   // Keeps the mapped file alive for whoever holds it (null for from_bytes: the caller's bytes).
@@ -106,7 +117,8 @@ class Writer {
  public:
   void add(const std::string& key, Value value);
   // dims innermost first, as the file lists them; `bytes` is the tensor in its block format.
-  void add_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims, std::vector<uint8_t> bytes);
+  void add_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims,
+                  std::vector<uint8_t> bytes);
   void write(const std::string& path) const;
 
  private:

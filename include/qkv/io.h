@@ -47,7 +47,8 @@ std::unique_ptr<Model> load_llama2c_bytes(const uint8_t* data, size_t size);
 // The config of a llama2.c model from its header's numbers: Llama style, RMSNorm eps 1e-5,
 // rotary on adjacent pairs, head size dim / heads.
 ModelConfig llama2c_config(int64_t dim, int64_t hidden, int64_t layers, int64_t heads,
-                           int64_t kv_heads, int64_t vocab, int64_t seq_len, bool shared_classifier);
+                           int64_t kv_heads, int64_t vocab, int64_t seq_len,
+                           bool shared_classifier);
 // Writes a Llama-style model as a version-0 llama2.c checkpoint (what llama2.c's run.c reads).
 void save_llama2c(const std::string& path, const Model& model);
 
@@ -59,9 +60,11 @@ void save_llama2c(const std::string& path, const Model& model);
 // dequantizer instead, for the full forward (training, attention maps, explain).
 enum class GgufWeights { in_place, fp32 };
 ModelConfig gguf_model_config(const gguf::File& file);
-std::unique_ptr<Model> load_gguf(const std::string& path, GgufWeights weights = GgufWeights::in_place);
+std::unique_ptr<Model> load_gguf(const std::string& path,
+                                 GgufWeights weights = GgufWeights::in_place);
 // From a parsed file (a File::from_bytes one's bytes must outlive the model).
-std::unique_ptr<Model> load_gguf(const gguf::File& file, GgufWeights weights = GgufWeights::in_place);
+std::unique_ptr<Model> load_gguf(const gguf::File& file,
+                                 GgufWeights weights = GgufWeights::in_place);
 
 // Writes a Llama-style model (RMSNorm, SwiGLU, rotary, no biases) as a GGUF file of the "llama"
 // architecture that llama.cpp and load_gguf read: the matrices in `type` (Q8_0, Q4_0, F16 or

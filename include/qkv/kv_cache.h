@@ -4,8 +4,8 @@
 // Per layer, per sequence, per key/value head: `slots` rows of d_head floats for K and for V,
 // allocated once. A sequence's keys are written at the positions it has reached; its length
 // grows by the tokens run through Model::forward_cached. attend() is how a model reads it:
-// every cached attention goes through qkv::attention over the cache's StoredKV. Positions are rotated (RoPE) before
-// they are stored, so a cached key never needs touching again.
+// every cached attention goes through qkv::attention over the cache's StoredKV. Positions are
+// rotated (RoPE) before they are stored, so a cached key never needs touching again.
 //
 // Storage: fp32, or bf16 (half the memory; keys and values are rounded to 8 mantissa bits
 // when written, scores and softmax stay fp32 — see docs/api.md for the measured accuracy).
@@ -26,10 +26,10 @@ struct ModelConfig;
 enum class CacheType { f32, bf16 };
 
 struct KVCacheOptions {
-  int64_t batch = 1;            // sequences held side by side
-  int64_t max_seq = 0;          // positions per sequence; 0 = the model's context
+  int64_t batch = 1;    // sequences held side by side
+  int64_t max_seq = 0;  // positions per sequence; 0 = the model's context
   CacheType type = CacheType::f32;
-  bool ring = false;            // keep only the last window + 1 positions (the model needs a window)
+  bool ring = false;  // keep only the last window + 1 positions (the model needs a window)
 };
 
 class KVCache {
@@ -44,7 +44,7 @@ class KVCache {
   int64_t max_seq() const { return max_seq_; }  // longest a sequence may grow
   bool ring() const { return ring_; }
   CacheType type() const { return type_; }
-  int64_t bytes() const;                        // memory held for keys and values
+  int64_t bytes() const;  // memory held for keys and values
 
   // Positions sequence `seq` has seen so far (its next token goes at this position).
   int64_t length(int64_t seq) const;

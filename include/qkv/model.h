@@ -23,25 +23,25 @@ enum class PositionKind { learned, sinusoidal, rotary, alibi, none };
 
 struct ModelConfig {
   int64_t vocab_size = 50257;
-  int64_t context = 1024;     // longest sequence (learned position table size)
-  int64_t d_model = 768;      // width of the residual stream (the embedding)
+  int64_t context = 1024;  // longest sequence (learned position table size)
+  int64_t d_model = 768;   // width of the residual stream (the embedding)
   int64_t n_layers = 12;
-  int64_t n_heads = 12;       // query heads
-  int64_t n_kv_heads = 12;    // key/value heads: n_heads (MHA), fewer (GQA), 1 (MQA)
-  int64_t d_head = 64;        // per-head width of queries, keys and values
-  int64_t d_ff = 3072;        // hidden width of the feed-forward block
+  int64_t n_heads = 12;     // query heads
+  int64_t n_kv_heads = 12;  // key/value heads: n_heads (MHA), fewer (GQA), 1 (MQA)
+  int64_t d_head = 64;      // per-head width of queries, keys and values
+  int64_t d_ff = 3072;      // hidden width of the feed-forward block
   NormKind norm = NormKind::layer_norm;
   MlpKind mlp = MlpKind::gelu;
   PositionKind positions = PositionKind::learned;
-  bool bias = true;            // biases in the linear layers (and LayerNorm)
-  bool tied_embeddings = true; // the language-model head reuses the token embedding
+  bool bias = true;             // biases in the linear layers (and LayerNorm)
+  bool tied_embeddings = true;  // the language-model head reuses the token embedding
   float norm_eps = 1e-5f;
-  float rope_theta = 10000;    // rotary base frequency
-  bool rope_halves = false;    // rotary pairs (j, j + D/2) as GPT-NeoX; false: (2j, 2j+1)
-  bool causal = true;          // a decoder; false only for experiments on symmetry
-  int64_t window = 0;          // sliding window (Mistral): each position sees itself and the
-                               // `window` positions before it; 0 = the whole prefix
-  float init_std = 0.02f;      // std of the random initial weights (GPT-2: 0.02)
+  float rope_theta = 10000;  // rotary base frequency
+  bool rope_halves = false;  // rotary pairs (j, j + D/2) as GPT-NeoX; false: (2j, 2j+1)
+  bool causal = true;        // a decoder; false only for experiments on symmetry
+  int64_t window = 0;        // sliding window (Mistral): each position sees itself and the
+                             // `window` positions before it; 0 = the whole prefix
+  float init_std = 0.02f;    // std of the random initial weights (GPT-2: 0.02)
 };
 
 std::string to_string(NormKind);
@@ -62,10 +62,10 @@ ModelConfig llama_config(int64_t layers, int64_t d_model, int64_t heads, int64_t
 
 // One named tensor inside the flat parameter buffer.
 struct ParamInfo {
-  std::string name;   // e.g. "layers.3.attn.qkv.weight"
-  int64_t offset = 0; // in floats, into Model::weights and Model::grads
+  std::string name;    // e.g. "layers.3.attn.qkv.weight"
+  int64_t offset = 0;  // in floats, into Model::weights and Model::grads
   int64_t rows = 0, cols = 1;
-  bool decay = false; // matrices and embeddings get weight decay; biases and norms do not
+  bool decay = false;     // matrices and embeddings get weight decay; biases and norms do not
   bool external = false;  // held outside the buffer, as ExternalWeights (offset −1)
 };
 

@@ -24,12 +24,12 @@ struct ModelFile {
   std::string chat_template;           // GGUF's tokenizer.chat_template, when it has one
 };
 
-// The format is told by the file's first bytes. A GGUF file's tokenizer is its own. A llama2.c model's tokenizer is
-// `tokenizer_path`, else tokenizer.bin or tok<vocab>.bin beside the model. A qkv checkpoint
-// with a 256-token vocabulary was trained on bytes and gets the byte tokenizer. Without
-// need_tokenizer, a llama2.c model with no tokenizer to be found loads without one.
-// A GGUF model's matrices stay in their block format (generation only) unless `gguf` says
-// fp32 (commands that run the full forward: viz, explain).
+// The format is told by the file's first bytes. A GGUF file's tokenizer is its own. A llama2.c
+// model's tokenizer is `tokenizer_path`, else tokenizer.bin or tok<vocab>.bin beside the model. A
+// qkv checkpoint with a 256-token vocabulary was trained on bytes and gets the byte tokenizer.
+// Without need_tokenizer, a llama2.c model with no tokenizer to be found loads without one. A GGUF
+// model's matrices stay in their block format (generation only) unless `gguf` says fp32 (commands
+// that run the full forward: viz, explain).
 ModelFile load_model_file(const std::string& model_path, const std::string& tokenizer_path,
                           bool need_tokenizer = true, GgufWeights gguf = GgufWeights::in_place);
 
@@ -39,9 +39,9 @@ ModelFile load_gguf_file(const gguf::File& file, bool need_tokenizer, GgufWeight
 // 256 tokens (it was trained on bytes), else with none.
 ModelFile load_checkpoint_file(const std::string& path);
 
-// The prompt as token ids: `prompt_ids` ("3 7 1", the CLI's --prompt-ids) when given, else `prompt` through the model
-// file's tokenizer. Errors name the flag: a word that is not an id, a synthetic-task model
-// given text, an empty prompt with no BOS to start from.
+// The prompt as token ids: `prompt_ids` ("3 7 1", the CLI's --prompt-ids) when given, else `prompt`
+// through the model file's tokenizer. Errors name the flag: a word that is not an id, a
+// synthetic-task model given text, an empty prompt with no BOS to start from.
 std::vector<int32_t> prompt_tokens(const ModelFile& f, const std::string& prompt,
                                    const std::string& prompt_ids);
 

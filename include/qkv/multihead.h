@@ -39,8 +39,8 @@ struct SequenceShard {
 struct MultiHeadAttention {
   int64_t n_heads = 1, n_kv_heads = 1, d_head = 1;
   bool causal = true;
-  int64_t window = 0;            // > 0: sliding window, keys in [pos - window, pos]
-  const float* alibi = nullptr;  // [n_heads] slopes, or null
+  int64_t window = 0;                    // > 0: sliding window, keys in [pos - window, pos]
+  const float* alibi = nullptr;          // [n_heads] slopes, or null
   const SequenceShard* shard = nullptr;  // self-attention across processes, or null
   bool rotary = false;
   float rope_theta = 10000;
@@ -59,21 +59,22 @@ struct MultiHeadAttention {
 
 // What the forward keeps for the backward, and the backward's scratch; sized on first use.
 struct MultiHeadState {
-  Tensor q, kv;      // self: q holds the fused [N, W] rows and kv is unused; cross: [N, Hq·dh], [M, 2·Hkv·dh]
-  Tensor att, lse;   // [N, Hq·dh], [B·Hq·T]
+  Tensor q,
+      kv;  // self: q holds the fused [N, W] rows and kv is unused; cross: [N, Hq·dh], [M, 2·Hkv·dh]
+  Tensor att, lse;  // [N, Hq·dh], [B·Hq·T]
   Tensor dq, dkv, datt;
 };
 
 // y [B·T, C] = attention block of x [B·T, C]; context [B·S, C_context] for cross-attention
 // (ignored for self-attention, where S = T).
-void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, View x,
-                       View context, int64_t B, int64_t T, int64_t S);
+void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, View x, View context,
+                       int64_t B, int64_t T, int64_t S);
 // dx += ∂/∂x, dcontext += ∂/∂context (cross only), parameter gradients += … for dy = ∂L/∂y.
 void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx, View dcontext,
                         View dy, View x, View context, int64_t B, int64_t T, int64_t S);
 
 // The softmax weights [B, Hq, T, S] of the last forward, from the reference kernel.
-Tensor multihead_weights(const MultiHeadAttention& m, const MultiHeadState& s, int64_t B,
-                         int64_t T, int64_t S);
+Tensor multihead_weights(const MultiHeadAttention& m, const MultiHeadState& s, int64_t B, int64_t T,
+                         int64_t S);
 
 }  // namespace qkv

@@ -19,9 +19,26 @@ namespace qkv {
 
 // ggml's type numbers, as GGUF files write them.
 enum class TensorType : uint32_t {
-  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9, q2_k = 10,
-  q3_k = 11, q4_k = 12, q5_k = 13, q6_k = 14, q8_k = 15, i8 = 24, i16 = 25, i32 = 26, i64 = 27,
-  f64 = 28, bf16 = 30,
+  f32 = 0,
+  f16 = 1,
+  q4_0 = 2,
+  q4_1 = 3,
+  q5_0 = 6,
+  q5_1 = 7,
+  q8_0 = 8,
+  q8_1 = 9,
+  q2_k = 10,
+  q3_k = 11,
+  q4_k = 12,
+  q5_k = 13,
+  q6_k = 14,
+  q8_k = 15,
+  i8 = 24,
+  i16 = 25,
+  i32 = 26,
+  i64 = 27,
+  f64 = 28,
+  bf16 = 30,
 };
 std::string to_string(TensorType t);  // "Q4_K"; "type 99" for a number qkv does not know
 
@@ -32,22 +49,42 @@ struct BlockSize {
 // The block of a type number read from outside; nullopt for a number qkv does not know.
 constexpr std::optional<BlockSize> block_size(uint32_t type) {
   switch (static_cast<TensorType>(type)) {
-    case TensorType::f32: case TensorType::i32: return BlockSize{1, 4};
-    case TensorType::f16: case TensorType::bf16: case TensorType::i16: return BlockSize{1, 2};
-    case TensorType::i8: return BlockSize{1, 1};
-    case TensorType::i64: case TensorType::f64: return BlockSize{1, 8};
-    case TensorType::q4_0: return BlockSize{32, 18};
-    case TensorType::q4_1: return BlockSize{32, 20};
-    case TensorType::q5_0: return BlockSize{32, 22};
-    case TensorType::q5_1: return BlockSize{32, 24};
-    case TensorType::q8_0: return BlockSize{32, 34};
-    case TensorType::q8_1: return BlockSize{32, 40};
-    case TensorType::q2_k: return BlockSize{256, 84};
-    case TensorType::q3_k: return BlockSize{256, 110};
-    case TensorType::q4_k: return BlockSize{256, 144};
-    case TensorType::q5_k: return BlockSize{256, 176};
-    case TensorType::q6_k: return BlockSize{256, 210};
-    case TensorType::q8_k: return BlockSize{256, 292};
+    case TensorType::f32:
+    case TensorType::i32:
+      return BlockSize{1, 4};
+    case TensorType::f16:
+    case TensorType::bf16:
+    case TensorType::i16:
+      return BlockSize{1, 2};
+    case TensorType::i8:
+      return BlockSize{1, 1};
+    case TensorType::i64:
+    case TensorType::f64:
+      return BlockSize{1, 8};
+    case TensorType::q4_0:
+      return BlockSize{32, 18};
+    case TensorType::q4_1:
+      return BlockSize{32, 20};
+    case TensorType::q5_0:
+      return BlockSize{32, 22};
+    case TensorType::q5_1:
+      return BlockSize{32, 24};
+    case TensorType::q8_0:
+      return BlockSize{32, 34};
+    case TensorType::q8_1:
+      return BlockSize{32, 40};
+    case TensorType::q2_k:
+      return BlockSize{256, 84};
+    case TensorType::q3_k:
+      return BlockSize{256, 110};
+    case TensorType::q4_k:
+      return BlockSize{256, 144};
+    case TensorType::q5_k:
+      return BlockSize{256, 176};
+    case TensorType::q6_k:
+      return BlockSize{256, 210};
+    case TensorType::q8_k:
+      return BlockSize{256, 292};
   }
   return std::nullopt;
 }

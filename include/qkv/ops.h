@@ -24,8 +24,8 @@ void linear_backward(View dx, View dW, float* db, View dy, View x, View W);
 
 // ---- normalisation (src/ops/norm.cpp) -------------------------------------------------------
 // LayerNorm: y = (x − mean) · rstd · w + b, rstd = 1/sqrt(var + eps); saves mean, rstd [N].
-void layernorm_forward(View y, float* mean, float* rstd, View x, const float* w,
-                       const float* b, float eps);
+void layernorm_forward(View y, float* mean, float* rstd, View x, const float* w, const float* b,
+                       float eps);
 void layernorm_backward(View dx, float* dw, float* db, View dy, View x, const float* w,
                         const float* mean, const float* rstd);
 // RMSNorm: y = x · rstd · w, rstd = 1/sqrt(mean(x²) + eps); saves rstd [N].

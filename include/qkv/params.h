@@ -21,16 +21,16 @@ struct ParamCounts {
   // One layer.
   int64_t attention_weights = 0;  // all heads' W_Q, W_K, value-down, value-up
   int64_t attention_biases = 0;
-  int64_t mlp = 0;                // weights and biases
-  int64_t norms = 0;              // the two norms of a block
-  int64_t layer = 0;              // all of the above
+  int64_t mlp = 0;    // weights and biases
+  int64_t norms = 0;  // the two norms of a block
+  int64_t layer = 0;  // all of the above
   // The whole model.
   int64_t token_embedding = 0;
-  int64_t position_embedding = 0; // learned positions only
-  int64_t lm_head = 0;            // 0 when tied to the token embedding
+  int64_t position_embedding = 0;  // learned positions only
+  int64_t lm_head = 0;             // 0 when tied to the token embedding
   int64_t final_norm = 0;
   int64_t total = 0;
-  int64_t non_embedding = 0;      // total minus token and position embeddings
+  int64_t non_embedding = 0;  // total minus token and position embeddings
 };
 
 struct CostCounts {
@@ -39,7 +39,7 @@ struct CostCounts {
   int64_t score_grid_entries_all = 0;  // × heads × layers
   int64_t kv_cache_bytes_per_token_fp32 = 0;  // keys + values, every layer
   int64_t kv_cache_bytes_per_token_bf16 = 0;
-  int64_t kv_cache_bytes_fp32 = 0;     // for a full context
+  int64_t kv_cache_bytes_fp32 = 0;  // for a full context
   int64_t kv_cache_bytes_bf16 = 0;
   int64_t weight_bytes_fp32 = 0;
   // Forward FLOPs (multiply + add = 2) for one token that attends to the whole context:

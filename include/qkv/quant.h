@@ -35,7 +35,8 @@ struct Matrix {
 };
 int64_t row_bytes(TensorType type, int64_t cols);
 // Checks that `type` is supported and cols whole blocks (a qkv::Error naming `name`).
-Matrix matrix(const std::string& name, TensorType type, const uint8_t* data, int64_t rows, int64_t cols);
+Matrix matrix(const std::string& name, TensorType type, const uint8_t* data, int64_t rows,
+              int64_t cols);
 
 // Rows [row0, row0 + n) of m as floats, by the reference dequantizer.
 void dequantize_rows(const Matrix& m, int64_t row0, int64_t n, float* out);

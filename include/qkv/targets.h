@@ -3,9 +3,9 @@
 //
 // One build of qkv holds every kernel once per target (on x86-64: sse4, avx2, avx512 and
 // avx512_dl; on AArch64: neon and sve, 256-bit SVE) and picks the best one this CPU supports
-// the first time a kernel runs. A lower target can be forced for tests, benchmarks and bug reports: with the
-// environment variable QKV_TARGET=avx2 (read once, at the first kernel call), with
-// `qkv … --target avx2`, or with set_target("avx2").
+// the first time a kernel runs. A lower target can be forced for tests, benchmarks and bug reports:
+// with the environment variable QKV_TARGET=avx2 (read once, at the first kernel call), with `qkv …
+// --target avx2`, or with set_target("avx2").
 #pragma once
 
 #include <string>

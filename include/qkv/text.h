@@ -6,8 +6,8 @@
 
 namespace qkv {
 
-std::string with_commas(int64_t n);  // 1234567 -> "1,234,567"
-std::string short_count(double n);   // 174591057920 -> "174.6B"; 1572864 -> "1.6M"
-std::string bytes_str(double bytes); // 4718592 -> "4.5 MiB"
+std::string with_commas(int64_t n);   // 1234567 -> "1,234,567"
+std::string short_count(double n);    // 174591057920 -> "174.6B"; 1572864 -> "1.6M"
+std::string bytes_str(double bytes);  // 4718592 -> "4.5 MiB"
 
 }  // namespace qkv

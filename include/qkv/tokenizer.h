@@ -70,8 +70,8 @@ class Tokenizer {
 
  private:
   int32_t find(std::string_view piece) const;  // −1 when not in the vocabulary
-  int32_t byte_token(uint8_t byte) const;       // the id of <0xXX>, or −1
-  void index_pieces();                          // fills ids_ from pieces_
+  int32_t byte_token(uint8_t byte) const;      // the id of <0xXX>, or −1
+  void index_pieces();                         // fills ids_ from pieces_
   std::vector<int32_t> encode_sentencepiece(std::string_view text, bool space_prefix) const;
   // Byte-level BPE (byte_bpe.cpp).
   void init_byte_bpe(const std::vector<std::string>& merges);

@@ -8,13 +8,26 @@ std::string dtype_name(const nb::dlpack::dtype& t) {
   using code = nb::dlpack::dtype_code;
   std::string kind;
   switch (static_cast<code>(t.code)) {
-    case code::Int: kind = "int"; break;
-    case code::UInt: kind = "uint"; break;
-    case code::Float: kind = "float"; break;
-    case code::Bfloat: kind = "bfloat"; break;
-    case code::Complex: kind = "complex"; break;
-    case code::Bool: return "bool";
-    default: kind = "unknown"; break;
+    case code::Int:
+      kind = "int";
+      break;
+    case code::UInt:
+      kind = "uint";
+      break;
+    case code::Float:
+      kind = "float";
+      break;
+    case code::Bfloat:
+      kind = "bfloat";
+      break;
+    case code::Complex:
+      kind = "complex";
+      break;
+    case code::Bool:
+      return "bool";
+    default:
+      kind = "unknown";
+      break;
   }
   return kind + std::to_string(t.bits);
 }
@@ -26,7 +39,8 @@ View to_view(const Array& a, const char* what) {
   const auto t = a.dtype();
   if (t != nb::dtype<float>())
     throw nb::type_error((std::string(what) + " must be float32, got " + dtype_name(t)).c_str());
-  check(a.ndim() >= 1 && a.ndim() <= kMaxDims, what, " must have 1 to ", kMaxDims, " dims, got ", a.ndim());
+  check(a.ndim() >= 1 && a.ndim() <= kMaxDims, what, " must have 1 to ", kMaxDims, " dims, got ",
+        a.ndim());
   View v;
   v.data = static_cast<float*>(const_cast<void*>(static_cast<const void*>(a.data())));
   v.ndim = static_cast<int>(a.ndim());
@@ -52,8 +66,10 @@ View float_view(const OutArray& a, const char* what) {
 
 const int32_t* int32_data(const InArray& a, const char* what) {
   if (a.dtype() != nb::dtype<int32_t>())
-    throw nb::type_error((std::string(what) + " must be int32, got " + dtype_name(a.dtype())).c_str());
-  check(a.ndim() == 1 && (a.shape(0) <= 1 || a.stride(0) == 1), what, " must be a contiguous 1-D array");
+    throw nb::type_error(
+        (std::string(what) + " must be int32, got " + dtype_name(a.dtype())).c_str());
+  check(a.ndim() == 1 && (a.shape(0) <= 1 || a.stride(0) == 1), what,
+        " must be a contiguous 1-D array");
   return static_cast<const int32_t*>(a.data());
 }
 

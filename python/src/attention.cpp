@@ -15,15 +15,16 @@
 namespace qkv::python {
 
 View as_bhtd(View v, const Options& o, const char* what) {
-  check(o.layout == "bhtd" || o.layout == "bthd", "attention: layout must be \"bhtd\" or \"bthd\", got \"",
-        o.layout, "\"");
+  check(o.layout == "bhtd" || o.layout == "bthd",
+        "attention: layout must be \"bhtd\" or \"bthd\", got \"", o.layout, "\"");
   const bool packed = o.cu_seqlens_q.has_value();
   check(v.ndim == (packed ? 3 : 4), "attention: ", what, " must have ", packed ? 3 : 4, " dims (",
         packed ? (o.layout == "bthd" ? "[total, heads, dim]" : "[heads, total, dim]")
                : (o.layout == "bthd" ? "[batch, seq, heads, dim]" : "[batch, heads, seq, dim]"),
         "), got ", shape_of(v));
   if (packed) {
-    v = View(v.data, {1, v.shape[0], v.shape[1], v.shape[2]}, {0, v.stride[0], v.stride[1], v.stride[2]});
+    v = View(v.data, {1, v.shape[0], v.shape[1], v.shape[2]},
+             {0, v.stride[0], v.stride[1], v.stride[2]});
   }
   return o.layout == "bthd" ? v.transpose(1, 2) : v;
 }
@@ -38,8 +39,9 @@ AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, co
   const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tq = a.q.shape[2];
   if (lse) {
     const View l = float_view(*lse, "lse");
-    check(l.is_contiguous() && l.numel() == B * Hq * Tq, "attention: lse must be a contiguous array of ",
-          B * Hq * Tq, " floats ([batch, heads, seq]), got ", shape_of(l));
+    check(l.is_contiguous() && l.numel() == B * Hq * Tq,
+          "attention: lse must be a contiguous array of ", B * Hq * Tq,
+          " floats ([batch, heads, seq]), got ", shape_of(l));
     a.lse = l.data;
   }
   a.scale = o.scale;
@@ -49,8 +51,8 @@ AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, co
   a.mask.window_right = o.window_right;
   if (o.kv_len) {
     a.mask.kv_len = int32_data(*o.kv_len, "kv_len");
-    check(static_cast<int64_t>(o.kv_len->shape(0)) == B, "attention: kv_len has ", o.kv_len->shape(0),
-          " entries for a batch of ", B);
+    check(static_cast<int64_t>(o.kv_len->shape(0)) == B, "attention: kv_len has ",
+          o.kv_len->shape(0), " entries for a batch of ", B);
   }
   if (o.bias) a.mask.bias = float_view(*o.bias, "bias");
   if (o.alibi) {
@@ -63,7 +65,8 @@ AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, co
         "attention: cu_seqlens_q and cu_seqlens_k go together");
   if (o.cu_seqlens_q) {
     const size_t n = o.cu_seqlens_q->shape(0);
-    check(n >= 2 && o.cu_seqlens_k->shape(0) == n, "attention: cu_seqlens_q and cu_seqlens_k must have the same ",
+    check(n >= 2 && o.cu_seqlens_k->shape(0) == n,
+          "attention: cu_seqlens_q and cu_seqlens_k must have the same ",
           "length, at least 2 (num_seqs + 1), got ", n, " and ", o.cu_seqlens_k->shape(0));
     a.packed = {static_cast<int>(n - 1), int32_data(*o.cu_seqlens_q, "cu_seqlens_q"),
                 int32_data(*o.cu_seqlens_k, "cu_seqlens_k")};
@@ -80,20 +83,23 @@ void bind_attention(nb::module_& m) {
         nb::gil_scoped_release unlocked;
         attention(a);
       },
-      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(), nb::arg("options"));
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse").none(),
+      nb::arg("options"));
   m.def(
       "_attention_backward",
-      [](const InArray& q, const InArray& k, const InArray& v, const InArray& out, const OutArray& lse,
-         const InArray& dout, const OutArray& dq, const OutArray& dk, const OutArray& dv, const Options& o) {
+      [](const InArray& q, const InArray& k, const InArray& v, const InArray& out,
+         const OutArray& lse, const InArray& dout, const OutArray& dq, const OutArray& dk,
+         const OutArray& dv, const Options& o) {
         const AttentionArgs a = make_args(q, k, v, float_view(out, "out"), lse, o);
         const View g = as_bhtd(float_view(dout, "dout"), o, "dout");
-        const View gq = as_bhtd(float_view(dq, "dq"), o, "dq"), gk = as_bhtd(float_view(dk, "dk"), o, "dk"),
+        const View gq = as_bhtd(float_view(dq, "dq"), o, "dq"),
+                   gk = as_bhtd(float_view(dk, "dk"), o, "dk"),
                    gv = as_bhtd(float_view(dv, "dv"), o, "dv");
         nb::gil_scoped_release unlocked;
         attention_backward(a, g, gq, gk, gv);
       },
-      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"), nb::arg("dout"), nb::arg("dq"),
-      nb::arg("dk"), nb::arg("dv"), nb::arg("options"));
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"), nb::arg("dout"),
+      nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("options"));
 
   nb::class_<Options>(m, "_AttentionOptions")
       .def(nb::init<>())

@@ -43,20 +43,22 @@ void bind_dist(nb::module_& m) {
       nb::arg("comm"), nb::arg("seq_len"), nb::arg("sharding"));
   m.def(
       "_ring_attention_backward",
-      [](const InArray& q, const InArray& k, const InArray& v, const InArray& out, const OutArray& lse,
-         const InArray& dout, const OutArray& dq, const OutArray& dk, const OutArray& dv, const Options& o,
-         uintptr_t comm, int64_t seq_len, const std::string& sharding) {
+      [](const InArray& q, const InArray& k, const InArray& v, const InArray& out,
+         const OutArray& lse, const InArray& dout, const OutArray& dq, const OutArray& dk,
+         const OutArray& dv, const Options& o, uintptr_t comm, int64_t seq_len,
+         const std::string& sharding) {
         const AttentionArgs a = make_args(q, k, v, float_view(out, "out"), lse, o);
         const View g = as_bhtd(float_view(dout, "dout"), o, "dout");
-        const View gq = as_bhtd(float_view(dq, "dq"), o, "dq"), gk = as_bhtd(float_view(dk, "dk"), o, "dk"),
+        const View gq = as_bhtd(float_view(dq, "dq"), o, "dq"),
+                   gk = as_bhtd(float_view(dk, "dk"), o, "dk"),
                    gv = as_bhtd(float_view(dv, "dv"), o, "dv");
         const dist::Sharding s = sharding_of(seq_len, comm, sharding);
         nb::gil_scoped_release unlocked;
         dist::ring_attention_backward(a, g, gq, gk, gv, s, reinterpret_cast<MPI_Comm>(comm));
       },
-      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"), nb::arg("dout"), nb::arg("dq"),
-      nb::arg("dk"), nb::arg("dv"), nb::arg("options"), nb::arg("comm"), nb::arg("seq_len"),
-      nb::arg("sharding"));
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"), nb::arg("dout"),
+      nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("options"), nb::arg("comm"),
+      nb::arg("seq_len"), nb::arg("sharding"));
 }
 
 }  // namespace qkv::python

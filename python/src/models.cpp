@@ -26,7 +26,6 @@ namespace qkv::python {
 namespace nb = nanobind;
 namespace {
 
-
 nb::bytes as_bytes(const std::string& s) { return nb::bytes(s.data(), s.size()); }
 
 // A float array of `shape` that owns a copy of `data` (results the library keeps in its own
@@ -46,7 +45,8 @@ nb::dict config_dict(const ModelConfig& c) {
   d["n_layers"] = c.n_layers, d["n_heads"] = c.n_heads, d["n_kv_heads"] = c.n_kv_heads;
   d["d_head"] = c.d_head, d["d_ff"] = c.d_ff, d["norm"] = to_string(c.norm);
   d["mlp"] = to_string(c.mlp), d["positions"] = to_string(c.positions), d["bias"] = c.bias;
-  d["tied_embeddings"] = c.tied_embeddings, d["norm_eps"] = c.norm_eps, d["rope_theta"] = c.rope_theta;
+  d["tied_embeddings"] = c.tied_embeddings, d["norm_eps"] = c.norm_eps,
+  d["rope_theta"] = c.rope_theta;
   d["causal"] = c.causal, d["window"] = c.window;
   return d;
 }
@@ -54,23 +54,32 @@ nb::dict config_dict(const ModelConfig& c) {
 }  // namespace
 
 void bind_models(nb::module_& m) {
-  nb::class_<Tokenizer>(m, "Tokenizer", "A tokenizer: llama2.c's or a GGUF file's (SentencePiece-style or byte-level BPE), or plain bytes")
+  nb::class_<Tokenizer>(m, "Tokenizer",
+                        "A tokenizer: llama2.c's or a GGUF file's (SentencePiece-style or "
+                        "byte-level BPE), or plain bytes")
       .def_static("load_llama2c", &Tokenizer::load_llama2c, nb::arg("path"), nb::arg("vocab_size"),
                   "A tokenizer.bin / tok512.bin file for a vocabulary of vocab_size tokens")
       .def_static("bytes", &Tokenizer::bytes, "256 tokens, one per byte")
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def_prop_ro("bos", &Tokenizer::bos, "the id of BOS, -1 when none")
       .def_prop_ro("eos", &Tokenizer::eos, "the id of EOS, -1 when none")
-      .def("encode", &Tokenizer::encode, nb::arg("text"), nb::arg("bos") = true, nb::arg("special") = false,
-           "text -> token ids (special: control tokens written in the text, <|im_end|>, become their ids)")
-      .def("piece", [](const Tokenizer& t, int32_t id) { return as_bytes(t.piece(id)); }, nb::arg("id"),
-           "the bytes of token `id` as the vocabulary holds them")
-      .def("decode_bytes", [](const Tokenizer& t, int32_t prev, int32_t token) {
-             return as_bytes(t.decode(prev, token));
-           }, nb::arg("prev"), nb::arg("token"), "the bytes `token` prints as after `prev` (-1: none)");
+      .def("encode", &Tokenizer::encode, nb::arg("text"), nb::arg("bos") = true,
+           nb::arg("special") = false,
+           "text -> token ids (special: control tokens written in the text, <|im_end|>, become "
+           "their ids)")
+      .def(
+          "piece", [](const Tokenizer& t, int32_t id) { return as_bytes(t.piece(id)); },
+          nb::arg("id"), "the bytes of token `id` as the vocabulary holds them")
+      .def(
+          "decode_bytes",
+          [](const Tokenizer& t, int32_t prev, int32_t token) {
+            return as_bytes(t.decode(prev, token));
+          },
+          nb::arg("prev"), nb::arg("token"), "the bytes `token` prints as after `prev` (-1: none)");
 
   nb::class_<Generator>(m, "_Generator")
-      .def("next", [](Generator& g) {
+      .def("next",
+           [](Generator& g) {
              nb::gil_scoped_release unlocked;
              return g.next();
            })
@@ -80,68 +89,88 @@ void bind_models(nb::module_& m) {
       .def_prop_ro("config", [](const ModelFile& f) { return config_dict(f.model->config()); })
       .def_prop_ro("num_params", [](const ModelFile& f) { return f.model->num_params(); })
       .def_prop_ro("format", [](const ModelFile& f) { return f.format; })
-      .def_prop_ro("tokenizer", [](ModelFile& f) -> Tokenizer* { return f.tokenizer ? &*f.tokenizer : nullptr; },
-                   nb::rv_policy::reference_internal)
-      .def("_generator",
-           [](ModelFile& f, std::vector<int32_t> prompt, int64_t steps, float temperature, float top_p,
-              int64_t top_k, uint64_t seed) {
-             GenerateOptions o{.steps = steps, .sampling = {.temperature = temperature, .top_k = top_k,
-                                                            .top_p = top_p, .seed = seed}};
-             o.stop_tokens = stop_tokens(f);
-             return Generator(*f.model, std::move(prompt), o);
-           },
-           nb::keep_alive<0, 1>(), nb::arg("prompt"), nb::arg("steps"), nb::arg("temperature"),
-           nb::arg("top_p"), nb::arg("top_k"), nb::arg("seed"))
-      .def("logits",
-           [](ModelFile& f, const std::vector<int32_t>& tokens) {
-             const ModelConfig& c = f.model->config();
-             check(!tokens.empty(), "logits: give at least one token");
-             for (int32_t t : tokens) check(t >= 0 && t < c.vocab_size, "logits: token ", t, " is not in the vocabulary");
-             const auto T = static_cast<int64_t>(tokens.size());
-             check(T <= c.context, "logits: ", T, " tokens, more than the model's context of ", c.context);
-             nb::gil_scoped_release unlocked;
-             if (!f.model->has_external_weights()) {
-               f.model->forward(tokens.data(), nullptr, 1, T);
-               nb::gil_scoped_acquire locked;
-               return numpy_copy(f.model->logits().data, {size_t(T), size_t(c.vocab_size)});
-             }
-             // Weights in a block format run only through the cache's forward.
-             KVCache cache(c, {.max_seq = T});
-             const View logits = f.model->forward_cached(cache, tokens.data(), 1, T, nullptr, true);
-             nb::gil_scoped_acquire locked;
-             return numpy_copy(logits.data, {size_t(T), size_t(c.vocab_size)});
-           },
-           nb::arg("tokens"), "The logits [len(tokens), vocab] of one forward over the tokens")
-      .def("_attention_maps",
-           [](ModelFile& f, const std::string& name, const std::string& prompt, const std::string& prompt_ids) {
-             AttentionMaps maps;
-             {
-               nb::gil_scoped_release unlocked;
-               maps = maps_of_model(f, name, prompt, prompt_ids);
-             }
-             std::vector<nb::ndarray<nb::numpy, float>> weights;
-             for (const Tensor& w : maps.weights)  // [1, H, T, T] per layer
-               weights.push_back(numpy_copy(w.data(), {size_t(w.size(1)), size_t(w.size(2)), size_t(w.size(3))}));
-             nb::dict d;
-             d["tokens"] = maps.tokens;
-             d["weights"] = weights;
-             d["html"] = attention_html(maps);
-             return d;
-           });
+      .def_prop_ro(
+          "tokenizer",
+          [](ModelFile& f) -> Tokenizer* { return f.tokenizer ? &*f.tokenizer : nullptr; },
+          nb::rv_policy::reference_internal)
+      .def(
+          "_generator",
+          [](ModelFile& f, std::vector<int32_t> prompt, int64_t steps, float temperature,
+             float top_p, int64_t top_k, uint64_t seed) {
+            GenerateOptions o{
+                .steps = steps,
+                .sampling = {
+                    .temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed}};
+            o.stop_tokens = stop_tokens(f);
+            return Generator(*f.model, std::move(prompt), o);
+          },
+          nb::keep_alive<0, 1>(), nb::arg("prompt"), nb::arg("steps"), nb::arg("temperature"),
+          nb::arg("top_p"), nb::arg("top_k"), nb::arg("seed"))
+      .def(
+          "logits",
+          [](ModelFile& f, const std::vector<int32_t>& tokens) {
+            const ModelConfig& c = f.model->config();
+            check(!tokens.empty(), "logits: give at least one token");
+            for (int32_t t : tokens)
+              check(t >= 0 && t < c.vocab_size, "logits: token ", t, " is not in the vocabulary");
+            const auto T = static_cast<int64_t>(tokens.size());
+            check(T <= c.context, "logits: ", T, " tokens, more than the model's context of ",
+                  c.context);
+            nb::gil_scoped_release unlocked;
+            if (!f.model->has_external_weights()) {
+              f.model->forward(tokens.data(), nullptr, 1, T);
+              nb::gil_scoped_acquire locked;
+              return numpy_copy(f.model->logits().data, {size_t(T), size_t(c.vocab_size)});
+            }
+            // Weights in a block format run only through the cache's forward.
+            KVCache cache(c, {.max_seq = T});
+            const View logits = f.model->forward_cached(cache, tokens.data(), 1, T, nullptr, true);
+            nb::gil_scoped_acquire locked;
+            return numpy_copy(logits.data, {size_t(T), size_t(c.vocab_size)});
+          },
+          nb::arg("tokens"), "The logits [len(tokens), vocab] of one forward over the tokens")
+      .def("_attention_maps", [](ModelFile& f, const std::string& name, const std::string& prompt,
+                                 const std::string& prompt_ids) {
+        AttentionMaps maps;
+        {
+          nb::gil_scoped_release unlocked;
+          maps = maps_of_model(f, name, prompt, prompt_ids);
+        }
+        std::vector<nb::ndarray<nb::numpy, float>> weights;
+        for (const Tensor& w : maps.weights)  // [1, H, T, T] per layer
+          weights.push_back(
+              numpy_copy(w.data(), {size_t(w.size(1)), size_t(w.size(2)), size_t(w.size(3))}));
+        nb::dict d;
+        d["tokens"] = maps.tokens;
+        d["weights"] = weights;
+        d["html"] = attention_html(maps);
+        return d;
+      });
 
-  m.def("_load_model", [](const std::string& path, const std::string& tokenizer, bool need_tokenizer) {
-    nb::gil_scoped_release unlocked;
-    return load_model_file(path, tokenizer, need_tokenizer);
-  }, nb::arg("path"), nb::arg("tokenizer"), nb::arg("need_tokenizer"));
-  m.def("_load_checkpoint_file", [](const std::string& path) {
-    nb::gil_scoped_release unlocked;
-    return load_checkpoint_file(path);
-  }, nb::arg("path"));
-  m.def("_load_gguf_file", [](const std::string& path, bool dequantize) {
-    nb::gil_scoped_release unlocked;
-    return load_gguf_file(gguf::File::open(path), false, dequantize ? GgufWeights::fp32 : GgufWeights::in_place);
-  }, nb::arg("path"), nb::arg("dequantize"));
-  m.def("_explain_json", &explain::explain_json, nb::arg("input"), nb::arg("causal"), nb::arg("source"));
+  m.def(
+      "_load_model",
+      [](const std::string& path, const std::string& tokenizer, bool need_tokenizer) {
+        nb::gil_scoped_release unlocked;
+        return load_model_file(path, tokenizer, need_tokenizer);
+      },
+      nb::arg("path"), nb::arg("tokenizer"), nb::arg("need_tokenizer"));
+  m.def(
+      "_load_checkpoint_file",
+      [](const std::string& path) {
+        nb::gil_scoped_release unlocked;
+        return load_checkpoint_file(path);
+      },
+      nb::arg("path"));
+  m.def(
+      "_load_gguf_file",
+      [](const std::string& path, bool dequantize) {
+        nb::gil_scoped_release unlocked;
+        return load_gguf_file(gguf::File::open(path), false,
+                              dequantize ? GgufWeights::fp32 : GgufWeights::in_place);
+      },
+      nb::arg("path"), nb::arg("dequantize"));
+  m.def("_explain_json", &explain::explain_json, nb::arg("input"), nb::arg("causal"),
+        nb::arg("source"));
   m.def("_worked_example_json", &explain::worked_example_json, nb::arg("causal"));
 }
 

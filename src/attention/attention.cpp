@@ -49,50 +49,48 @@ void validate(const AttentionArgs& a, const char* where) {
   const char* names[] = {"q", "k", "v", "out"};
   for (int t = 0; t < 4; ++t)
     for (int d = 0; d < 4; ++d)
-      check(all[t]->shape[d] > 0, where, ": ", names[t], " has an empty dim: ",
-            shape_of(*all[t]));
+      check(all[t]->shape[d] > 0, where, ": ", names[t], " has an empty dim: ", shape_of(*all[t]));
 
   const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tq = a.q.shape[2], D = a.q.shape[3];
   const int64_t Hkv = a.k.shape[1], Tk = a.k.shape[2], Dv = a.v.shape[3];
-  check(a.k.shape[0] == B && a.v.shape[0] == B, where, ": batch sizes differ: q ",
-        shape_of(a.q), ", k ", shape_of(a.k), ", v ", shape_of(a.v));
+  check(a.k.shape[0] == B && a.v.shape[0] == B, where, ": batch sizes differ: q ", shape_of(a.q),
+        ", k ", shape_of(a.k), ", v ", shape_of(a.v));
   check(a.k.shape[3] == D, where, ": k has head dim ", a.k.shape[3], " but q has ", D, " (q ",
         shape_of(a.q), ", k ", shape_of(a.k), ")");
-  check(a.v.shape[1] == Hkv && a.v.shape[2] == Tk, where, ": v ", shape_of(a.v),
-        " must match k ", shape_of(a.k), " in heads and length");
+  check(a.v.shape[1] == Hkv && a.v.shape[2] == Tk, where, ": v ", shape_of(a.v), " must match k ",
+        shape_of(a.k), " in heads and length");
   check(Hq % Hkv == 0, where, ": q has ", Hq, " heads, not a multiple of the ", Hkv,
         " key/value heads");
-  check(a.out.shape[0] == B && a.out.shape[1] == Hq && a.out.shape[2] == Tq &&
-            a.out.shape[3] == Dv,
-        where, ": out is ", shape_of(a.out), ", expected [", B, ", ", Hq, ", ", Tq, ", ", Dv,
-        "]");
+  check(a.out.shape[0] == B && a.out.shape[1] == Hq && a.out.shape[2] == Tq && a.out.shape[3] == Dv,
+        where, ": out is ", shape_of(a.out), ", expected [", B, ", ", Hq, ", ", Tq, ", ", Dv, "]");
   check(std::isfinite(a.scale), where, ": scale must be finite, got ", a.scale);
-  check(std::isfinite(a.softcap) && a.softcap >= 0, where,
-        ": softcap must be >= 0 (0 = off), got ", a.softcap);
+  check(std::isfinite(a.softcap) && a.softcap >= 0, where, ": softcap must be >= 0 (0 = off), got ",
+        a.softcap);
   check(a.mask.window_left >= -1 && a.mask.window_right >= -1, where,
         ": window sizes must be >= 0, or -1 for unbounded; got left ", a.mask.window_left,
         ", right ", a.mask.window_right);
   if (a.mask.kv_len)
     for (int64_t b = 0; b < B; ++b)
-      check(a.mask.kv_len[b] >= 0 && a.mask.kv_len[b] <= Tk, where, ": kv_len[", b, "] = ",
-            a.mask.kv_len[b], " is outside [0, Tk = ", Tk, "]");
+      check(a.mask.kv_len[b] >= 0 && a.mask.kv_len[b] <= Tk, where, ": kv_len[", b,
+            "] = ", a.mask.kv_len[b], " is outside [0, Tk = ", Tk, "]");
   if (!a.mask.bias.empty()) detail::broadcast_bias(a.mask.bias, B, Hq, Tq, Tk, where);
   if (a.mask.alibi)
     for (int64_t h = 0; h < Hq; ++h)
-      check(std::isfinite(a.mask.alibi[h]), where, ": alibi slope of head ", h,
-            " is not finite");
+      check(std::isfinite(a.mask.alibi[h]), where, ": alibi slope of head ", h, " is not finite");
   detail::validate_packed(a, where);
 }
 
-void validate_backward(const AttentionArgs& a, const View& dout, const View& dq,
-                       const View& dk, const View& dv, const char* where) {
+void validate_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
+                       const View& dv, const char* where) {
   validate(a, where);
   const struct {
     const View& grad;
     const View& like;
     const char* name;
     const char* like_name;
-  } pairs[] = {{dout, a.out, "dout", "out"}, {dq, a.q, "dq", "q"}, {dk, a.k, "dk", "k"},
+  } pairs[] = {{dout, a.out, "dout", "out"},
+               {dq, a.q, "dq", "q"},
+               {dk, a.k, "dk", "k"},
                {dv, a.v, "dv", "v"}};
   for (const auto& p : pairs) {
     check_ndim(p.grad, 4, where, p.name);
@@ -110,8 +108,7 @@ void forward_one(const AttentionArgs& args) {
   // every core streams its share of K and V.
   if (detail::decodes(args.q.shape[2], args.k.shape[2], args.q.shape[1] / args.k.shape[1]))
     detail::decode_forward(args);
-  else
-    detail::flash_forward(args);
+  else detail::flash_forward(args);
 }
 
 }  // namespace
@@ -119,8 +116,7 @@ void forward_one(const AttentionArgs& args) {
 void detail::forward_validated(const AttentionArgs& args) {
   if (args.packed.num_seqs > 0)
     run_packed_forward(args, [](const AttentionArgs& seq, int) { forward_one(seq); });
-  else
-    forward_one(args);
+  else forward_one(args);
 }
 
 void attention(const AttentionArgs& args) {
@@ -133,8 +129,7 @@ void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, 
   check(args.lse != nullptr, "attention_backward: lse is required (pass the forward's lse)");
   if (args.packed.num_seqs > 0)
     detail::run_packed_backward(args, dout, dq, dk, dv, detail::flash_backward);
-  else
-    detail::flash_backward(args, dout, dq, dk, dv);
+  else detail::flash_backward(args, dout, dq, dk, dv);
 }
 
 }  // namespace qkv

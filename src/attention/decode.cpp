@@ -69,8 +69,8 @@ struct Shape {
 
 // The score transforms after q·k (softcap, bias, ALiBi) on one score: query i of head h,
 // key j (scalar: a unit has few scores next to the bytes it reads).
-float transformed(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b,
-                  int64_t h, int64_t i, int64_t j, float x) {
+float transformed(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
+                  int64_t i, int64_t j, float x) {
   if (a.softcap > 0) x = a.softcap * std::tanh(x / a.softcap);
   if (!bias.empty()) x += bias(b, h, i, j);
   if (a.mask.alibi) x += alibi_bias(a.mask, h, i, j, n.Tq, n.Tk);
@@ -149,9 +149,8 @@ bool keys_in_lanes(const Shape& n) {
 }
 
 // s[r][j − c0] ← q_r · k_j for the keys [c0, c1) visible to row r (others stay −inf).
-void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64_t hkv,
-                          int64_t c0, int64_t c1, const float* q, const KeyRange* ranges,
-                          float* s) {
+void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64_t hkv, int64_t c0,
+                          int64_t c1, const float* q, const KeyRange* ranges, float* s) {
   const hn::RebindToSigned<simd::Df> di;
   const auto N = static_cast<int64_t>(simd::lanes());
   const int64_t ks = K.row_stride;
@@ -170,9 +169,9 @@ void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64
     }
     const auto key = hn::Add(lane, hn::Set(di, static_cast<int32_t>(j)));
     for (int64_t r = 0; r < n.R; ++r) {
-      const auto seen = hn::And(
-          hn::Not(hn::Lt(key, hn::Set(di, static_cast<int32_t>(ranges[r].begin)))),
-          hn::Lt(key, hn::Set(di, static_cast<int32_t>(ranges[r].end))));
+      const auto seen =
+          hn::And(hn::Not(hn::Lt(key, hn::Set(di, static_cast<int32_t>(ranges[r].begin)))),
+                  hn::Lt(key, hn::Set(di, static_cast<int32_t>(ranges[r].end))));
       const Vf v = hn::IfThenElse(hn::RebindMask(df, seen), acc[r], hn::Set(df, simd::kMinusInf));
       hn::StoreU(v, df, s + r * n.chunk + j - c0);
     }
@@ -180,8 +179,8 @@ void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64
 }
 
 // o_r += Σ_j p_r[j] v_j over the keys [c0, c1), p = s (0 where masked).
-void values_keys_in_lanes(const Rows<float>& V, const Shape& n, int64_t b, int64_t hkv,
-                          int64_t c0, int64_t c1, const float* s, float* parts, int64_t unit) {
+void values_keys_in_lanes(const Rows<float>& V, const Shape& n, int64_t b, int64_t hkv, int64_t c0,
+                          int64_t c1, const float* s, float* parts, int64_t unit) {
   const hn::RebindToSigned<simd::Df> di;
   const auto N = static_cast<int64_t>(simd::lanes());
   const int64_t vs = V.row_stride;
@@ -226,7 +225,8 @@ const UnitRows& start_unit(const AttentionArgs& a, float scale, const Shape& n, 
     KeyRange& range = u.ranges[r];
     range.begin = std::max(k.begin, u.c0);
     range.end = std::max(std::min(k.end, u.c1), range.begin);
-    if (range.begin < range.end) u.lo = std::min(u.lo, range.begin), u.hi = std::max(u.hi, range.end);
+    if (range.begin < range.end)
+      u.lo = std::min(u.lo, range.begin), u.hi = std::max(u.hi, range.end);
     for (int64_t d = 0; d < n.D; ++d) u.q[r * n.D + d] = scale * a.q(b, h, i, d);
     float* out = partial(parts, n, u.unit, r);
     out[0] = simd::kMinusInf, out[1] = 0;
@@ -238,9 +238,8 @@ const UnitRows& start_unit(const AttentionArgs& a, float scale, const Shape& n, 
 // A row's scores s[j − lo] for keys j in [lo, hi), of which it sees `range`: the score
 // transforms on the keys it sees, -inf on the rest up to the next whole vector past hi, then
 // softmax_row into the row's partial result.
-void finish_scores(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b,
-                   int64_t hkv, int64_t r, KeyRange range, int64_t lo, int64_t hi, float* s,
-                   float* out) {
+void finish_scores(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t hkv,
+                   int64_t r, KeyRange range, int64_t lo, int64_t hi, float* s, float* out) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
   if (has_score_transforms(a))
     for (int64_t j = range.begin; j < range.end; ++j)
@@ -252,9 +251,9 @@ void finish_scores(const AttentionArgs& a, const View& bias, const Shape& n, int
 }
 
 // One unit with the keys in the lanes (see keys_in_lanes; fp32 only).
-void decode_unit_keys_in_lanes(const AttentionArgs& a, const Rows<float>& K,
-                               const Rows<float>& V, const View& bias, float scale,
-                               const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
+void decode_unit_keys_in_lanes(const AttentionArgs& a, const Rows<float>& K, const Rows<float>& V,
+                               const View& bias, float scale, const Shape& n, int64_t b,
+                               int64_t hkv, int64_t c, float* parts) {
   const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
   if (u.lo >= u.hi) return;
   float* s = thread_scratch(ForwardSlot::scores, n.R * n.chunk);
@@ -286,7 +285,8 @@ HWY_INLINE Vf lane_sums(simd::VfSlot* x) {
   return x[0];
 }
 
-using PartialDots = simd::VfSlot[hn::MaxLanes(df)];  // one row's vectors of partial products, N keys
+using PartialDots =
+    simd::VfSlot[hn::MaxLanes(df)];  // one row's vectors of partial products, N keys
 
 // part[r][jj + j] ← q_r ⊙ k_j summed over the head dim's whole vectors, for RG rows of q (D
 // apart) and KG key rows k_j (ks apart): each q vector loaded once for KG keys. (Pairs of keys
@@ -328,10 +328,10 @@ void block_scores(const float* q, int64_t R, int64_t D, const T* k, int64_t ks, 
     for (int j = 0; j < KG; ++j)
       if (jj + j < ahead_rows) prefetch_row(ahead + (jj + j) * ks, ks, D);
     for (int64_t r = 0; r < R; r += kGroupRows)
-      simd::with_count<kGroupRows>(static_cast<int>(std::min<int64_t>(kGroupRows, R - r)),
-                                   [&](auto rows) {
-        key_dots<decltype(rows)::value, KG>(q + r * D, D, k + jj * ks, ks, whole, part + r, jj);
-      });
+      simd::with_count<kGroupRows>(
+          static_cast<int>(std::min<int64_t>(kGroupRows, R - r)), [&](auto rows) {
+            key_dots<decltype(rows)::value, KG>(q + r * D, D, k + jj * ks, ks, whole, part + r, jj);
+          });
   };
   int64_t jj = 0;
   for (; jj + 2 <= nk; jj += 2) keys_from(jj, std::integral_constant<int, 2>{});
@@ -342,7 +342,8 @@ void block_scores(const float* q, int64_t R, int64_t D, const T* k, int64_t ks, 
   }
   for (int64_t d = whole; d < D; ++d)  // a head dim that is not whole vectors
     for (int64_t key = 0; key < nk; ++key)
-      for (int64_t r = 0; r < R; ++r) s[r * s_stride + key] += q[r * D + d] * scalar(k[key * ks + d]);
+      for (int64_t r = 0; r < R; ++r)
+        s[r * s_stride + key] += q[r * D + d] * scalar(k[key * ks + d]);
 }
 
 // Value vectors per pass of block_values: RG × W accumulators, W value vectors and a
@@ -350,14 +351,17 @@ void block_scores(const float* q, int64_t R, int64_t D, const T* k, int64_t ks, 
 // registers, 13 of 16.
 template <int RG>
 inline constexpr int kValueVectors = simd::kVectorRegisters >= 32 ? (RG <= 2 ? 8 : 4)
-                                     : RG == 1 ? 8 : RG == 2 ? 4 : RG == 3 ? 3 : 2;
+                                     : RG == 1                    ? 8
+                                     : RG == 2                    ? 4
+                                     : RG == 3                    ? 3
+                                                                  : 2;
 
 // o_r[e0, e0 + W N) += Σ_jj p_r[jj] v_jj[e0, e0 + W N) over nk value rows v, for RG rows
 // (p_r = p + r · p_stride), the sums in registers across the rows; asks for ahead_rows rows of
 // `ahead` (Dv wide), one per value row.
 template <int RG, int W, typename T>
-void block_values(const float* p, int64_t p_stride, const T* v, int64_t vs, int64_t nk,
-                  int64_t e0, float* const* o, const T* ahead, int64_t ahead_rows, int64_t Dv) {
+void block_values(const float* p, int64_t p_stride, const T* v, int64_t vs, int64_t nk, int64_t e0,
+                  float* const* o, const T* ahead, int64_t ahead_rows, int64_t Dv) {
   constexpr int64_t N = hn::MaxLanes(df);
   simd::VfSlot acc[RG][W];
   for (int r = 0; r < RG; ++r)
@@ -382,9 +386,9 @@ constexpr int64_t kValueBlock = 64;
 // softmax, then P·V over blocks of value rows, in groups of up to 4 rows and passes of
 // kValueVectors columns. Each key and value row is read from memory once.
 template <typename T>
-void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V,
-                      const View& bias, float scale, const Shape& n, int64_t b, int64_t hkv,
-                      int64_t c, float* parts) {
+void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, const View& bias,
+                      float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
+                      float* parts) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
   const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
   const int64_t lo = u.lo, hi = u.hi;
@@ -417,19 +421,19 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
     const T* next = ahead(V, j, nk, ahead_rows);  // asked for by the first pass only
     for (int64_t r = 0; r < n.R; r += kGroupRows) {
       const float* p = s + r * stride + (j - lo);
-      simd::with_count<kGroupRows>(static_cast<int>(std::min<int64_t>(kGroupRows, n.R - r)),
-                                   [&](auto rows) {
-        constexpr int RG = decltype(rows)::value, W = kValueVectors<RG>;
-        int64_t e = 0;
-        for (; e + W * N <= whole; e += W * N, next = nullptr, ahead_rows = 0)
-          block_values<RG, W>(p, stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
-        if (e < whole)
-          simd::with_count<W>(static_cast<int>((whole - e) / N), [&](auto w) {
-            block_values<RG, decltype(w)::value>(p, stride, v, vs, nk, e, o + r, next,
-                                                 ahead_rows, n.Dv);
+      simd::with_count<kGroupRows>(
+          static_cast<int>(std::min<int64_t>(kGroupRows, n.R - r)), [&](auto rows) {
+            constexpr int RG = decltype(rows)::value, W = kValueVectors<RG>;
+            int64_t e = 0;
+            for (; e + W * N <= whole; e += W * N, next = nullptr, ahead_rows = 0)
+              block_values<RG, W>(p, stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
+            if (e < whole)
+              simd::with_count<W>(static_cast<int>((whole - e) / N), [&](auto w) {
+                block_values<RG, decltype(w)::value>(p, stride, v, vs, nk, e, o + r, next,
+                                                     ahead_rows, n.Dv);
+              });
+            next = nullptr, ahead_rows = 0;
           });
-        next = nullptr, ahead_rows = 0;
-      });
     }
     for (int64_t e = whole; e < n.Dv; ++e)  // a value dim that is not whole vectors
       for (int64_t jj = 0; jj < nk; ++jj)
@@ -445,9 +449,9 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
 // 2 threads: 51.7 ms through the tiled forward, which reads K and V once per query head,
 // 2.45 ms this way.)
 template <typename T>
-void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V,
-                       const View& bias, float scale, const Shape& n, int64_t b, int64_t hkv,
-                       int64_t c, float* parts) {
+void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, const View& bias,
+                       float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
+                       float* parts) {
   using tiles::kKeyTile;
   const int64_t N = static_cast<int64_t>(simd::lanes());
   const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
@@ -567,11 +571,10 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
   parallel_for(units, threads, [&](int64_t u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
     if constexpr (std::is_same_v<T, float>)
-      if (keys_in_lanes(n)) return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
-    if (n.R >= kTiledDecodeMinRows)
-      decode_unit_tiled(a, K, V, bias, scale, n, b, hkv, c, parts);
-    else
-      decode_unit_rows(a, K, V, bias, scale, n, b, hkv, c, parts);
+      if (keys_in_lanes(n))
+        return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
+    if (n.R >= kTiledDecodeMinRows) decode_unit_tiled(a, K, V, bias, scale, n, b, hkv, c, parts);
+    else decode_unit_rows(a, K, V, bias, scale, n, b, hkv, c, parts);
   });
   // Merge the chunks of each row in chunk order.
   const int64_t rows = n.B * n.Hkv * n.R;
@@ -598,8 +601,8 @@ void decode_forward(const AttentionArgs& a) {
   decode(a, K, V, a.k.shape[1], a.k.shape[2], a.v.shape[3]);
 }
 
-void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v,
-                         int64_t Hkv, int64_t Tk, int64_t Dv) {
+void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v, int64_t Hkv,
+                         int64_t Tk, int64_t Dv) {
   check(a.mask.bias.empty(), "decode_forward_bf16: no additive bias over a bf16 cache");
   auto rows = [](const Bf16Rows& r) {
     return Rows<Bf16>{reinterpret_cast<const Bf16*>(r.data), r.batch_stride, r.head_stride,
@@ -620,8 +623,8 @@ HWY_EXPORT(decode_forward_bf16);
 
 void decode_forward(const AttentionArgs& a) { QKV_DISPATCH(decode_forward)(a); }
 
-void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v,
-                         int64_t Hkv, int64_t Tk, int64_t Dv) {
+void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v, int64_t Hkv,
+                         int64_t Tk, int64_t Dv) {
   QKV_DISPATCH(decode_forward_bf16)(a, k, v, Hkv, Tk, Dv);
 }
 

@@ -164,35 +164,30 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   auto reduce_over_queries = [&](const float* P, const float* R, int64_t E_pad, float* C) {
     chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
       const int64_t q0 = v * N, q1 = std::min<int64_t>((v + count) * N, rows);
-      simd::accumulate_transposed_tile(P + jj * Mq + q0, keys, Mq, q1 - q0, R + q0 * E_pad,
-                                       E_pad, E_pad, C + (j0 + jj) * E_pad, E_pad);
+      simd::accumulate_transposed_tile(P + jj * Mq + q0, keys, Mq, q1 - q0, R + q0 * E_pad, E_pad,
+                                       E_pad, C + (j0 + jj) * E_pad, E_pad);
     });
   };
 
   // S ← K Qt, transformed; P ← e^(S − lse) in place, on the blocks computed.
-  if (masked)
-    tiles::visible_scores<NQV>(blocks, k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, w.S);
-  else
-    simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, w.S);
+  if (masked) tiles::visible_scores<NQV>(blocks, k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, w.S);
+  else simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, w.S);
   if (transforms)
     tiles::transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
-  else if (masked)
-    blocks.apply(tm, NQV, j0, nk, Mq, w.S);
+  else if (masked) blocks.apply(tm, NQV, j0, nk, Mq, w.S);
   chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
     for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
       for (int64_t v = v0c; v < v0c + count; ++v) {
         float* s = w.S + jj * Mq + v * N;
-        hn::Store(simd::exp_nonpositive(hn::Sub(hn::Load(df, s), hn::Load(df, p.lse + v * N))),
-                  df, s);
+        hn::Store(simd::exp_nonpositive(hn::Sub(hn::Load(df, s), hn::Load(df, p.lse + v * N))), df,
+                  s);
       }
   });
   // dV[j0:j1] += P dOr
   reduce_over_queries(w.S, p.dOr, Dvp, dV);
   // dP ← V dOt;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP, on the blocks computed.
-  if (masked)
-    tiles::visible_scores<NQV>(blocks, v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, w.dP);
-  else
-    simd::scores_tile<NQV>(v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, w.dP);
+  if (masked) tiles::visible_scores<NQV>(blocks, v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, w.dP);
+  else simd::scores_tile<NQV>(v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, w.dP);
   chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
     for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
       for (int64_t v = v0c; v < v0c + count; ++v) {
@@ -212,8 +207,7 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
     if (dq == DqPart::kAdd)
       simd::accumulate_tile_rows<NQV, simd::Into::kAdd>(w.dP, nk, Mq, k0 + j0 * ks, ks, n.D, dQt);
     else
-      simd::accumulate_tile_rows<NQV, simd::Into::kStore>(w.dP, nk, Mq, k0 + j0 * ks, ks, n.D,
-                                                          dQt);
+      simd::accumulate_tile_rows<NQV, simd::Into::kStore>(w.dP, nk, Mq, k0 + j0 * ks, ks, n.D, dQt);
     return;
   }
   // Block by block into a part of its own (its hidden blocks stay zero), then added.
@@ -236,9 +230,8 @@ inline constexpr int64_t kKeyTilesPerBatch = 64;
 // depend on which thread ran which step, nor on the batching: the same bits either way.
 template <int NQV>
 void query_tile(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
-                const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0,
-                int64_t rows, bool split_keys, const PackedTile& p, float* dQt, float* dK,
-                float* dV) {
+                const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                bool split_keys, const PackedTile& p, float* dQt, float* dK, float* dV) {
   const int64_t Mq = n.Mq;
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
   thread_local TileMask mask;
@@ -265,8 +258,8 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
 
   const int64_t first = tm.lo / kKeyTile, count = (tm.hi - 1) / kKeyTile + 1 - first;
   auto step = [&](int64_t k, float* part, DqPart dq) {
-    key_step<NQV>(a, bias, n, b, h, i0, rows, tm, p, (first + k) * kKeyTile, step_buffers(n),
-                  dK, dV, part, dq);
+    key_step<NQV>(a, bias, n, b, h, i0, rows, tm, p, (first + k) * kKeyTile, step_buffers(n), dK,
+                  dV, part, dq);
   };
   if (!split_keys) {  // each step adds its part to the sum in turn
     for (int64_t k = 0; k < count; ++k) step(k, dQt, k == 0 ? DqPart::kFirst : DqPart::kAdd);
@@ -279,10 +272,8 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
       for (int64_t k = 0; k < steps; ++k) step(k0 + k, parts + k * part, DqPart::kAlone);
       for (int64_t k = 0; k < steps; ++k) {
-        if (k0 + k == 0)
-          std::copy_n(parts + k * part, part, dQt);
-        else
-          add_part(dQt, parts + k * part, part);
+        if (k0 + k == 0) std::copy_n(parts + k * part, part, dQt);
+        else add_part(dQt, parts + k * part, part);
       }
     }
   }
@@ -305,8 +296,8 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   a.k = tiles::contiguous_rows(args.k, k_copy);
   a.v = tiles::contiguous_rows(args.v, v_copy);
   const size_t N = simd::lanes();
-  const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2], a.k.shape[2],
-                a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};
+  const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
+                a.k.shape[2], a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};
   const View bias = full_bias(a, "attention_backward");
   const float scale = effective_scale(a);
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv), Mq = n.Mq;
@@ -334,8 +325,8 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
       for (int64_t t = 0; t < tiles_q; ++t) {
         const int64_t i0 = t * Mq, rows = std::min(Mq, n.Tq - i0);
         simd::with_count<kQueryVectors>(static_cast<int>((rows + N - 1) / N), [&](auto c) {
-          query_tile<decltype(c)::value>(a, bias, scale, n, dout, dq, b, h, i0, rows,
-                                         split_keys, p, dQt, dK, dV);
+          query_tile<decltype(c)::value>(a, bias, scale, n, dout, dq, b, h, i0, rows, split_keys, p,
+                                         dQt, dK, dV);
         });
       }
     for (int64_t j = 0; j < n.Tk; ++j) {

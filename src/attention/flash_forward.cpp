@@ -61,7 +61,7 @@ inline constexpr int64_t kTilesPerGroup = 8;
 // One query tile of a group: where it lies, what it sees, and its running state.
 struct QueryTile {
   int64_t i0, rows;
-  int nqv;                 // vectors of Mq that hold real rows
+  int nqv;  // vectors of Mq that hold real rows
   float *Qt, *Ot, *m, *l, *alpha;
   TileMask tm;
 };
@@ -104,8 +104,7 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   }
   if (has_score_transforms(a))
     transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
-  else if (masked)
-    blocks.apply(t.tm, NQV, j0, nk, Mq, S);
+  else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
   // f(jj, v) for every key row jj and query vector v holding scores: the whole tile, or
   // block by block the visible blocks of a masked one (its hidden blocks are never written or
   // read: the softmax over only the visible blocks took a window of 512 1.2% faster).
@@ -140,8 +139,8 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
       const int64_t jf = first * kKeyChunk, jl = std::min<int64_t>(last * kKeyChunk, nk);
       simd::with_count<NQV>(w - v, [&](auto count) {
         simd::accumulate_tile<decltype(count)::value>(S + jf * Mq + v * N, jl - jf, Mq, Vt + jf,
-                                                      kKeyTile, n.Dv, alpha + v * N,
-                                                      t.Ot + v * N, &prefetch);
+                                                      kKeyTile, n.Dv, alpha + v * N, t.Ot + v * N,
+                                                      &prefetch);
       });
     }
     v = w;
@@ -155,13 +154,13 @@ inline constexpr double kStreamOutputBytes = 4 << 20;
 
 // out ← Otᵀ / l; lse ← m + log l. A row that saw no key (l = 0) gets 0 and -inf; a NaN in
 // the inputs (l NaN) stays NaN, as in the reference.
-void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h,
-                 const QueryTile& t, bool stream) {
+void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, const QueryTile& t,
+                 bool stream) {
   float* inv = t.alpha;  // free now
   for (int64_t r = 0; r < n.Mq; ++r) inv[r] = t.l[r] == 0 ? 0 : 1 / t.l[r];
   if (a.out.stride[3] == 1) {
-    simd::unpack_transposed(t.Ot, n.Mq, t.rows, n.Dv, inv, &a.out(b, h, t.i0, 0),
-                            a.out.stride[2], stream);
+    simd::unpack_transposed(t.Ot, n.Mq, t.rows, n.Dv, inv, &a.out(b, h, t.i0, 0), a.out.stride[2],
+                            stream);
   } else {
     for (int64_t r = 0; r < t.rows; ++r)
       for (int64_t e = 0; e < n.Dv; ++e) a.out(b, h, t.i0 + r, e) = t.Ot[e * n.Mq + r] * inv[r];
@@ -209,8 +208,7 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
     const int64_t next = j0 + kKeyTile, next_rows = std::min(kKeyTile, hi - next);
     prefetch.reset(k0 + next * ks, ks, n.D, v0 + next * vs, vs, n.Dv,
                    std::max<int64_t>(next_rows, 0));
-    simd::pack_transposed(v0 + j0 * vs, vs, std::min(kKeyTile, hi - j0), n.Dv, 1.0f, Vt,
-                          kKeyTile);
+    simd::pack_transposed(v0 + j0 * vs, vs, std::min(kKeyTile, hi - j0), n.Dv, 1.0f, Vt, kKeyTile);
     for (QueryTile& t : group) {
       // The same key tiles, clipped the same way, as if the tile were alone.
       if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi) continue;
@@ -251,8 +249,8 @@ void flash_forward(const AttentionArgs& args) {
   a.k = contiguous_rows(args.k, k_copy);
   a.v = contiguous_rows(args.v, v_copy);
   const size_t N = simd::lanes();
-  const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2], a.k.shape[2],
-                a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};
+  const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
+                a.k.shape[2], a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};
   const View bias = full_bias(a, "attention");
   const float scale = effective_scale(a);
   const int64_t tiles = (n.Tq + n.Mq - 1) / n.Mq;

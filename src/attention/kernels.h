@@ -42,8 +42,8 @@ struct Bf16Rows {
   const uint16_t* data;
   int64_t batch_stride, head_stride, row_stride;
 };
-void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v,
-                         int64_t Hkv, int64_t Tk, int64_t Dv);
+void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v, int64_t Hkv,
+                         int64_t Tk, int64_t Dv);
 
 // Tiled FlashAttention-2 backward (flash_backward.cpp).
 void flash_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,

@@ -29,8 +29,7 @@ inline KeyRange visible_keys(const Mask& mask, int64_t b, int64_t i, int64_t Tq,
 }
 
 // ALiBi's distance penalty, as FlashAttention-2 defines it: -slope · |pos - j|.
-inline float alibi_bias(const Mask& mask, int64_t h, int64_t i, int64_t j, int64_t Tq,
-                        int64_t Tk) {
+inline float alibi_bias(const Mask& mask, int64_t h, int64_t i, int64_t j, int64_t Tq, int64_t Tk) {
   const int64_t distance = i + (Tk - Tq) - j;
   return -mask.alibi[h] * static_cast<float>(distance < 0 ? -distance : distance);
 }
@@ -43,8 +42,7 @@ View broadcast_bias(const View& bias, int64_t B, int64_t Hq, int64_t Tq, int64_t
 // args.mask.bias broadcast to [B, Hq, Tq, Tk], or an empty view when there is none.
 inline View full_bias(const AttentionArgs& a, const char* where) {
   if (a.mask.bias.empty()) return View{};
-  return broadcast_bias(a.mask.bias, a.q.shape[0], a.q.shape[1], a.q.shape[2], a.k.shape[2],
-                        where);
+  return broadcast_bias(a.mask.bias, a.q.shape[0], a.q.shape[1], a.q.shape[2], a.k.shape[2], where);
 }
 
 // The score scale: args.scale, or 1/sqrt(D) when it is 0.

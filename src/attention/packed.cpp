@@ -27,8 +27,8 @@ void validate_packed(const AttentionArgs& a, const char* where) {
     for (int s = 0; s < p.num_seqs; ++s)
       check(l.cu[s] <= l.cu[s + 1], where, ": ", l.name, " must not decrease, but [", s,
             "] = ", l.cu[s], " > [", s + 1, "] = ", l.cu[s + 1]);
-    check(l.cu[p.num_seqs] == l.total, where, ": ", l.name, "[", p.num_seqs, "] = ",
-          l.cu[p.num_seqs], " must equal the packed length ", l.total);
+    check(l.cu[p.num_seqs] == l.total, where, ": ", l.name, "[", p.num_seqs,
+          "] = ", l.cu[p.num_seqs], " must equal the packed length ", l.total);
   }
 }
 
@@ -118,8 +118,8 @@ void run_packed_forward(const AttentionArgs& a, const ForwardKernel& kernel) {
   });
 }
 
-void run_packed_backward(const AttentionArgs& a, const View& dout, const View& dq,
-                         const View& dk, const View& dv, const BackwardKernel& kernel) {
+void run_packed_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
+                         const View& dv, const BackwardKernel& kernel) {
   fill(dk, 0.0f);  // keys of sequences without queries get no gradient
   fill(dv, 0.0f);
   for_each_sequence(

@@ -19,10 +19,10 @@ View sequence_keys(const AttentionArgs& a, int s, const View& per_key);
 // fully masked: out 0, lse -inf, dq 0), moving lse between the packed layout and a
 // contiguous per-sequence buffer around each call.
 using ForwardKernel = std::function<void(const AttentionArgs&, int)>;
-using BackwardKernel = std::function<void(const AttentionArgs&, const View& dout,
-                                          const View& dq, const View& dk, const View& dv)>;
+using BackwardKernel = std::function<void(const AttentionArgs&, const View& dout, const View& dq,
+                                          const View& dk, const View& dv)>;
 void run_packed_forward(const AttentionArgs& a, const ForwardKernel& kernel);
-void run_packed_backward(const AttentionArgs& a, const View& dout, const View& dq,
-                         const View& dk, const View& dv, const BackwardKernel& kernel);
+void run_packed_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
+                         const View& dv, const BackwardKernel& kernel);
 
 }  // namespace qkv::detail

@@ -52,10 +52,8 @@ HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
   VfSlot acc[NK][NQV];
   for (int j = 0; j < NK; ++j)
     for (int v = 0; v < NQV; ++v) {
-      if constexpr (kInto == Into::kStore)
-        acc[j][v] = hn::Zero(df);
-      else
-        acc[j][v] = hn::Mul(hn::Load(df, c + j * Mq + v * N), hn::Load(df, alpha + v * N));
+      if constexpr (kInto == Into::kStore) acc[j][v] = hn::Zero(df);
+      else acc[j][v] = hn::Mul(hn::Load(df, c + j * Mq + v * N), hn::Load(df, alpha + v * N));
     }
   for (int64_t d = 0; d < depth; ++d) {
     VfSlot b[NQV];
@@ -105,8 +103,8 @@ HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int
 template <int NJ, int NEV>
 HWY_INLINE void packed_transposed_times_rows(const float* HWY_RESTRICT p, int64_t Mq,
                                              int64_t queries, const float* HWY_RESTRICT r,
-                                             int64_t r_stride, int64_t e0,
-                                             float* HWY_RESTRICT c, int64_t c_stride) {
+                                             int64_t r_stride, int64_t e0, float* HWY_RESTRICT c,
+                                             int64_t c_stride) {
   const size_t N = lanes();
   VfSlot acc[NJ][NEV];
   for (int j = 0; j < NJ; ++j)
@@ -131,8 +129,8 @@ class PrefetchQueue {
  public:
   // Rows [0, rows) of two row sets (a key tile of K and of V): `floats` wide, `stride` apart,
   // `per_call` lines asked for after each micro-kernel call.
-  void reset(const float* a, int64_t a_stride, int64_t a_floats, const float* b,
-             int64_t b_stride, int64_t b_floats, int64_t rows, int per_call = 8) {
+  void reset(const float* a, int64_t a_stride, int64_t a_floats, const float* b, int64_t b_stride,
+             int64_t b_floats, int64_t rows, int per_call = 8) {
     per_call_ = per_call;
     base_[0] = a, base_[1] = b;
     stride_[0] = a_stride, stride_[1] = b_stride;
@@ -198,25 +196,24 @@ void rows_times_packed_tile(const float* a, int64_t a_stride, int64_t rows, cons
     }
     if (j < rows)
       with_count<NK - 1>(static_cast<int>(rows - j), [&](auto nk) {
-        rows_times_packed<NQV, decltype(nk)::value, kInto>(a + j * a_stride, a_stride, bt,
-                                                           depth, Mq, c + j * Mq, alpha);
+        rows_times_packed<NQV, decltype(nk)::value, kInto>(a + j * a_stride, a_stride, bt, depth,
+                                                           Mq, c + j * Mq, alpha);
       });
   }
 }
 
 // C[j][q] = Σ_d A[j][d] · Bt[d][q] over `rows` rows of A (the keys): S = K Qᵀ, dP = V dOᵀ.
 template <int NQV>
-void scores_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt,
-                 int64_t depth, int64_t Mq, float* c, PrefetchQueue* prefetch = nullptr) {
-  rows_times_packed_tile<NQV, Into::kStore>(a, a_stride, rows, bt, depth, Mq, c, nullptr,
-                                            prefetch);
+void scores_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt, int64_t depth,
+                 int64_t Mq, float* c, PrefetchQueue* prefetch = nullptr) {
+  rows_times_packed_tile<NQV, Into::kStore>(a, a_stride, rows, bt, depth, Mq, c, nullptr, prefetch);
 }
 
 // Ct[e][q] = Ct[e][q] · alpha[q] + Σ_j Bt[e][j] · P[j][q] for the `columns` rows of Bt,
 // over `keys` keys: Oᵀ ← alpha Oᵀ + Vᵀ P.
 template <int NQV>
-void accumulate_tile(const float* p, int64_t keys, int64_t Mq, const float* bt,
-                     int64_t bt_stride, int64_t columns, const float* alpha, float* ct,
+void accumulate_tile(const float* p, int64_t keys, int64_t Mq, const float* bt, int64_t bt_stride,
+                     int64_t columns, const float* alpha, float* ct,
                      PrefetchQueue* prefetch = nullptr) {
   rows_times_packed_tile<NQV, Into::kRescaleAdd>(bt, bt_stride, columns, p, keys, Mq, ct, alpha,
                                                  prefetch);
@@ -251,14 +248,17 @@ void accumulate_tile_rows(const float* p, int64_t keys, int64_t Mq, const float*
 // blocks of 2 vectors × 6 rows or 1 × 12 (12 accumulators, 2 loads, a broadcast).
 inline constexpr int kTransposedMaxVectors = kVectorRegisters >= 32 ? 8 : 2;
 template <int NEV>
-inline constexpr int kTransposedRows =
-    kVectorRegisters >= 32 ? (NEV >= 7 ? 3 : NEV >= 5 ? 4 : NEV == 4 ? 6 : 8) : (NEV >= 2 ? 6 : 12);
+inline constexpr int kTransposedRows = kVectorRegisters >= 32 ? (NEV >= 7   ? 3
+                                                                 : NEV >= 5 ? 4
+                                                                 : NEV == 4 ? 6
+                                                                            : 8)
+                                                              : (NEV >= 2 ? 6 : 12);
 
 // C[Kt][E] += Pᵀ R over `queries` queries; E (a multiple of the lane count) is the padded
 // row width of R and C.
 HWY_INLINE void accumulate_transposed_tile(const float* p, int64_t rows, int64_t Mq,
-                                       int64_t queries, const float* r, int64_t r_stride,
-                                       int64_t columns, float* c, int64_t c_stride) {
+                                           int64_t queries, const float* r, int64_t r_stride,
+                                           int64_t columns, float* c, int64_t c_stride) {
   const int64_t N = static_cast<int64_t>(lanes());
   const int64_t vectors = columns / N;
   for (int64_t v = 0; v < vectors; v += kTransposedMaxVectors) {

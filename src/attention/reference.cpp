@@ -25,8 +25,13 @@ constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 struct Dims {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv;
   explicit Dims(const AttentionArgs& a)
-      : B(a.q.shape[0]), Hq(a.q.shape[1]), Hkv(a.k.shape[1]), Tq(a.q.shape[2]),
-        Tk(a.k.shape[2]), D(a.q.shape[3]), Dv(a.v.shape[3]) {}
+      : B(a.q.shape[0]),
+        Hq(a.q.shape[1]),
+        Hkv(a.k.shape[1]),
+        Tq(a.q.shape[2]),
+        Tk(a.k.shape[2]),
+        D(a.q.shape[3]),
+        Dv(a.v.shape[3]) {}
 };
 
 // S[i, j] for one (b, h): every step up to and including the mask.
@@ -62,14 +67,14 @@ void softmax_rows(float* S, int64_t Tq, int64_t Tk, float* lse) {
     }
     double sum = 0;
     for (int64_t j = 0; j < Tk; ++j) sum += std::exp(double(row[j]) - max);
-    for (int64_t j = 0; j < Tk; ++j) row[j] = static_cast<float>(std::exp(double(row[j]) - max) / sum);
+    for (int64_t j = 0; j < Tk; ++j)
+      row[j] = static_cast<float>(std::exp(double(row[j]) - max) / sum);
     if (lse) lse[i] = static_cast<float>(max + std::log(sum));
   }
 }
 
 // O = P V for one (b, h).
-void weighted_values(const AttentionArgs& a, const Dims& n, int64_t b, int64_t h,
-                     const float* P) {
+void weighted_values(const AttentionArgs& a, const Dims& n, int64_t b, int64_t h, const float* P) {
   const int64_t hkv = h / (n.Hq / n.Hkv);
   std::vector<double> acc(n.Dv);
   for (int64_t i = 0; i < n.Tq; ++i) {
@@ -104,9 +109,9 @@ void backward_group(const AttentionArgs& a, const Dims& n, const View& bias, flo
       }
       std::vector<double> dQ(n.D, 0.0);
       for (int64_t j = 0; j < n.Tk; ++j) {
-        if (p[j] == 0) continue;  // masked (or underflowed): no gradient flows
+        if (p[j] == 0) continue;          // masked (or underflowed): no gradient flows
         double ds = p[j] * (dS[j] - Di);  // ∂L/∂s_ij through the softmax
-        if (a.softcap > 0) {  // s = c · tanh(x / c): ∂s/∂x = 1 − tanh²
+        if (a.softcap > 0) {              // s = c · tanh(x / c): ∂s/∂x = 1 − tanh²
           double dot = 0;
           for (int64_t d = 0; d < n.D; ++d) dot += double(a.q(b, h, i, d)) * a.k(b, hkv, j, d);
           const double t = std::tanh(dot * scale / a.softcap);
@@ -156,8 +161,8 @@ void attention(const AttentionArgs& a, View weights) {
     check_ndim(weights, 4, where, "weights [B, Hq, Tq, Tk]");
     check(weights.shape[0] == n.B && weights.shape[1] == n.Hq && weights.shape[2] == n.Tq &&
               weights.shape[3] == n.Tk,
-          where, ": weights is ", shape_of(weights), ", expected [", n.B, ", ", n.Hq, ", ",
-          n.Tq, ", ", n.Tk, "]");
+          where, ": weights is ", shape_of(weights), ", expected [", n.B, ", ", n.Hq, ", ", n.Tq,
+          ", ", n.Tk, "]");
   }
   if (a.packed.num_seqs > 0) {
     // Each sequence alone; weights across sequences stay 0.

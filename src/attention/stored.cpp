@@ -24,23 +24,27 @@ int64_t first_seen(const Mask& m, int64_t length, int64_t Tq) {
 int64_t fresh_rows(const StoredKV& kv) { return kv.fresh_k.empty() ? 0 : kv.fresh_k.shape[2]; }
 
 void validate(const AttentionArgs& a, const StoredKV& kv) {
-  check(a.k.empty() && a.v.empty(), kWhere, ": k and v are read from the storage; leave args.k "
+  check(a.k.empty() && a.v.empty(), kWhere,
+        ": k and v are read from the storage; leave args.k "
         "and args.v empty");
   if (kv.type != TensorType::f32 && kv.type != TensorType::bf16)  // (to_string only on failure)
     fail(kWhere, ": keys and values stored as ", to_string(kv.type), " (F32 and BF16 are read)");
   check(kv.k != nullptr && kv.v != nullptr, kWhere, ": no stored keys or values (null)");
-  check(kv.heads > 0 && kv.dim_k > 0 && kv.dim_v > 0, kWhere, ": heads, dim_k and dim_v must be "
-        "> 0, got ", kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
-  check(kv.slots >= 0 && kv.batch_stride >= 0 && kv.head_stride >= 0 && kv.row_stride >= 0,
-        kWhere, ": slots and strides must be >= 0");
+  check(kv.heads > 0 && kv.dim_k > 0 && kv.dim_v > 0, kWhere,
+        ": heads, dim_k and dim_v must be "
+        "> 0, got ",
+        kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
+  check(kv.slots >= 0 && kv.batch_stride >= 0 && kv.head_stride >= 0 && kv.row_stride >= 0, kWhere,
+        ": slots and strides must be >= 0");
   check(a.mask.bias.empty(), kWhere, ": an additive bias is not supported");
-  check(a.mask.kv_len == nullptr, kWhere, ": padding (kv_len) is not supported: the cache's "
+  check(a.mask.kv_len == nullptr, kWhere,
+        ": padding (kv_len) is not supported: the cache's "
         "length is every sequence's");
   check(a.packed.num_seqs == 0, kWhere, ": packed sequences are not supported");
   check_ndim(a.q, 4, kWhere, "q [B, Hq, Tq, D]");
   const int64_t B = a.q.shape[0], Tq = a.q.shape[2];
-  check(kv.length >= Tq, kWhere, ": the cache holds ", kv.length, " positions, fewer than the ",
-        Tq, " queries (the queries' own positions are stored first)");
+  check(kv.length >= Tq, kWhere, ": the cache holds ", kv.length, " positions, fewer than the ", Tq,
+        " queries (the queries' own positions are stored first)");
   // The checks of attention(), on the shapes the stored keys and values have (views of
   // those shapes that nothing reads).
   AttentionArgs shapes = a;
@@ -55,8 +59,8 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
               fk.shape[1] == kv.heads && fk.shape[3] == kv.dim_k && fv.shape[0] == B &&
               fv.shape[1] == kv.heads && fv.shape[2] == n && fv.shape[3] == kv.dim_v &&
               n <= kv.length,
-          kWhere, ": fresh_k ", shape_of(fk), " and fresh_v ", shape_of(fv), " must be [", B,
-          ", ", kv.heads, ", n <= ", kv.length, ", ", kv.dim_k, " and ", kv.dim_v, "]");
+          kWhere, ": fresh_k ", shape_of(fk), " and fresh_v ", shape_of(fv), " must be [", B, ", ",
+          kv.heads, ", n <= ", kv.length, ", ", kv.dim_k, " and ", kv.dim_v, "]");
   }
   const int64_t stored_end = kv.length - n;
   const int64_t held_from = kv.slots > 0 ? std::max<int64_t>(0, stored_end - kv.slots) : 0;
@@ -79,7 +83,8 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
   const int64_t n = kv.length - first, D = kv.dim_k, Dv = kv.dim_v;
   const int64_t fresh_from = kv.length - fresh_rows(kv);
   const bool bf16 = kv.type == TensorType::bf16;
-  auto stored_row = [&](const void* base, int64_t b, int64_t h, int64_t p, int64_t dim, float* out) {
+  auto stored_row = [&](const void* base, int64_t b, int64_t h, int64_t p, int64_t dim,
+                        float* out) {
     const int64_t at = slot_of(kv, p) * kv.row_stride;
     if (bf16) {
       const uint16_t* r = rows_of<uint16_t>(kv, base, b, h) + at;
@@ -89,7 +94,8 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
       std::copy(r, r + dim, out);
     }
   };
-  auto fresh_row = [&](const View& fresh, int64_t b, int64_t h, int64_t t, int64_t dim, float* out) {
+  auto fresh_row = [&](const View& fresh, int64_t b, int64_t h, int64_t t, int64_t dim,
+                       float* out) {
     for (int64_t d = 0; d < dim; ++d) {
       const float x = fresh(b, h, t, d);
       out[d] = bf16 ? bf16_to_float(float_to_bf16(x)) : x;

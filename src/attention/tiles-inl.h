@@ -28,8 +28,8 @@ namespace HWY_NAMESPACE {
 namespace simd = ::qkv::simd::HWY_NAMESPACE;
 namespace tiles {
 
-inline constexpr int kQueryVectors = 4;   // Mq = 4 N: 64 rows on AVX-512 (Qt of D = 128 is 32 KiB)
-inline constexpr int64_t kKeyTile = 64;   // S is Kt × Mq = 16 KiB: stays in L1 between uses
+inline constexpr int kQueryVectors = 4;  // Mq = 4 N: 64 rows on AVX-512 (Qt of D = 128 is 32 KiB)
+inline constexpr int64_t kKeyTile = 64;  // S is Kt × Mq = 16 KiB: stays in L1 between uses
 
 struct Shape {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv, Mq;
@@ -111,9 +111,7 @@ void online_softmax(float* S, int64_t Mq, float* m, float* l, float* alpha,
   const size_t N = simd::lanes();
   simd::VfSlot mx[NQV], shift[NQV], sum[NQV];
   for (int v = 0; v < NQV; ++v) mx[v] = hn::Load(df, m + v * N);
-  for_scores([&](int64_t jj, int v) {
-    mx[v] = hn::Max(mx[v], hn::Load(df, S + jj * Mq + v * N));
-  });
+  for_scores([&](int64_t jj, int v) { mx[v] = hn::Max(mx[v], hn::Load(df, S + jj * Mq + v * N)); });
   for (int v = 0; v < NQV; ++v) {
     // A row that has seen no key yet keeps max -inf; subtract 0 instead so that
     // e^(-inf - (-inf)) does not become NaN.

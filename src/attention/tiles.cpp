@@ -96,9 +96,9 @@ void VisibleBlocks::apply(const TileMask& tm, int nqv, int64_t j0, int64_t nk, i
 }
 
 // The per-element score steps after q·k: softcap, bias, ALiBi, then the mask.
-void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& tm,
-                      int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk,
-                      bool masked, const Shape& n, float* S, float* tanh_out) {
+void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& tm, int64_t b,
+                      int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk, bool masked,
+                      const Shape& n, float* S, float* tanh_out) {
   const size_t N = simd::lanes();
   const int64_t nvec = (rows + N - 1) / N;
   const float* slope = a.mask.alibi;

@@ -9,13 +9,15 @@ namespace qkv::dist {
 
 ContextParallel::ContextParallel(MPI_Comm comm, Model& model, AdamW& optimizer, int64_t seq_len,
                                  bool zero1, Layout layout)
-    : exchange_(comm, model, optimizer, zero1), model_(model),
+    : exchange_(comm, model, optimizer, zero1),
+      model_(model),
       sharding_{seq_len, exchange_.size(), layout} {
   sharding_.validate("context-parallel training");
   check(model.config().positions != PositionKind::alibi,
         "context-parallel training: ALiBi positions do not run across ranks");
   shard_.seq_len = seq_len;
-  for (const Chunk& c : sharding_.chunks(exchange_.rank())) shard_.runs.emplace_back(c.begin, c.length);
+  for (const Chunk& c : sharding_.chunks(exchange_.rank()))
+    shard_.runs.emplace_back(c.begin, c.length);
   shard_.forward = [this, comm](const AttentionArgs& a) {
     ring_attention(a, sharding_, comm, &ring_stats);
   };
@@ -44,7 +46,8 @@ Batch ContextParallel::local(const Batch& global) const {
 double ContextParallel::accuracy(const std::vector<uint8_t>& right, int64_t B) {
   std::vector<uint8_t> everywhere(right.size());
   check_mpi(MPI_Allreduce(right.data(), everywhere.data(), static_cast<int>(right.size()),
-                          MPI_UINT8_T, MPI_MIN, exchange_.comm()), "MPI_Allreduce");
+                          MPI_UINT8_T, MPI_MIN, exchange_.comm()),
+            "MPI_Allreduce");
   return double(std::count(everywhere.begin(), everywhere.end(), 1)) / B;
 }
 

@@ -10,7 +10,6 @@
 
 namespace qkv::dist {
 
-
 namespace {
 
 template <typename T, MPI_Datatype (*type)()>
@@ -28,7 +27,9 @@ MPI_Datatype mpi_double() { return MPI_DOUBLE; }
 
 }  // namespace
 
-float sum_over_ranks(MPI_Comm comm, float x) { return sum_in_rank_order<float, mpi_float>(comm, x); }
+float sum_over_ranks(MPI_Comm comm, float x) {
+  return sum_in_rank_order<float, mpi_float>(comm, x);
+}
 double sum_over_ranks(MPI_Comm comm, double x) {
   return sum_in_rank_order<double, mpi_double>(comm, x);
 }
@@ -39,8 +40,8 @@ DataParallel::DataParallel(MPI_Comm comm, const Model& model, AdamW& optimizer, 
   check_mpi(MPI_Comm_size(comm, &size_), "MPI_Comm_size");
   check(model.trainable(), "DataParallel: the model has no gradients (loaded for inference)");
   const int64_t n = model.num_params();
-  check(n / size_ < std::numeric_limits<int>::max(), "DataParallel: ", n,
-        " parameters over ", size_, " ranks is more than one MPI message per slice");
+  check(n / size_ < std::numeric_limits<int>::max(), "DataParallel: ", n, " parameters over ",
+        size_, " ranks is more than one MPI message per slice");
   for (int r = 0; r <= size_; ++r) begin_.push_back(n * r / size_);
   for (int r = 0; r < size_; ++r) counts_.push_back(static_cast<int>(begin_[r + 1] - begin_[r]));
   received_.resize(static_cast<size_t>(size_) * counts_[rank_]);
@@ -79,7 +80,8 @@ void DataParallel::reduce_scatter(float* g) {
   for (int r = 0; r < size_; ++r) {
     req.emplace_back();
     check_mpi(MPI_Irecv(received_.data() + static_cast<int64_t>(r) * mine, mine, MPI_FLOAT, r, 31,
-                        comm_, &req.back()), "MPI_Irecv");
+                        comm_, &req.back()),
+              "MPI_Irecv");
   }
   for (int r = 0; r < size_; ++r) {
     req.emplace_back();
@@ -111,11 +113,13 @@ float DataParallel::update(Model& model, AdamW& optimizer, float max_norm, float
     for (int r = 0; r < size_; ++r) displs[r] = static_cast<int>(begin_[r]);
     const double t = now_seconds();
     check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, base, counts_.data(),
-                             displs.data(), MPI_FLOAT, comm_), "MPI_Allgatherv");
+                             displs.data(), MPI_FLOAT, comm_),
+              "MPI_Allgatherv");
     exchange_seconds += now_seconds() - t;
   };
-  check(model.num_params() < std::numeric_limits<int>::max(), "data-parallel training: ",
-        model.num_params(), " parameters need 64-bit MPI offsets (not built)");
+  check(model.num_params() < std::numeric_limits<int>::max(),
+        "data-parallel training: ", model.num_params(),
+        " parameters need 64-bit MPI offsets (not built)");
   if (!zero1_) {
     all_gather(g);  // every rank now holds the same summed gradients
     return StepRunner::update(model, optimizer, max_norm, lr);
@@ -125,8 +129,7 @@ float DataParallel::update(Model& model, AdamW& optimizer, float max_norm, float
   double sq = 0;
   for (int64_t i = 0; i < count; ++i) sq += double(g[first + i]) * g[first + i];
   std::vector<double> parts(size_);
-  check_mpi(MPI_Allgather(&sq, 1, MPI_DOUBLE, parts.data(), 1, MPI_DOUBLE, comm_),
-            "MPI_Allgather");
+  check_mpi(MPI_Allgather(&sq, 1, MPI_DOUBLE, parts.data(), 1, MPI_DOUBLE, comm_), "MPI_Allgather");
   double total = 0;
   for (double p : parts) total += p;
   const float norm = clip_grads(g + first, count, total, max_norm);
@@ -152,7 +155,8 @@ void DataParallel::gather_optimizer(const AdamW& shard, AdamW& full, int root) c
   for (auto member : {&AdamW::m, &AdamW::v})
     check_mpi(MPI_Gatherv((shard.*member).data(), counts_[rank_], MPI_FLOAT,
                           rank_ == root ? (full.*member).data() : nullptr, counts_.data(),
-                          displs.data(), MPI_FLOAT, root, comm_), "MPI_Gatherv");
+                          displs.data(), MPI_FLOAT, root, comm_),
+              "MPI_Gatherv");
 }
 
 int64_t DataParallel::state_bytes(const Model& model, const AdamW& optimizer) const {

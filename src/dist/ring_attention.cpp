@@ -28,7 +28,6 @@ namespace qkv::dist {
 
 namespace {
 
-
 constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max() / 4;
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 constexpr int kTagKV = 17, kTagGrad = 18;
@@ -100,20 +99,28 @@ void check_agreement(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, c
   }
   int rank = 0;
   check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  int64_t mine[] = {problem.empty() ? -1 : rank, a.q.shape[0], a.q.shape[1], a.k.shape[1],
-                    a.q.shape[3], a.v.shape[3], s.seq_len, static_cast<int64_t>(s.layout),
-                    a.mask.causal, a.mask.window_left, a.mask.window_right};
+  int64_t mine[] = {problem.empty() ? -1 : rank,
+                    a.q.shape[0],
+                    a.q.shape[1],
+                    a.k.shape[1],
+                    a.q.shape[3],
+                    a.v.shape[3],
+                    s.seq_len,
+                    static_cast<int64_t>(s.layout),
+                    a.mask.causal,
+                    a.mask.window_left,
+                    a.mask.window_right};
   constexpr int n = sizeof mine / sizeof mine[0];
   int64_t low[n], high[n];
   check_mpi(MPI_Allreduce(mine, low, n, MPI_INT64_T, MPI_MIN, comm), "MPI_Allreduce");
   check_mpi(MPI_Allreduce(mine, high, n, MPI_INT64_T, MPI_MAX, comm), "MPI_Allreduce");
   if (!problem.empty()) throw Error(problem);
   check(high[0] < 0, where, ": rank ", high[0], " rejected its arguments (its error says why)");
-  static const char* names[n] = {"", "B", "Hq", "Hkv", "D", "Dv", "seq_len", "layout", "causal",
-                                 "window_left", "window_right"};
+  static const char* names[n] = {"",        "B",      "Hq",     "Hkv",         "D",           "Dv",
+                                 "seq_len", "layout", "causal", "window_left", "window_right"};
   for (int i = 1; i < n; ++i)
-    check(low[i] == high[i], where, ": the ranks disagree on ", names[i], " (from ", low[i],
-          " to ", high[i], ")");
+    check(low[i] == high[i], where, ": the ranks disagree on ", names[i], " (from ", low[i], " to ",
+          high[i], ")");
 }
 
 // The ring: this rank's neighbours and the double-buffered transfers of one step.
@@ -186,7 +193,8 @@ void add_into(const View& dst, const View& src, bool assign = false) {
     float* d = &dst(i0, i1, i2, 0);
     const float* s = &src(i0, i1, i2, 0);
     for (int64_t j = 0; j < n; ++j)
-      d[j * dst.stride[3]] = assign ? s[j * src.stride[3]] : d[j * dst.stride[3]] + s[j * src.stride[3]];
+      d[j * dst.stride[3]] =
+          assign ? s[j * src.stride[3]] : d[j * dst.stride[3]] + s[j * src.stride[3]];
   });
 }
 
@@ -261,27 +269,28 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
     if (step + 1 < ring.size) ring.start(cur.ptr(), incoming.ptr(), cur.count(), kTagKV, req);
     const int owner = (ring.rank - step + ring.size) % ring.size;
     const double t = now_seconds(), progress0 = stats ? stats->progress_seconds : 0;
-    for_each_block(mine, s.chunks(owner), a.mask, stats,
-                   [&](int64_t qrow, const Chunk& qc, int64_t krow, const Chunk& kc,
-                       const BlockCall& c) {
-      AttentionArgs x = block_args(a, a.q.slice(2, qrow, qrow + qc.length),
-                                   cur.k().slice(2, krow, krow + kc.length),
-                                   cur.v().slice(2, krow, krow + kc.length), c, kc.begin, kv_len);
-      const int64_t n = c.q1 - c.q0;
-      x.out = View(part_out, {B, Hq, n, Dv});
-      x.lse = part_lse;
-      attention(x);
-      ring.poke(req);
-      // Merge rows [qrow + q0, qrow + q1) with their log-sum-exps (this block's hid every key
-      // of a row when its lse is −inf; nothing merged yet when the row's is).
-      detail::parallel_for(B * Hq * n, detail::threads_for(B * Hq * n * Dv), [&](int64_t r) {
-        const int64_t i = r % n, bh = r / n;
-        float& l = lse.data[bh * Tl + qrow + c.q0 + i];
-        float* o = out.data + (bh * Tl + qrow + c.q0 + i) * Dv;
-        const detail::PartialRow parts[2] = {{l, 1, o}, {part_lse[r], 1, part_out + r * Dv}};
-        detail::merge_partials(2, [&](int64_t c) { return parts[c]; }, Dv, o, 1, &l);
-      });
-    });
+    for_each_block(
+        mine, s.chunks(owner), a.mask, stats,
+        [&](int64_t qrow, const Chunk& qc, int64_t krow, const Chunk& kc, const BlockCall& c) {
+          AttentionArgs x = block_args(
+              a, a.q.slice(2, qrow, qrow + qc.length), cur.k().slice(2, krow, krow + kc.length),
+              cur.v().slice(2, krow, krow + kc.length), c, kc.begin, kv_len);
+          const int64_t n = c.q1 - c.q0;
+          x.out = View(part_out, {B, Hq, n, Dv});
+          x.lse = part_lse;
+          attention(x);
+          ring.poke(req);
+          // Merge rows [qrow + q0, qrow + q1) with their log-sum-exps (this block's hid every key
+          // of a row when its lse is −inf; nothing merged yet when the row's is).
+          detail::parallel_for(B * Hq * n, detail::threads_for(B * Hq * n * Dv), [&](int64_t r) {
+            const int64_t i = r % n, bh = r / n;
+            float& l = lse.data[bh * Tl + qrow + c.q0 + i];
+            float* o = out.data + (bh * Tl + qrow + c.q0 + i) * Dv;
+            const detail::PartialRow parts[2] = {{l, 1, o}, {part_lse[r], 1, part_out + r * Dv}};
+            detail::merge_partials(
+                2, [&](int64_t c) { return parts[c]; }, Dv, o, 1, &l);
+          });
+        });
     if (stats) stats->compute_seconds += now_seconds() - t - (stats->progress_seconds - progress0);
     if (step + 1 < ring.size) ring.wait(req);
   }
@@ -315,8 +324,8 @@ void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk
   add_into(blocks[0].v(), a.v, true);
   // This step's gradient for the block held (partial), the accumulator that arrived with it
   // (incoming) and the sum sent on (outgoing).
-  const KVBlock partial(Slot::partial, B, Hkv, Tl, D, Dv), incoming(Slot::incoming, B, Hkv, Tl, D, Dv),
-      outgoing(Slot::outgoing, B, Hkv, Tl, D, Dv);
+  const KVBlock partial(Slot::partial, B, Hkv, Tl, D, Dv),
+      incoming(Slot::incoming, B, Hkv, Tl, D, Dv), outgoing(Slot::outgoing, B, Hkv, Tl, D, Dv);
   const View dq_sum(workspace(Slot::out, B * Hq * Tl * D), {B, Hq, Tl, D});
   std::fill(dq_sum.data, dq_sum.data + B * Hq * Tl * D, 0.0f);
   float* const part_dq = workspace(Slot::part_dq, B * Hq * Tl * D);
@@ -334,27 +343,27 @@ void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk
     const int owner = (ring.rank - step + ring.size) % ring.size;
     const double t = now_seconds(), progress0 = stats ? stats->progress_seconds : 0;
     partial.zero();
-    for_each_block(mine, s.chunks(owner), a.mask, stats,
-                   [&](int64_t qrow, const Chunk& qc, int64_t krow, const Chunk& kc,
-                       const BlockCall& c) {
-      AttentionArgs x = block_args(a, a.q.slice(2, qrow, qrow + qc.length),
-                                   cur.k().slice(2, krow, krow + kc.length),
-                                   cur.v().slice(2, krow, krow + kc.length), c, kc.begin, kv_len);
-      const int64_t n = c.q1 - c.q0, nk = c.k1 - c.k0;
-      x.out = a.out.slice(2, qrow + c.q0, qrow + c.q1);
-      for (int64_t bh = 0; bh < B * Hq; ++bh)
-        std::memcpy(part_lse + bh * n, a.lse + bh * Tl + qrow + c.q0, n * sizeof(float));
-      x.lse = part_lse;
-      const View pdq(part_dq, {B, Hq, n, D});
-      const View pdk(part_dk, {B, Hkv, nk, D});
-      const View pdv(part_dv, {B, Hkv, nk, Dv});
-      attention_backward(x, dout.slice(2, qrow + c.q0, qrow + c.q1), pdq, pdk, pdv);
-      ring.poke(kv_req);
-      ring.poke(grad_req);
-      add_into(dq_sum.slice(2, qrow + c.q0, qrow + c.q1), pdq);
-      add_into(partial.k().slice(2, krow + c.k0, krow + c.k1), pdk);
-      add_into(partial.v().slice(2, krow + c.k0, krow + c.k1), pdv);
-    });
+    for_each_block(
+        mine, s.chunks(owner), a.mask, stats,
+        [&](int64_t qrow, const Chunk& qc, int64_t krow, const Chunk& kc, const BlockCall& c) {
+          AttentionArgs x = block_args(
+              a, a.q.slice(2, qrow, qrow + qc.length), cur.k().slice(2, krow, krow + kc.length),
+              cur.v().slice(2, krow, krow + kc.length), c, kc.begin, kv_len);
+          const int64_t n = c.q1 - c.q0, nk = c.k1 - c.k0;
+          x.out = a.out.slice(2, qrow + c.q0, qrow + c.q1);
+          for (int64_t bh = 0; bh < B * Hq; ++bh)
+            std::memcpy(part_lse + bh * n, a.lse + bh * Tl + qrow + c.q0, n * sizeof(float));
+          x.lse = part_lse;
+          const View pdq(part_dq, {B, Hq, n, D});
+          const View pdk(part_dk, {B, Hkv, nk, D});
+          const View pdv(part_dv, {B, Hkv, nk, Dv});
+          attention_backward(x, dout.slice(2, qrow + c.q0, qrow + c.q1), pdq, pdk, pdv);
+          ring.poke(kv_req);
+          ring.poke(grad_req);
+          add_into(dq_sum.slice(2, qrow + c.q0, qrow + c.q1), pdq);
+          add_into(partial.k().slice(2, krow + c.k0, krow + c.k1), pdk);
+          add_into(partial.v().slice(2, krow + c.k0, krow + c.k1), pdv);
+        });
     if (stats) stats->compute_seconds += now_seconds() - t - (stats->progress_seconds - progress0);
     // The block's accumulator: what came with it (nothing at its owner, step 0) plus this
     // rank's part, sent on behind the block; the last hop takes it home.

@@ -39,13 +39,12 @@ template <typename F>
 void for_rows(const View& full, const View& local, int dim, const Sharding& s, int rank,
               const char* where, F f) {
   s.validate(where);
-  check(dim >= 0 && dim < full.ndim && full.ndim == local.ndim, where, ": dim ", dim,
-        " of a ", full.ndim, "-dim full tensor and a ", local.ndim, "-dim shard");
+  check(dim >= 0 && dim < full.ndim && full.ndim == local.ndim, where, ": dim ", dim, " of a ",
+        full.ndim, "-dim full tensor and a ", local.ndim, "-dim shard");
   check(full.shape[dim] == s.seq_len, where, ": the full tensor ", shape_of(full), " has ",
         full.shape[dim], " positions along dim ", dim, ", the sharding ", s.seq_len);
   check(local.shape[dim] == s.local_len(), where, ": the shard ", shape_of(local), " has ",
-        local.shape[dim], " positions along dim ", dim, ", rank ", rank, " holds ",
-        s.local_len());
+        local.shape[dim], " positions along dim ", dim, ", rank ", rank, " holds ", s.local_len());
   for (int d = 0; d < full.ndim; ++d)
     check(d == dim || full.shape[d] == local.shape[d], where, ": full ", shape_of(full),
           " and shard ", shape_of(local), " differ in dim ", d);

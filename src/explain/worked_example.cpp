@@ -59,8 +59,8 @@ Matrix read_matrix(const json& doc, const char* name, const std::string& file) {
           "] must be a list of 1 to ", kMaxDim, " numbers");
     std::vector<double> r;
     for (const json& x : row) {
-      check(x.is_number() && std::isfinite(x.get<double>()), file, ": ", name, "[", i,
-            "] holds ", json_fields::shown(x), ", not a finite number");
+      check(x.is_number() && std::isfinite(x.get<double>()), file, ": ", name, "[", i, "] holds ",
+            json_fields::shown(x), ", not a finite number");
       r.push_back(x.get<double>());
     }
     check(m.empty() || r.size() == m[0].size(), file, ": ", name, "[", i, "] has ", r.size(),
@@ -105,10 +105,8 @@ Example parse_example(const std::string& text, bool causal, const std::string& f
   e.query_tokens = read_names(doc, "tokens", e.q.size(), "q", file);
   if (doc.contains("key_tokens"))
     e.key_tokens = read_names(doc, "key_tokens", e.k.size(), "k", file);
-  else if (e.k.size() == e.q.size())
-    e.key_tokens = e.query_tokens;
-  else
-    e.key_tokens = read_names(json::object(), "", e.k.size(), "k", file);
+  else if (e.k.size() == e.q.size()) e.key_tokens = e.query_tokens;
+  else e.key_tokens = read_names(json::object(), "", e.k.size(), "k", file);
   e.causal = causal;
   return e;
 }
@@ -154,8 +152,8 @@ std::vector<std::string> article_notes(const Example& e, const std::vector<Query
   const QuerySteps& creature = steps[2];
   std::ostringstream note;
   note << std::fixed << std::setprecision(3) << "The article prints e^1.414 = 4.095 and Z = "
-       << "29.354 for creature; the true values are " << creature.exps[1] << " and "
-       << creature.z << ". Its weights and outputs agree with the ones here to 3 decimals.";
+       << "29.354 for creature; the true values are " << creature.exps[1] << " and " << creature.z
+       << ". Its weights and outputs agree with the ones here to 3 decimals.";
   return {note.str()};
 }
 
@@ -234,8 +232,8 @@ void print_example(std::ostream& out, const Example& e, int digits) {
   auto print_vectors = [&](const std::vector<std::string>& names, const Matrix& m,
                            const char* what) {
     for (size_t i = 0; i < m.size(); ++i)
-      out << "  " << what << " " << std::left << std::setw(layout.label) << names[i]
-          << std::right << vec_str(m[i], digits, /*compact=*/true) << "\n";
+      out << "  " << what << " " << std::left << std::setw(layout.label) << names[i] << std::right
+          << vec_str(m[i], digits, /*compact=*/true) << "\n";
   };
   print_vectors(e.query_tokens, e.q, "query");
   print_vectors(e.key_tokens, e.k, "key  ");
@@ -246,8 +244,7 @@ void print_example(std::ostream& out, const Example& e, int digits) {
   auto grid = [&](const std::string& t, auto value_of) {
     print_grid(out, e, layout, steps, title(t), value_of);
   };
-  grid("Raw scores k . q",
-       [&](const QuerySteps& s, size_t j) { return fmt(s.raw[j], digits); });
+  grid("Raw scores k . q", [&](const QuerySteps& s, size_t j) { return fmt(s.raw[j], digits); });
   grid("Scaled scores (k . q) / sqrt(d_k)",
        [&](const QuerySteps& s, size_t j) { return fmt(s.scaled[j], digits); });
   if (e.causal)
@@ -257,8 +254,9 @@ void print_example(std::ostream& out, const Example& e, int digits) {
          });
   grid(std::string("Exponentials e^score") + (e.causal ? " (e^-inf = 0)" : ""),
        [&](const QuerySteps& s, size_t j) { return fmt(s.exps[j], digits); });
-  out << "\n" << title("Z = the sum of each column") << "\n  " << std::left
-      << std::setw(layout.label) << "Z" << std::right;
+  out << "\n"
+      << title("Z = the sum of each column") << "\n  " << std::left << std::setw(layout.label)
+      << "Z" << std::right;
   for (const QuerySteps& s : steps) out << std::setw(layout.width) << fmt(s.z, digits);
   out << "\n";
   grid("Weights e^score / Z: each column sums to 1",
@@ -327,23 +325,23 @@ void print_softmax(std::ostream& out, const std::vector<double>& scores, bool as
   for (double x : exps) weights.push_back(x / z);
 
   if (as_json) {
-    out << json{{"scores", scores}, {"shift", shift}, {"exp", exps}, {"z", z},
-                      {"weights", weights}}.dump()
-              << "\n";
+    out << json{{"scores", scores}, {"shift", shift}, {"exp", exps}, {"z", z}, {"weights", weights}}
+               .dump()
+        << "\n";
     return;
   }
   const std::string e = shift ? "e^(s - " + num(shift, digits) + ")" : "e^s";
   out << "softmax(s)_i = e^(s_i) / Z, Z = sum_j e^(s_j): positive weights that sum to 1\n\n"
-            << "  " << std::setw(12) << "score s" << std::setw(16) << e << std::setw(12)
-            << "weight" << "\n";
+      << "  " << std::setw(12) << "score s" << std::setw(16) << e << std::setw(12) << "weight"
+      << "\n";
   for (size_t i = 0; i < scores.size(); ++i)
-    out << "  " << std::setw(12) << fmt(scores[i], digits) << std::setw(16)
-              << fmt(exps[i], digits) << std::setw(12) << fmt(weights[i], digits) << "\n";
+    out << "  " << std::setw(12) << fmt(scores[i], digits) << std::setw(16) << fmt(exps[i], digits)
+        << std::setw(12) << fmt(weights[i], digits) << "\n";
   out << "  " << std::setw(12) << "Z =" << std::setw(16) << fmt(z, digits) << std::setw(12)
-            << fmt(1.0, digits) << "\n";
+      << fmt(1.0, digits) << "\n";
   if (shift)
     out << "\n(e^s would overflow, so every score is shifted by the largest one first; "
-                 "the weights are unchanged.)\n";
+           "the weights are unchanged.)\n";
 }
 
 void print_worked_example(std::ostream& out, bool causal) {

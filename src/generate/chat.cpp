@@ -10,8 +10,10 @@ ChatFormat chat_format(const std::string& t) {
   check(!t.empty(), "chat: the model has no chat template (tokenizer.chat_template)");
   if (t.find("<|im_start|>") != std::string::npos && t.find("<|im_end|>") != std::string::npos)
     return ChatFormat::chatml;
-  fail("chat: the chat template is not one qkv knows (it reads ChatML, with <|im_start|> and "
-       "<|im_end|>); it begins \"", t.substr(0, 80), t.size() > 80 ? "…" : "", "\"");
+  fail(
+      "chat: the chat template is not one qkv knows (it reads ChatML, with <|im_start|> and "
+      "<|im_end|>); it begins \"",
+      t.substr(0, 80), t.size() > 80 ? "…" : "", "\"");
 }
 
 std::string default_system_prompt(const std::string& t) {
@@ -42,7 +44,8 @@ Chat::Chat(Model& model, const Tokenizer& tokenizer, ChatFormat, const ChatOptio
 Chat::~Chat() = default;
 
 void Chat::reset() {
-  cache_ = std::make_unique<KVCache>(model_->config(), KVCacheOptions{.max_seq = context_, .type = options_.cache});
+  cache_ = std::make_unique<KVCache>(model_->config(),
+                                     KVCacheOptions{.max_seq = context_, .type = options_.cache});
   pending_.clear();
   run_.clear();
   if (tokenizer_->adds_bos()) pending_.push_back(tokenizer_->bos());
@@ -56,9 +59,11 @@ void Chat::reset() {
 
 int64_t Chat::positions() const { return cache_->length(0); }
 
-std::vector<int32_t> Chat::message_tokens(const std::string& role, const std::string& content) const {
+std::vector<int32_t> Chat::message_tokens(const std::string& role,
+                                          const std::string& content) const {
   std::vector<int32_t> ids{start_};
-  const std::vector<int32_t> text = tokenizer_->encode(role + "\n" + content, /*bos=*/false, /*special=*/false);
+  const std::vector<int32_t> text =
+      tokenizer_->encode(role + "\n" + content, /*bos=*/false, /*special=*/false);
   ids.insert(ids.end(), text.begin(), text.end());
   ids.push_back(end_);
   const std::vector<int32_t> nl = tokenizer_->encode("\n", false, false);
@@ -77,7 +82,8 @@ void Chat::add(const std::string& role, const std::string& content) {
   pending_.insert(pending_.end(), m.begin(), m.end());
 }
 
-ChatTurnStats Chat::reply(const std::string& user, const std::function<bool(const std::string&)>& on_token) {
+ChatTurnStats Chat::reply(const std::string& user,
+                          const std::function<bool(const std::string&)>& on_token) {
   const size_t before = pending_.size();
   add("user", user);
   try {

@@ -100,8 +100,8 @@ int32_t Generator::next() {
   if (done_) return -1;
   const ModelConfig& c = model_->config();
   if (!cache_) {
-    cache_ = std::make_unique<KVCache>(c, KVCacheOptions{.max_seq = steps_, .type = options_.cache,
-                                                         .ring = c.window > 0});
+    cache_ = std::make_unique<KVCache>(
+        c, KVCacheOptions{.max_seq = steps_, .type = options_.cache, .ring = c.window > 0});
     const double t0 = now_seconds();
     logits_ = model_->forward_cached(*cache_, tokens_.data(), 1, prompt_positions_);
     prefill_seconds_ = now_seconds() - t0;
@@ -140,8 +140,7 @@ GenerateStats generate(Model& model, const std::vector<int32_t>& prompt,
     if (!emit(prev, token)) break;
   }
   stats.prefill_seconds = g.prefill_seconds();
-  stats.decode_seconds =
-      std::max(0.0, now_seconds() - t0 - stats.prefill_seconds);
+  stats.decode_seconds = std::max(0.0, now_seconds() - t0 - stats.prefill_seconds);
   stats.prefill_tokens_per_s = stats.prompt_tokens / std::max(stats.prefill_seconds, 1e-9);
   // Decoding ran generated − 1 forwards (the last token drawn is not run).
   stats.decode_tokens_per_s =

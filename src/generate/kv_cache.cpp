@@ -111,18 +111,22 @@ StoredKV KVCache::stored(int64_t layer, int64_t seq, int64_t length) const {
 
 void KVCache::attend(int64_t layer, int64_t seq, const AttentionArgs& args, const float* k_rows,
                      const float* v_rows, int64_t row_stride) {
-  check(layer >= 0 && layer < layers_, "kv cache: layer ", layer, " out of range [0, ", layers_, ")");
+  check(layer >= 0 && layer < layers_, "kv cache: layer ", layer, " out of range [0, ", layers_,
+        ")");
   check_ndim(args.q, 4, "kv cache: attend", "q [1, Hq, T, d_head]");
   check(args.q.shape[0] == 1, "kv cache: attend runs one sequence, q is ", shape_of(args.q));
   const int64_t pos0 = length(seq), T = args.q.shape[2], end = pos0 + T;
   check_room(seq, T);
   StoredKV kv = stored(layer, seq, end);
-  const int64_t seen = args.mask.window_left >= 0 ? std::max<int64_t>(0, pos0 - args.mask.window_left) : 0;
+  const int64_t seen =
+      args.mask.window_left >= 0 ? std::max<int64_t>(0, pos0 - args.mask.window_left) : 0;
   if (ring_ && end - seen > slots_) {
     // Storing the new rows first would overwrite positions their queries still see: they go
     // in beside the storage, and are stored after.
-    kv.fresh_k = View(const_cast<float*>(k_rows), {1, kv_heads_, T, d_head_}, {0, d_head_, row_stride, 1});
-    kv.fresh_v = View(const_cast<float*>(v_rows), {1, kv_heads_, T, d_head_}, {0, d_head_, row_stride, 1});
+    kv.fresh_k =
+        View(const_cast<float*>(k_rows), {1, kv_heads_, T, d_head_}, {0, d_head_, row_stride, 1});
+    kv.fresh_v =
+        View(const_cast<float*>(v_rows), {1, kv_heads_, T, d_head_}, {0, d_head_, row_stride, 1});
     attention(args, kv);
     write(layer, seq, pos0, T, k_rows, v_rows, row_stride);
     return;

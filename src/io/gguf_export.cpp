@@ -21,7 +21,8 @@ void add_tokenizer(gguf::Writer& w, const Tokenizer& t) {
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
   if (t.kind() == Tokenizer::Kind::bytes) {
-    for (int b = 0; b < 256; ++b) tokens.push_back(gpt2_byte_letter(static_cast<uint8_t>(b))), types.push_back(1);
+    for (int b = 0; b < 256; ++b)
+      tokens.push_back(gpt2_byte_letter(static_cast<uint8_t>(b))), types.push_back(1);
     w.add("tokenizer.ggml.model", gguf::string_value("gpt2"));
     w.add("tokenizer.ggml.pre", gguf::string_value("default"));
     w.add("tokenizer.ggml.tokens", gguf::string_array(tokens));
@@ -30,7 +31,8 @@ void add_tokenizer(gguf::Writer& w, const Tokenizer& t) {
     w.add("tokenizer.ggml.add_bos_token", gguf::bool_value(false));
     return;
   }
-  check(t.kind() == Tokenizer::Kind::sentencepiece, "save_gguf: writes SentencePiece and byte tokenizers");
+  check(t.kind() == Tokenizer::Kind::sentencepiece,
+        "save_gguf: writes SentencePiece and byte tokenizers");
   std::vector<float> scores;
   for (int32_t i = 0; i < t.vocab_size(); ++i) {
     std::string p = t.piece(i);
@@ -44,31 +46,41 @@ void add_tokenizer(gguf::Writer& w, const Tokenizer& t) {
   w.add("tokenizer.ggml.tokens", gguf::string_array(tokens));
   w.add("tokenizer.ggml.scores", gguf::f32_array(scores));
   w.add("tokenizer.ggml.token_type", gguf::i32_array(types));
-  if (t.bos() >= 0) w.add("tokenizer.ggml.bos_token_id", gguf::u32_value(static_cast<uint32_t>(t.bos())));
-  if (t.eos() >= 0) w.add("tokenizer.ggml.eos_token_id", gguf::u32_value(static_cast<uint32_t>(t.eos())));
+  if (t.bos() >= 0)
+    w.add("tokenizer.ggml.bos_token_id", gguf::u32_value(static_cast<uint32_t>(t.bos())));
+  if (t.eos() >= 0)
+    w.add("tokenizer.ggml.eos_token_id", gguf::u32_value(static_cast<uint32_t>(t.eos())));
   w.add("tokenizer.ggml.unknown_token_id", gguf::u32_value(0));
   w.add("tokenizer.ggml.add_bos_token", gguf::bool_value(true));
 }
 
 }  // namespace
 
-GgufSaveStats save_gguf(const std::string& path, const Model& model, const Tokenizer* tokenizer, TensorType type) {
+GgufSaveStats save_gguf(const std::string& path, const Model& model, const Tokenizer* tokenizer,
+                        TensorType type) {
   const ModelConfig& c = model.config();
-  check(type == TensorType::q8_0 || type == TensorType::q4_0 || type == TensorType::f16 || type == TensorType::f32,
+  check(type == TensorType::q8_0 || type == TensorType::q4_0 || type == TensorType::f16 ||
+            type == TensorType::f32,
         "save_gguf: the matrices can be Q8_0, Q4_0, F16 or F32, not ", to_string(type));
-  check(c.norm == NormKind::rms_norm && c.mlp == MlpKind::swiglu && c.positions == PositionKind::rotary && !c.bias &&
-            c.causal && c.window == 0,
-        "save_gguf: GGUF's llama architecture is RMSNorm, SwiGLU, rotary positions, no biases, causal, no "
-        "window; this model has ", to_string(c.norm), ", ", to_string(c.mlp), ", ", to_string(c.positions),
-        " positions", c.bias ? ", biases" : "", c.window ? ", a window" : "");
-  check(!model.has_external_weights(), "save_gguf: the model's weights are already in a block format");
+  check(c.norm == NormKind::rms_norm && c.mlp == MlpKind::swiglu &&
+            c.positions == PositionKind::rotary && !c.bias && c.causal && c.window == 0,
+        "save_gguf: GGUF's llama architecture is RMSNorm, SwiGLU, rotary positions, no biases, "
+        "causal, no "
+        "window; this model has ",
+        to_string(c.norm), ", ", to_string(c.mlp), ", ", to_string(c.positions), " positions",
+        c.bias ? ", biases" : "", c.window ? ", a window" : "");
+  check(!model.has_external_weights(),
+        "save_gguf: the model's weights are already in a block format");
   if (tokenizer)
-    check(tokenizer->vocab_size() == c.vocab_size, "save_gguf: the tokenizer has ", tokenizer->vocab_size(),
-          " tokens, the model ", c.vocab_size);
+    check(tokenizer->vocab_size() == c.vocab_size, "save_gguf: the tokenizer has ",
+          tokenizer->vocab_size(), " tokens, the model ", c.vocab_size);
   gguf::Writer w;
   w.add("general.architecture", gguf::string_value("llama"));
   w.add("general.name", gguf::string_value("qkv model"));
-  const uint32_t file_type = type == TensorType::q8_0 ? 7 : type == TensorType::q4_0 ? 2 : type == TensorType::f16 ? 1 : 0;
+  const uint32_t file_type = type == TensorType::q8_0   ? 7
+                             : type == TensorType::q4_0 ? 2
+                             : type == TensorType::f16  ? 1
+                                                        : 0;
   w.add("general.file_type", gguf::u32_value(file_type));
   w.add("general.quantization_version", gguf::u32_value(2));
   w.add("llama.context_length", gguf::u32_value(static_cast<uint32_t>(c.context)));
@@ -88,7 +100,8 @@ GgufSaveStats save_gguf(const std::string& path, const Model& model, const Token
   GgufSaveStats stats;
   // Rows [row0, row0 + rows) of a parameter as one tensor; `heads` > 0 marks q or k rows, which
   // GGUF rotates in adjacent pairs: a model that rotates halves has its rows reordered so.
-  auto matrix = [&](const std::string& name, const std::string& param, int64_t row0, int64_t rows, int64_t heads) {
+  auto matrix = [&](const std::string& name, const std::string& param, int64_t row0, int64_t rows,
+                    int64_t heads) {
     const View v = model.weight(param);
     const int64_t cols = v.ndim == 2 ? v.shape[1] : 1;
     std::vector<float> x(&v.data[row0 * cols], &v.data[(row0 + rows) * cols]);
@@ -103,12 +116,15 @@ GgufSaveStats save_gguf(const std::string& path, const Model& model, const Token
       x.swap(y);
     }
     const BlockSize b = block_of(type);
-    const TensorType t = cols == 1 ? TensorType::f32 : cols % b.elements == 0 ? type : TensorType::f32;
+    const TensorType t = cols == 1                ? TensorType::f32
+                         : cols % b.elements == 0 ? type
+                                                  : TensorType::f32;
     if (cols > 1 && t != type) ++stats.kept_f32;
     if (cols > 1 && t == type) ++stats.quantized;
     std::vector<uint8_t> bytes = quant::quantize(t, x.data(), static_cast<int64_t>(x.size()));
     stats.bytes += bytes.size();
-    w.add_tensor(name, t, cols == 1 ? std::vector<int64_t>{rows} : std::vector<int64_t>{cols, rows}, std::move(bytes));
+    w.add_tensor(name, t, cols == 1 ? std::vector<int64_t>{rows} : std::vector<int64_t>{cols, rows},
+                 std::move(bytes));
   };
   const int64_t A = c.n_heads * c.d_head, KV = c.n_kv_heads * c.d_head;
   matrix("token_embd.weight", "embedding.token", 0, c.vocab_size, 0);

@@ -26,11 +26,21 @@ struct Out {
   }
   void put_value(const Value& v) {
     switch (v.type) {
-      case ValueType::u32: put<uint32_t>(static_cast<uint32_t>(std::get<uint64_t>(v.data))); break;
-      case ValueType::i32: put<int32_t>(static_cast<int32_t>(std::get<int64_t>(v.data))); break;
-      case ValueType::f32: put<float>(static_cast<float>(std::get<double>(v.data))); break;
-      case ValueType::boolean: put<uint8_t>(std::get<bool>(v.data) ? 1 : 0); break;
-      case ValueType::string: put_string(std::get<std::string>(v.data)); break;
+      case ValueType::u32:
+        put<uint32_t>(static_cast<uint32_t>(std::get<uint64_t>(v.data)));
+        break;
+      case ValueType::i32:
+        put<int32_t>(static_cast<int32_t>(std::get<int64_t>(v.data)));
+        break;
+      case ValueType::f32:
+        put<float>(static_cast<float>(std::get<double>(v.data)));
+        break;
+      case ValueType::boolean:
+        put<uint8_t>(std::get<bool>(v.data) ? 1 : 0);
+        break;
+      case ValueType::string:
+        put_string(std::get<std::string>(v.data));
+        break;
       case ValueType::array: {
         const auto& items = std::get<std::vector<Value>>(v.data);
         put<uint32_t>(static_cast<uint32_t>(v.element_type));
@@ -38,7 +48,8 @@ struct Out {
         for (const Value& item : items) put_value(item);
         break;
       }
-      default: fail("gguf writer: value type ", to_string(v.type), " is not written");
+      default:
+        fail("gguf writer: value type ", to_string(v.type), " is not written");
     }
   }
   void pad() { bytes.resize((bytes.size() + kAlignment - 1) / kAlignment * kAlignment, 0); }
@@ -81,19 +92,23 @@ Value i32_array(const std::vector<int32_t>& v) {
 }
 
 void Writer::add(const std::string& key, Value value) {
-  for (const auto& [k, v] : metadata_) check(k != key, "gguf writer: metadata \"", key, "\" added twice");
+  for (const auto& [k, v] : metadata_)
+    check(k != key, "gguf writer: metadata \"", key, "\" added twice");
   metadata_.emplace_back(key, std::move(value));
 }
 
-void Writer::add_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims, std::vector<uint8_t> bytes) {
+void Writer::add_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims,
+                        std::vector<uint8_t> bytes) {
   const std::optional<BlockSize> b = block_size(static_cast<uint32_t>(type));
   check(b.has_value(), "gguf writer: tensor \"", name, "\" has an unknown type");
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   check(!dims.empty() && dims.size() <= 4 && dims[0] % b->elements == 0 &&
             static_cast<uint64_t>(n / b->elements * b->bytes) == bytes.size(),
-        "gguf writer: tensor \"", name, "\": ", bytes.size(), " bytes do not hold its dims as ", to_string(type));
-  for (const Tensor& t : tensors_) check(t.name != name, "gguf writer: tensor \"", name, "\" added twice");
+        "gguf writer: tensor \"", name, "\": ", bytes.size(), " bytes do not hold its dims as ",
+        to_string(type));
+  for (const Tensor& t : tensors_)
+    check(t.name != name, "gguf writer: tensor \"", name, "\" added twice");
   tensors_.push_back({name, type, std::move(dims), std::move(bytes)});
 }
 
@@ -122,17 +137,21 @@ void Writer::write(const std::string& path) const {
   {
     std::ofstream f(tmp, std::ios::binary);
     check(f.good(), "gguf writer: cannot write \"", tmp, "\"");
-    f.write(reinterpret_cast<const char*>(o.bytes.data()), static_cast<std::streamsize>(o.bytes.size()));
+    f.write(reinterpret_cast<const char*>(o.bytes.data()),
+            static_cast<std::streamsize>(o.bytes.size()));
     const std::vector<uint8_t> zeros(kAlignment, 0);
     for (const Tensor& t : tensors_) {
-      f.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
-      f.write(reinterpret_cast<const char*>(zeros.data()),
-              static_cast<std::streamsize>((kAlignment - t.bytes.size() % kAlignment) % kAlignment));
+      f.write(reinterpret_cast<const char*>(t.bytes.data()),
+              static_cast<std::streamsize>(t.bytes.size()));
+      f.write(
+          reinterpret_cast<const char*>(zeros.data()),
+          static_cast<std::streamsize>((kAlignment - t.bytes.size() % kAlignment) % kAlignment));
     }
     f.flush();
     check(f.good(), "gguf writer: writing \"", tmp, "\" failed (disk full?)");
   }
-  check(std::rename(tmp.c_str(), path.c_str()) == 0, "gguf writer: cannot rename \"", tmp, "\" to \"", path, "\"");
+  check(std::rename(tmp.c_str(), path.c_str()) == 0, "gguf writer: cannot rename \"", tmp,
+        "\" to \"", path, "\"");
 }
 
 }  // namespace qkv::gguf

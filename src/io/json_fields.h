@@ -69,17 +69,20 @@ T as(const json& j, std::string_view what) {
     check(j.is_number_integer(), what, " must be a whole number, found ", shown(j));
     if (j.is_number_unsigned()) {
       const uint64_t u = j.get<uint64_t>();
-      check(u <= static_cast<uint64_t>(std::numeric_limits<T>::max()), what, " = ", u, " is too large");
+      check(u <= static_cast<uint64_t>(std::numeric_limits<T>::max()), what, " = ", u,
+            " is too large");
       return static_cast<T>(u);
     }
     const int64_t s = j.get<int64_t>();
     check(s >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-              (s < 0 || static_cast<uint64_t>(s) <= static_cast<uint64_t>(std::numeric_limits<T>::max())),
+              (s < 0 ||
+               static_cast<uint64_t>(s) <= static_cast<uint64_t>(std::numeric_limits<T>::max())),
           what, " = ", s, " is out of range");
     return static_cast<T>(s);
   } else {
     static_assert(std::is_floating_point_v<T>);
-    check(j.is_number() && std::isfinite(j.get<double>()), what, " must be a finite number, found ", shown(j));
+    check(j.is_number() && std::isfinite(j.get<double>()), what, " must be a finite number, found ",
+          shown(j));
     const double d = j.get<double>();
     check(std::fabs(d) <= std::numeric_limits<T>::max(), what, " = ", d, " is out of range");
     return static_cast<T>(d);

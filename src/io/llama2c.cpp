@@ -89,8 +89,8 @@ Header read_header(const Source& in) {
   in.read(0, &magic, 4);
   int32_t fields[7];
   if (magic == kMagic) {
-    check(in.size() >= kHeaderV1, "llama2.c checkpoint: version-1 header cut short (",
-          in.size(), " of 256 bytes)");
+    check(in.size() >= kHeaderV1, "llama2.c checkpoint: version-1 header cut short (", in.size(),
+          " of 256 bytes)");
     in.read(4, &h.version, 4);
     check(h.version == 1, "llama2.c checkpoint: version ", h.version,
           " is not supported (only 0 and 1, the float32 formats)");
@@ -131,7 +131,6 @@ Header read_header(const Source& in) {
   return h;
 }
 
-
 std::unique_ptr<Model> load(const Source& in) {
   const Header h = read_header(in);
   const ModelConfig c = llama2c_config(h.dim, h.hidden, h.layers, h.heads, h.kv_heads, h.vocab,
@@ -156,7 +155,9 @@ std::unique_ptr<Model> load(const Source& in) {
     in.read(at, &w(row0, 0), 4 * static_cast<uint64_t>(rows * w.shape[1]));
     at += 4 * static_cast<uint64_t>(rows * w.shape[1]);
   };
-  auto layer = [](int64_t l, const char* rest) { return "layers." + std::to_string(l) + "." + rest; };
+  auto layer = [](int64_t l, const char* rest) {
+    return "layers." + std::to_string(l) + "." + rest;
+  };
   auto each = [&](const char* rest, int64_t row0, int64_t rows) {
     for (int64_t l = 0; l < L; ++l) take(layer(l, rest), row0, rows);
   };
@@ -199,8 +200,8 @@ ModelConfig llama2c_config(int64_t dim, int64_t hidden, int64_t layers, int64_t 
   check(heads >= 1 && dim % heads == 0, "llama2.c model: dim ", dim,
         " is not a multiple of n_heads ", heads);
   // RMSNorm, SwiGLU, rotary on adjacent pairs (theta 10000), no biases.
-  ModelConfig c = llama_config(layers, dim, heads, kv_heads, hidden, vocab, seq_len,
-                               shared_classifier);
+  ModelConfig c =
+      llama_config(layers, dim, heads, kv_heads, hidden, vocab, seq_len, shared_classifier);
   c.norm_eps = 1e-5f;
   validate(c);
   return c;
@@ -228,12 +229,13 @@ void save_llama2c(const std::string& path, const Model& model) {
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::binary);
   check(out.good(), "save_llama2c: cannot write \"", tmp, "\"");
-  const int32_t header[7] = {
-      static_cast<int32_t>(c.d_model),  static_cast<int32_t>(c.d_ff),
-      static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_heads),
-      static_cast<int32_t>(c.n_kv_heads),
-      static_cast<int32_t>(c.tied_embeddings ? c.vocab_size : -c.vocab_size),
-      static_cast<int32_t>(c.context)};
+  const int32_t header[7] = {static_cast<int32_t>(c.d_model),
+                             static_cast<int32_t>(c.d_ff),
+                             static_cast<int32_t>(c.n_layers),
+                             static_cast<int32_t>(c.n_heads),
+                             static_cast<int32_t>(c.n_kv_heads),
+                             static_cast<int32_t>(c.tied_embeddings ? c.vocab_size : -c.vocab_size),
+                             static_cast<int32_t>(c.context)};
   out.write(reinterpret_cast<const char*>(header), sizeof header);
   auto put = [&](const std::string& name, int64_t row0, int64_t rows) {
     const View w = model.weight(name);
@@ -241,7 +243,8 @@ void save_llama2c(const std::string& path, const Model& model) {
   };
   const int64_t C = c.d_model, F = c.d_ff, A = c.n_heads * c.d_head, KV = c.n_kv_heads * c.d_head;
   auto each = [&](const char* rest, int64_t row0, int64_t rows) {
-    for (int64_t l = 0; l < c.n_layers; ++l) put("layers." + std::to_string(l) + "." + rest, row0, rows);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      put("layers." + std::to_string(l) + "." + rest, row0, rows);
   };
   put("embedding.token", 0, c.vocab_size);
   each("norm1.weight", 0, C);
@@ -268,7 +271,8 @@ void save_llama2c(const std::string& path, const Model& model) {
   if (!c.tied_embeddings) put("lm_head.weight", 0, c.vocab_size);
   out.close();
   check(out.good(), "save_llama2c: writing \"", tmp, "\" failed");
-  check(std::rename(tmp.c_str(), path.c_str()) == 0, "save_llama2c: cannot rename to \"", path, "\"");
+  check(std::rename(tmp.c_str(), path.c_str()) == 0, "save_llama2c: cannot rename to \"", path,
+        "\"");
 }
 
 }  // namespace qkv

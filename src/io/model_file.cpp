@@ -41,7 +41,8 @@ ModelFile load_gguf_file(const gguf::File& file, bool need_tokenizer, GgufWeight
     f.tokenizer = Tokenizer::from_gguf(file);
     f.tokenizer_path = file.name();
   } else {
-    check(!need_tokenizer, file.name(), ": the file has no tokenizer (tokenizer.ggml.*): give --prompt-ids");
+    check(!need_tokenizer, file.name(),
+          ": the file has no tokenizer (tokenizer.ggml.*): give --prompt-ids");
   }
   if (const gguf::Value* t = file.find("tokenizer.chat_template"))
     f.chat_template = t->as_string("tokenizer.chat_template");
@@ -52,7 +53,8 @@ ModelFile load_checkpoint_file(const std::string& path) {
   ModelFile f;
   f.format = "qkv";
   f.model = std::move(load_checkpoint(path).model);
-  if (f.model->config().vocab_size == 256) f.tokenizer = Tokenizer::bytes(), f.tokenizer_path = "bytes";
+  if (f.model->config().vocab_size == 256)
+    f.tokenizer = Tokenizer::bytes(), f.tokenizer_path = "bytes";
   return f;
 }
 
@@ -78,15 +80,18 @@ ModelFile load_model_file(const std::string& model_path, const std::string& toke
   std::string tok = tokenizer_path;
   if (tok.empty()) {
     const fs::path dir = fs::path(model_path).parent_path();
-    for (const fs::path& candidate : {dir / "tokenizer.bin", dir / ("tok" + std::to_string(vocab) + ".bin")})
+    for (const fs::path& candidate :
+         {dir / "tokenizer.bin", dir / ("tok" + std::to_string(vocab) + ".bin")})
       if (fs::exists(candidate)) {
         tok = candidate.string();
         break;
       }
   }
   if (tok.empty() && !need_tokenizer) return f;
-  check(!tok.empty(), "no tokenizer for \"", model_path, "\": give --tokenizer FILE (llama2.c's "
-        "tokenizer.bin, or tok", vocab, ".bin for a ", vocab, "-token vocabulary)");
+  check(!tok.empty(), "no tokenizer for \"", model_path,
+        "\": give --tokenizer FILE (llama2.c's "
+        "tokenizer.bin, or tok",
+        vocab, ".bin for a ", vocab, "-token vocabulary)");
   f.tokenizer = Tokenizer::load_llama2c(tok, vocab);
   f.tokenizer_path = tok;
   return f;
@@ -108,7 +113,8 @@ std::vector<int32_t> prompt_tokens(const ModelFile& f, const std::string& prompt
     }
   } else {
     check(f.tokenizer.has_value(), "this model was trained on a synthetic task (vocabulary of ",
-          f.model->config().vocab_size, " symbols, not text): give the prompt as --prompt-ids \"3 7 1\"");
+          f.model->config().vocab_size,
+          " symbols, not text): give the prompt as --prompt-ids \"3 7 1\"");
     ids = f.tokenizer->encode(prompt);
   }
   check(!ids.empty(), "the prompt has no tokens (and this model has no BOS token to start from)");

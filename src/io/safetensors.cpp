@@ -28,15 +28,24 @@ Enum parse_enum(const std::string& value, std::initializer_list<Enum> all, const
 }  // namespace
 
 std::string config_to_json(const ModelConfig& c) {
-  return json{{"vocab_size", c.vocab_size}, {"context", c.context},
-              {"d_model", c.d_model},       {"n_layers", c.n_layers},
-              {"n_heads", c.n_heads},       {"n_kv_heads", c.n_kv_heads},
-              {"d_head", c.d_head},         {"d_ff", c.d_ff},
-              {"norm", kind_name(c.norm)},  {"mlp", to_string(c.mlp)},
-              {"positions", to_string(c.positions)}, {"bias", c.bias},
-              {"tied_embeddings", c.tied_embeddings}, {"norm_eps", c.norm_eps},
-              {"rope_theta", c.rope_theta}, {"rope_halves", c.rope_halves},
-              {"causal", c.causal}, {"window", c.window}}
+  return json{{"vocab_size", c.vocab_size},
+              {"context", c.context},
+              {"d_model", c.d_model},
+              {"n_layers", c.n_layers},
+              {"n_heads", c.n_heads},
+              {"n_kv_heads", c.n_kv_heads},
+              {"d_head", c.d_head},
+              {"d_ff", c.d_ff},
+              {"norm", kind_name(c.norm)},
+              {"mlp", to_string(c.mlp)},
+              {"positions", to_string(c.positions)},
+              {"bias", c.bias},
+              {"tied_embeddings", c.tied_embeddings},
+              {"norm_eps", c.norm_eps},
+              {"rope_theta", c.rope_theta},
+              {"rope_halves", c.rope_halves},
+              {"causal", c.causal},
+              {"window", c.window}}
       .dump();
 }
 
@@ -53,7 +62,8 @@ ModelConfig config_from_json(const std::string& text) {
   c.n_kv_heads = get<int64_t>(j, "n_kv_heads", where);
   c.d_head = get<int64_t>(j, "d_head", where);
   c.d_ff = get<int64_t>(j, "d_ff", where);
-  c.norm = parse_enum(get<std::string>(j, "norm", where), {NormKind::layer_norm, NormKind::rms_norm}, "norm");
+  c.norm = parse_enum(get<std::string>(j, "norm", where),
+                      {NormKind::layer_norm, NormKind::rms_norm}, "norm");
   c.mlp = parse_enum(get<std::string>(j, "mlp", where), {MlpKind::gelu, MlpKind::swiglu}, "mlp");
   c.positions = parse_enum(get<std::string>(j, "positions", where),
                            {PositionKind::learned, PositionKind::sinusoidal, PositionKind::rotary,
@@ -72,12 +82,14 @@ ModelConfig config_from_json(const std::string& text) {
 
 void save_checkpoint(const std::string& path, const Model& model, const AdamW* optimizer,
                      int64_t step, const std::map<std::string, std::string>& metadata) {
-  check(!model.has_external_weights(), "save_checkpoint: the model's matrices are held in a GGUF file's "
+  check(!model.has_external_weights(),
+        "save_checkpoint: the model's matrices are held in a GGUF file's "
         "block formats; load it with GgufWeights::fp32 (Python: dequantize=True) to save it");
   json header;
   int64_t offset = 0;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, int64_t floats) {
-    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + 4 * floats}}};
+    header[name] = {
+        {"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + 4 * floats}}};
     offset += 4 * floats;
   };
   for (const ParamInfo& p : model.params())
@@ -96,7 +108,8 @@ void save_checkpoint(const std::string& path, const Model& model, const AdamW* o
     meta["optimizer.config"] = json{{"beta1", optimizer->config.beta1},
                                     {"beta2", optimizer->config.beta2},
                                     {"eps", optimizer->config.eps},
-                                    {"weight_decay", optimizer->config.weight_decay}}.dump();
+                                    {"weight_decay", optimizer->config.weight_decay}}
+                                   .dump();
   }
   header["__metadata__"] = meta;
   std::string text = header.dump();
@@ -142,21 +155,24 @@ TensorRange tensor_range(const json& header, const std::string& name, uint64_t f
   const json& t = member(header, name, file + ": header");
   check(get<std::string>(t, "dtype", where) == "F32", where, " is not F32");
   const json& shape = member(t, "shape", where);
-  check(shape.is_array() && shape.size() <= 2, where, ": \"shape\" must be a list of at most 2 sizes");
+  check(shape.is_array() && shape.size() <= 2, where,
+        ": \"shape\" must be a list of at most 2 sizes");
   uint64_t elements = 1;
   for (const json& n : shape) {
     const auto d = as<uint64_t>(n, where + ": a size in \"shape\"");
-    check(d == 0 || elements <= floats / d, where, ": \"shape\" ", shown(shape), " does not hold ", floats, " numbers");
+    check(d == 0 || elements <= floats / d, where, ": \"shape\" ", shown(shape), " does not hold ",
+          floats, " numbers");
     elements *= d;
   }
-  check(elements == floats, where, " has shape ", shown(shape), " but the model needs ", floats, " numbers");
+  check(elements == floats, where, " has shape ", shown(shape), " but the model needs ", floats,
+        " numbers");
   const json& offsets = member(t, "data_offsets", where);
-  check(offsets.is_array() && offsets.size() == 2, where, ": \"data_offsets\" must be [begin, end], found ",
-        shown(offsets));
+  check(offsets.is_array() && offsets.size() == 2, where,
+        ": \"data_offsets\" must be [begin, end], found ", shown(offsets));
   const auto begin = as<uint64_t>(offsets[0], where + ": data_offsets[0]");
   const auto end = as<uint64_t>(offsets[1], where + ": data_offsets[1]");
-  check(begin <= end && end <= data_size && end - begin == 4 * floats, where, " has offsets [", begin, ", ",
-        end, ") but needs ", 4 * floats, " bytes within the ", data_size, " of data");
+  check(begin <= end && end <= data_size && end - begin == 4 * floats, where, " has offsets [",
+        begin, ", ", end, ") but needs ", 4 * floats, " bytes within the ", data_size, " of data");
   return {begin, end};
 }
 
@@ -166,21 +182,23 @@ Checkpoint load_checkpoint_from(const Source& src) {
   check(src.size >= 8, path, ": ", src.size, " bytes is too short for a safetensors file");
   uint64_t header_size = 0;
   check(src.read(0, &header_size, 8), path, ": reading the header size failed");
-  check(header_size <= src.size - 8 && header_size < (100u << 20), path, ": header size ", header_size,
-        " does not fit in the file (", src.size, " bytes)");
+  check(header_size <= src.size - 8 && header_size < (100u << 20), path, ": header size ",
+        header_size, " does not fit in the file (", src.size, " bytes)");
   std::string text(header_size, '\0');
   check(src.read(8, text.data(), header_size), path, ": reading the header failed");
   const json header = parse(text, path + ": header");
-  check(header.is_object() && header.contains("__metadata__") && header["__metadata__"].is_object() &&
-            header["__metadata__"].contains("config"),
+  check(header.is_object() && header.contains("__metadata__") &&
+            header["__metadata__"].is_object() && header["__metadata__"].contains("config"),
         path, ": not a qkv checkpoint (no model config in __metadata__)");
   const std::string meta_where = path + ": __metadata__";
   Checkpoint ck;
   for (const auto& [k, v] : header["__metadata__"].items())
-    ck.metadata[k] = as<std::string>(v, meta_where + " \"" + k + "\"");  // the format's values are strings
+    ck.metadata[k] =
+        as<std::string>(v, meta_where + " \"" + k + "\"");  // the format's values are strings
 
   const ModelConfig config = config_from_json(ck.metadata.at("config"));
-  ck.step = ck.metadata.count("step") ? parse_int(ck.metadata["step"], meta_where + " \"step\"") : 0;
+  ck.step =
+      ck.metadata.count("step") ? parse_int(ck.metadata["step"], meta_where + " \"step\"") : 0;
   const uint64_t data_start = 8 + header_size, data_size = src.size - data_start;
   // Every tensor's range is checked before the model (whose size the config sets) is built.
   const std::vector<ParamInfo> params = Model::param_layout(config);
@@ -198,7 +216,8 @@ Checkpoint load_checkpoint_from(const Source& src) {
   }
 
   auto read = [&](const std::string& name, const TensorRange& r, float* dst) {
-    check(src.read(data_start + r.begin, dst, r.end - r.begin), path, ": reading tensor \"", name, "\" failed");
+    check(src.read(data_start + r.begin, dst, r.end - r.begin), path, ": reading tensor \"", name,
+          "\" failed");
   };
   ck.model = std::make_unique<Model>(config, 0);
   for (size_t i = 0; i < params.size(); ++i)
@@ -212,9 +231,10 @@ Checkpoint load_checkpoint_from(const Source& src) {
       oc.eps = get<float>(j, "eps", where), oc.weight_decay = get<float>(j, "weight_decay", where);
     }
     ck.optimizer = std::make_unique<AdamW>(*ck.model, oc);
-    ck.optimizer->step = ck.metadata.count("optimizer.step")
-                             ? parse_int(ck.metadata["optimizer.step"], meta_where + " \"optimizer.step\"")
-                             : 0;
+    ck.optimizer->step =
+        ck.metadata.count("optimizer.step")
+            ? parse_int(ck.metadata["optimizer.step"], meta_where + " \"optimizer.step\"")
+            : 0;
     read("optimizer.m", m_range, ck.optimizer->m.data());
     read("optimizer.v", v_range, ck.optimizer->v.data());
   }
@@ -231,17 +251,19 @@ Checkpoint load_checkpoint(const std::string& path) {
   check(!ec, "cannot read the size of checkpoint \"", path, "\" (", ec.message(), ")");
   return load_checkpoint_from({path, size, [in](uint64_t offset, void* dst, uint64_t bytes) {
                                  in->seekg(static_cast<std::streamoff>(offset));
-                                 in->read(static_cast<char*>(dst), static_cast<std::streamsize>(bytes));
+                                 in->read(static_cast<char*>(dst),
+                                          static_cast<std::streamsize>(bytes));
                                  return in->good();
                                }});
 }
 
 Checkpoint load_checkpoint_bytes(const uint8_t* data, size_t size) {
-  return load_checkpoint_from({"checkpoint bytes", size, [=](uint64_t offset, void* dst, uint64_t bytes) {
-                                 if (offset > size || bytes > size - offset) return false;
-                                 std::memcpy(dst, data + offset, bytes);
-                                 return true;
-                               }});
+  return load_checkpoint_from(
+      {"checkpoint bytes", size, [=](uint64_t offset, void* dst, uint64_t bytes) {
+         if (offset > size || bytes > size - offset) return false;
+         std::memcpy(dst, data + offset, bytes);
+         return true;
+       }});
 }
 
 }  // namespace qkv

@@ -7,11 +7,16 @@ std::string to_string(NormKind n) { return n == NormKind::layer_norm ? "layernor
 std::string to_string(MlpKind m) { return m == MlpKind::gelu ? "gelu" : "swiglu"; }
 std::string to_string(PositionKind p) {
   switch (p) {
-    case PositionKind::learned: return "learned";
-    case PositionKind::sinusoidal: return "sinusoidal";
-    case PositionKind::rotary: return "rotary";
-    case PositionKind::alibi: return "alibi";
-    case PositionKind::none: return "none";
+    case PositionKind::learned:
+      return "learned";
+    case PositionKind::sinusoidal:
+      return "sinusoidal";
+    case PositionKind::rotary:
+      return "rotary";
+    case PositionKind::alibi:
+      return "alibi";
+    case PositionKind::none:
+      return "none";
   }
   return "?";
 }
@@ -61,7 +66,8 @@ void validate(const ModelConfig& c) {
   // Sizes whose parameter count would overflow the int64 counts and offsets: an upper bound
   // on it (every projection, three FFN matrices, untied embeddings), in double.
   const double C = double(c.d_model), F = double(c.d_ff);
-  const double per_layer = (2.0 * c.n_heads + 2.0 * c.n_kv_heads) * c.d_head * C + 3 * C * F + 8 * C;
+  const double per_layer =
+      (2.0 * c.n_heads + 2.0 * c.n_kv_heads) * c.d_head * C + 3 * C * F + 8 * C;
   const double params = c.n_layers * per_layer + (2.0 * c.vocab_size + c.context) * C;
   check(params < 0x1p50, "model config: about ", params,
         " parameters, more than qkv counts (2^50 ≈ 1.1e15)");

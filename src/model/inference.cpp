@@ -78,7 +78,8 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
   if (w.token_blocks)
     check(w.token_blocks->size() == 1 && c.positions != PositionKind::learned &&
               c.positions != PositionKind::sinusoidal,
-          where, ": a block-format embedding must be one matrix, with no position table added to it");
+          where,
+          ": a block-format embedding must be one matrix, with no position table added to it");
   float* mean = s.stat.data();
   float* rstd = s.stat.data() + N;
   auto norm = [&](View y, View x, const Weights::Norm& n) {
@@ -106,7 +107,8 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
   const View x = rows(s.x, N);
   if (const std::vector<quant::Matrix>* q = w.token_blocks) {  // (GGUF's llama: no position table)
     for (int64_t i = 0; i < N; ++i) {
-      check(tokens[i] >= 0 && tokens[i] < V, where, ": token ", tokens[i], " out of range [0, ", V, ")");
+      check(tokens[i] >= 0 && tokens[i] < V, where, ": token ", tokens[i], " out of range [0, ", V,
+            ")");
       quant::dequantize_rows((*q)[0], tokens[i], 1, &x(i, 0));
     }
   } else {

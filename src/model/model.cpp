@@ -71,7 +71,8 @@ std::vector<ParamInfo> Model::param_layout(const ModelConfig& c) {
     } else {
       add(p + "mlp.gate.weight", c.d_ff, C, true);
       add(p + "mlp.up.weight", c.d_ff, C, true);
-      if (c.bias) add(p + "mlp.gate.bias", c.d_ff, 1, false), add(p + "mlp.up.bias", c.d_ff, 1, false);
+      if (c.bias)
+        add(p + "mlp.gate.bias", c.d_ff, 1, false), add(p + "mlp.up.bias", c.d_ff, 1, false);
     }
     add(p + "mlp.proj.weight", C, c.d_ff, true);
     if (c.bias) add(p + "mlp.proj.bias", C, 1, false);
@@ -91,7 +92,8 @@ void Model::lay_out() {
       const ParamInfo& p = param(name);
       int64_t rows = 0;
       for (const quant::Matrix& m : parts) {
-        check(m.cols == p.cols, "model: external \"", name, "\" has ", m.cols, " columns, not ", p.cols);
+        check(m.cols == p.cols, "model: external \"", name, "\" has ", m.cols, " columns, not ",
+              p.cols);
         rows += m.rows;
       }
       check(rows == p.rows, "model: external \"", name, "\" has ", rows, " rows, not ", p.rows);
@@ -139,7 +141,8 @@ Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
     float* w = weights_.data() + p.offset;
     const int64_t n = p.rows * p.cols;
     const bool is_norm = p.name.find("norm") != std::string::npos && p.name.ends_with("weight");
-    const bool is_residual = p.name.ends_with("attn.out.weight") || p.name.ends_with("mlp.proj.weight");
+    const bool is_residual =
+        p.name.ends_with("attn.out.weight") || p.name.ends_with("mlp.proj.weight");
     for (int64_t i = 0; i < n; ++i) {
       if (is_norm) w[i] = 1;
       else if (p.decay) w[i] = normal(rng) * (is_residual ? residual_scale : 1.0f);
@@ -158,8 +161,9 @@ View Model::weight(const std::string& name) const {
   const ParamInfo& p = param(name);
   if (p.external)
     fail("model: \"", name, "\" is held in its file's block format (",
-        to_string(external_.matrices.at(name)[0].type), "), not as fp32; this needs the model "
-        "loaded as fp32 (load_gguf with GgufWeights::fp32; Python: dequantize=True)");
+         to_string(external_.matrices.at(name)[0].type),
+         "), not as fp32; this needs the model "
+         "loaded as fp32 (load_gguf with GgufWeights::fp32; Python: dequantize=True)");
   return View(weights_.data() + p.offset, {p.rows, p.cols});
 }
 
@@ -185,7 +189,8 @@ void Model::bind_weights() {
     return n;
   };
   auto linear_of = [&](const std::string& name, bool bias) {
-    Weights::Linear f{.w = in_buffer(name + ".weight"), .dw = grad(name + ".weight"),
+    Weights::Linear f{.w = in_buffer(name + ".weight"),
+                      .dw = grad(name + ".weight"),
                       .blocks = external(name + ".weight")};
     if (bias) f.b = in_buffer(name + ".bias").data, f.db = grad(name + ".bias").data;
     return f;
@@ -253,15 +258,18 @@ MultiHeadAttention Model::attention_layer(int64_t layer) const {
 float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   const ModelConfig& c = config_;
   check(B >= 1 && T >= 1, "model forward: need B, T >= 1, got ", B, ", ", T);
-  check(!has_external_weights(), "model forward: the weights are held quantized in the model file; "
+  check(!has_external_weights(),
+        "model forward: the weights are held quantized in the model file; "
         "forward_cached (generation) runs them, the full forward (training, attention maps) needs "
         "the model loaded as fp32 (load_gguf with GgufWeights::fp32; Python: dequantize=True)");
   const int64_t seq_len = shard_ ? shard_->seq_len : T;
-  check(seq_len <= c.context || c.positions != PositionKind::learned, "model forward: T = ",
-        seq_len, " is longer than the context of ", c.context, " learned positions");
+  check(seq_len <= c.context || c.positions != PositionKind::learned,
+        "model forward: T = ", seq_len, " is longer than the context of ", c.context,
+        " learned positions");
   check(!shard_ || shard_->local_len() == T, "model forward: the sequence shard holds ",
         shard_ ? shard_->local_len() : 0, " positions of each sequence, the batch ", T);
-  check(!shard_ || c.positions != PositionKind::alibi, "model forward: ALiBi does not run "
+  check(!shard_ || c.positions != PositionKind::alibi,
+        "model forward: ALiBi does not run "
         "with the sequence split across processes");
   const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size;
   Activations& a = *acts_;
@@ -388,8 +396,7 @@ void Model::backward(float dloss) {
     }
     // dmid = dresid (residual) + norm2's backward.
     std::copy(a.dresid.data(), a.dresid.data() + N * c.d_model, a.dmid.data());
-    norm_backward(rows(a.dmid), rows(a.dln), rows(L.mid), L.mean2.data(), L.rstd2.data(),
-                  P.norm2);
+    norm_backward(rows(a.dmid), rows(a.dln), rows(L.mid), L.mean2.data(), L.rstd2.data(), P.norm2);
     // Through mid = x + attention(norm1(x)):
     zero(a.dln);
     multihead_backward(attention_layer(l), L.attention, rows(a.dln), View{}, rows(a.dmid),

@@ -17,8 +17,8 @@ View rows_of(Tensor& t, int64_t rows, int64_t cols) {
 }
 
 struct Heads {
-  View q, k, v, out;      // [B, H, T or S, dh]
-  View q_bthd, k_bthd;    // [B, T or S, H, dh], for the rotary embedding
+  View q, k, v, out;    // [B, H, T or S, dh]
+  View q_bthd, k_bthd;  // [B, T or S, H, dh], for the rotary embedding
 };
 
 // Heads as strided views of the projected rows: q rows of width qw starting at column 0,
@@ -77,8 +77,8 @@ int64_t SequenceShard::local_len() const {
   return n;
 }
 
-void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, View x,
-                       View context, int64_t B, int64_t T, int64_t S) {
+void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, View x, View context,
+                       int64_t B, int64_t T, int64_t S) {
   check(m.n_heads % m.n_kv_heads == 0, "multihead_forward: ", m.n_heads,
         " query heads is not a multiple of ", m.n_kv_heads, " key/value heads");
   const int64_t N = B * T, dh = m.d_head, Hq = m.n_heads, Hkv = m.n_kv_heads;
@@ -86,8 +86,10 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
     S = T;
     linear_forward(rows_of(s.q, N, (Hq + 2 * Hkv) * dh), x, m.qkv_w, m.qkv_b);
   } else {
-    check(!context.empty() && context.shape[0] == B * S, "multihead_forward: cross-attention "
-          "needs a context of B·S = ", B * S, " rows, got ", shape_of(context));
+    check(!context.empty() && context.shape[0] == B * S,
+          "multihead_forward: cross-attention "
+          "needs a context of B·S = ",
+          B * S, " rows, got ", shape_of(context));
     linear_forward(rows_of(s.q, N, Hq * dh), x, m.q_w, m.q_b);
     linear_forward(rows_of(s.kv, B * S, 2 * Hkv * dh), context, m.kv_w, m.kv_b);
   }
@@ -95,7 +97,8 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
   rows_of(s.lse, B * Hq * T, 1);
   const Heads h = heads_of(m, s.q, s.kv, s.att, B, T, S);
   if (m.shard) {
-    check(!m.is_cross() && m.alibi == nullptr, "multihead_forward: across processes only "
+    check(!m.is_cross() && m.alibi == nullptr,
+          "multihead_forward: across processes only "
           "self-attention without ALiBi runs");
     check(m.shard->local_len() == T, "multihead_forward: the sequence shard holds ",
           m.shard->local_len(), " positions, the input ", T);
@@ -138,14 +141,14 @@ void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx,
     linear_backward(dx, m.d_qkv_w, m.d_qkv_b, s.dq.view().slice(0, 0, N), x, m.qkv_w);
   } else {
     linear_backward(dx, m.d_q_w, m.d_q_b, s.dq.view().slice(0, 0, N), x, m.q_w);
-    linear_backward(dcontext, m.d_kv_w, m.d_kv_b, s.dkv.view().slice(0, 0, B * S), context,
-                    m.kv_w);
+    linear_backward(dcontext, m.d_kv_w, m.d_kv_b, s.dkv.view().slice(0, 0, B * S), context, m.kv_w);
   }
 }
 
-Tensor multihead_weights(const MultiHeadAttention& m, const MultiHeadState& s, int64_t B,
-                         int64_t T, int64_t S) {
-  check(m.shard == nullptr, "attention weights: not of a model whose sequence is split across "
+Tensor multihead_weights(const MultiHeadAttention& m, const MultiHeadState& s, int64_t B, int64_t T,
+                         int64_t S) {
+  check(m.shard == nullptr,
+        "attention weights: not of a model whose sequence is split across "
         "processes");
   if (!m.is_cross()) S = T;
   Tensor out({B, m.n_heads, T, m.d_head}), weights({B, m.n_heads, T, S});

@@ -30,8 +30,8 @@ ParamCounts count_params(const ModelConfig& c) {
   if (c.positions == PositionKind::learned) p.position_embedding = c.context * c.d_model;
   if (!c.tied_embeddings) p.lm_head = c.vocab_size * c.d_model;
   p.final_norm = norm;
-  p.total = c.n_layers * p.layer + p.token_embedding + p.position_embedding + p.lm_head +
-            p.final_norm;
+  p.total =
+      c.n_layers * p.layer + p.token_embedding + p.position_embedding + p.lm_head + p.final_norm;
   p.non_embedding = p.total - p.token_embedding - p.position_embedding;
   return p;
 }
@@ -73,8 +73,7 @@ CostCounts count_costs(const ModelConfig& c, int64_t context) {
 
 namespace {
 
-ModelConfig gpt(int64_t layers, int64_t d_model, int64_t heads, int64_t d_head,
-                int64_t context) {
+ModelConfig gpt(int64_t layers, int64_t d_model, int64_t heads, int64_t d_head, int64_t context) {
   ModelConfig c;
   c.vocab_size = 50257;
   c.context = context;
@@ -109,8 +108,7 @@ const std::vector<Preset>& presets() {
       {"gpt2-large", "GPT-2 large, 774M", gpt(36, 1280, 20, 64, 1024)},
       {"gpt2-xl", "GPT-2 XL, 1.5B", gpt(48, 1600, 25, 64, 1024)},
       // Llama-style: RMSNorm, SwiGLU, rotary, no biases, untied head.
-      {"llama2-7b", "Llama 2 7B (multi-head)",
-       llama_config(32, 4096, 32, 32, 11008, 32000, 4096)},
+      {"llama2-7b", "Llama 2 7B (multi-head)", llama_config(32, 4096, 32, 32, 11008, 32000, 4096)},
       {"llama2-70b", "Llama 2 70B (GQA: 64 query heads, 8 key/value heads)",
        llama_config(80, 8192, 64, 8, 28672, 32000, 4096)},
       {"llama3-8b", "Llama 3 8B (GQA: 32 query heads, 8 key/value heads)",

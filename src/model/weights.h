@@ -15,8 +15,8 @@ struct Model::Weights {
     float *dw = nullptr, *db = nullptr;      // gradients (null in an inference-only model)
   };
   struct Linear {
-    View w;                                   // [out, in]; empty when held in a block format
-    const float* b = nullptr;                 // null without biases
+    View w;                    // [out, in]; empty when held in a block format
+    const float* b = nullptr;  // null without biases
     View dw;
     float* db = nullptr;
     const std::vector<quant::Matrix>* blocks = nullptr;  // the weight in its file's block format

@@ -88,11 +88,15 @@ void gelu_forward(View y, View x, Gelu kind) {
   check_rows(y, x.shape[0], x.shape[1], "gelu_forward", "y");
   auto one = [&](int64_t n, int64_t c) { y(n, c) = gelu(x(n, c), kind); };
   if (kind == Gelu::exact) return each(x.shape[0], x.shape[1], one);
-  each_vectorised(x.shape[0], x.shape[1], [&](int64_t n, int64_t c) {
-    const Vf v = hn::LoadU(df, &x(n, c));
-    const Vf t = hn::Tanh(df, gelu_tanh_arg(v));
-    hn::StoreU(hn::Mul(hn::Mul(hn::Set(df, 0.5f), v), hn::Add(hn::Set(df, 1.0f), t)), df, &y(n, c));
-  }, one);
+  each_vectorised(
+      x.shape[0], x.shape[1],
+      [&](int64_t n, int64_t c) {
+        const Vf v = hn::LoadU(df, &x(n, c));
+        const Vf t = hn::Tanh(df, gelu_tanh_arg(v));
+        hn::StoreU(hn::Mul(hn::Mul(hn::Set(df, 0.5f), v), hn::Add(hn::Set(df, 1.0f), t)), df,
+                   &y(n, c));
+      },
+      one);
 }
 
 void gelu_backward(View dx, View dy, View x, Gelu kind) {
@@ -100,29 +104,36 @@ void gelu_backward(View dx, View dy, View x, Gelu kind) {
   check_rows(dx, x.shape[0], x.shape[1], "gelu_backward", "dx");
   auto one = [&](int64_t n, int64_t c) { dx(n, c) += dy(n, c) * gelu_derivative(x(n, c), kind); };
   if (kind == Gelu::exact) return each(x.shape[0], x.shape[1], one);
-  each_vectorised(x.shape[0], x.shape[1], [&](int64_t n, int64_t c) {
-    const Vf v = hn::LoadU(df, &x(n, c)), half = hn::Set(df, 0.5f), unit = hn::Set(df, 1.0f);
-    const Vf t = hn::Tanh(df, gelu_tanh_arg(v));
-    const Vf du = hn::Mul(hn::Set(df, kSqrt2OverPi),
-                          hn::MulAdd(hn::Set(df, 3 * 0.044715f), hn::Mul(v, v), unit));
-    // 0.5 (1 + t) + 0.5 x (1 − t²) du
-    const Vf d = hn::MulAdd(hn::Mul(half, v), hn::Mul(hn::NegMulAdd(t, t, unit), du),
-                            hn::Mul(half, hn::Add(unit, t)));
-    hn::StoreU(hn::MulAdd(hn::LoadU(df, &dy(n, c)), d, hn::LoadU(df, &dx(n, c))), df, &dx(n, c));
-  }, one);
+  each_vectorised(
+      x.shape[0], x.shape[1],
+      [&](int64_t n, int64_t c) {
+        const Vf v = hn::LoadU(df, &x(n, c)), half = hn::Set(df, 0.5f), unit = hn::Set(df, 1.0f);
+        const Vf t = hn::Tanh(df, gelu_tanh_arg(v));
+        const Vf du = hn::Mul(hn::Set(df, kSqrt2OverPi),
+                              hn::MulAdd(hn::Set(df, 3 * 0.044715f), hn::Mul(v, v), unit));
+        // 0.5 (1 + t) + 0.5 x (1 − t²) du
+        const Vf d = hn::MulAdd(hn::Mul(half, v), hn::Mul(hn::NegMulAdd(t, t, unit), du),
+                                hn::Mul(half, hn::Add(unit, t)));
+        hn::StoreU(hn::MulAdd(hn::LoadU(df, &dy(n, c)), d, hn::LoadU(df, &dx(n, c))), df,
+                   &dx(n, c));
+      },
+      one);
 }
 
 void swiglu_forward(View y, View gate, View up) {
   check_rows(gate, -1, -1, "swiglu_forward", "gate");
   check_rows(up, gate.shape[0], gate.shape[1], "swiglu_forward", "up");
   check_rows(y, gate.shape[0], gate.shape[1], "swiglu_forward", "y");
-  each_vectorised(gate.shape[0], gate.shape[1], [&](int64_t n, int64_t c) {
-    const Vf a = hn::LoadU(df, &gate(n, c));
-    hn::StoreU(hn::Mul(hn::Mul(a, vsigmoid(a)), hn::LoadU(df, &up(n, c))), df, &y(n, c));
-  }, [&](int64_t n, int64_t c) {
-    const float a = gate(n, c);
-    y(n, c) = a * sigmoid(a) * up(n, c);
-  });
+  each_vectorised(
+      gate.shape[0], gate.shape[1],
+      [&](int64_t n, int64_t c) {
+        const Vf a = hn::LoadU(df, &gate(n, c));
+        hn::StoreU(hn::Mul(hn::Mul(a, vsigmoid(a)), hn::LoadU(df, &up(n, c))), df, &y(n, c));
+      },
+      [&](int64_t n, int64_t c) {
+        const float a = gate(n, c);
+        y(n, c) = a * sigmoid(a) * up(n, c);
+      });
 }
 
 // d silu(a)/da = sigmoid(a) · (1 + a · (1 − sigmoid(a))).
@@ -130,18 +141,22 @@ void swiglu_backward(View dgate, View dup, View dy, View gate, View up) {
   check_rows(dy, gate.shape[0], gate.shape[1], "swiglu_backward", "dy");
   check_rows(dgate, gate.shape[0], gate.shape[1], "swiglu_backward", "dgate");
   check_rows(dup, gate.shape[0], gate.shape[1], "swiglu_backward", "dup");
-  each_vectorised(gate.shape[0], gate.shape[1], [&](int64_t n, int64_t c) {
-    const Vf a = hn::LoadU(df, &gate(n, c)), s = vsigmoid(a), g = hn::LoadU(df, &dy(n, c));
-    const Vf unit = hn::Set(df, 1.0f);
-    const Vf ds = hn::Mul(s, hn::MulAdd(a, hn::Sub(unit, s), unit));  // s (1 + a (1 − s))
-    hn::StoreU(hn::MulAdd(hn::Mul(g, hn::LoadU(df, &up(n, c))), ds, hn::LoadU(df, &dgate(n, c))),
-               df, &dgate(n, c));
-    hn::StoreU(hn::MulAdd(hn::Mul(g, a), s, hn::LoadU(df, &dup(n, c))), df, &dup(n, c));
-  }, [&](int64_t n, int64_t c) {
-    const float a = gate(n, c), s = sigmoid(a), g = dy(n, c);
-    dgate(n, c) += g * up(n, c) * s * (1 + a * (1 - s));
-    dup(n, c) += g * a * s;
-  });
+  each_vectorised(
+      gate.shape[0], gate.shape[1],
+      [&](int64_t n, int64_t c) {
+        const Vf a = hn::LoadU(df, &gate(n, c)), s = vsigmoid(a), g = hn::LoadU(df, &dy(n, c));
+        const Vf unit = hn::Set(df, 1.0f);
+        const Vf ds = hn::Mul(s, hn::MulAdd(a, hn::Sub(unit, s), unit));  // s (1 + a (1 − s))
+        hn::StoreU(
+            hn::MulAdd(hn::Mul(g, hn::LoadU(df, &up(n, c))), ds, hn::LoadU(df, &dgate(n, c))), df,
+            &dgate(n, c));
+        hn::StoreU(hn::MulAdd(hn::Mul(g, a), s, hn::LoadU(df, &dup(n, c))), df, &dup(n, c));
+      },
+      [&](int64_t n, int64_t c) {
+        const float a = gate(n, c), s = sigmoid(a), g = dy(n, c);
+        dgate(n, c) += g * up(n, c) * s * (1 + a * (1 - s));
+        dup(n, c) += g * a * s;
+      });
 }
 
 void residual_forward(View y, View a, View b) {

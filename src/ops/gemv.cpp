@@ -75,10 +75,18 @@ void gemv_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int
   ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
     const int64_t begin = c * kChunk, end = std::min(N, begin + kChunk);
     switch (M) {
-      case 1: columns<1>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
-      case 2: columns<2>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
-      case 3: columns<3>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
-      default: columns<4>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end); break;
+      case 1:
+        columns<1>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end);
+        break;
+      case 2:
+        columns<2>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end);
+        break;
+      case 3:
+        columns<3>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end);
+        break;
+      default:
+        columns<4>(A, lda, B, ldb, K, alpha, beta, C, ldc, begin, end);
+        break;
     }
   });
 }

@@ -29,13 +29,13 @@ void linear_backward(View dx, View dW, float* db, View dy, View x, View W) {
   check_rows(dy, N, out, where, "dy [N, out]");
   if (!dx.empty()) {  // dx += dy W
     check_rows(dx, N, in, where, "dx [N, in]");
-    gemm(false, false, N, in, out, 1.0f, dy.data, dy.stride[0], W.data, W.stride[0], 1.0f,
-         dx.data, dx.stride[0]);
+    gemm(false, false, N, in, out, 1.0f, dy.data, dy.stride[0], W.data, W.stride[0], 1.0f, dx.data,
+         dx.stride[0]);
   }
   if (!dW.empty()) {  // dW += dyᵀ x
     check_rows(dW, out, in, where, "dW [out, in]");
-    gemm(true, false, out, in, N, 1.0f, dy.data, dy.stride[0], x.data, x.stride[0], 1.0f,
-         dW.data, dW.stride[0]);
+    gemm(true, false, out, in, N, 1.0f, dy.data, dy.stride[0], x.data, x.stride[0], 1.0f, dW.data,
+         dW.stride[0]);
   }
   if (db)  // db += Σ_n dy
     for (int64_t n = 0; n < N; ++n)

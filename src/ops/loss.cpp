@@ -61,8 +61,8 @@ float cross_entropy_forward(View probs, View logits, const int32_t* targets) {
   const int64_t N = logits.shape[0], V = logits.shape[1];
   check_rows(probs, N, V, where, "probs [N, V]");
   for (int64_t n = 0; n < N; ++n)
-    check(targets[n] == kIgnoreIndex || (targets[n] >= 0 && targets[n] < V), where,
-          ": targets[", n, "] = ", targets[n], " is outside [0, ", V, ") and not the ignore index");
+    check(targets[n] == kIgnoreIndex || (targets[n] >= 0 && targets[n] < V), where, ": targets[", n,
+          "] = ", targets[n], " is outside [0, ", V, ") and not the ignore index");
   double total = 0;
   int64_t count = 0;
 #pragma omp parallel for schedule(static) num_threads(num_threads()) reduction(+ : total, count)

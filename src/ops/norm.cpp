@@ -12,8 +12,8 @@ namespace qkv {
 using detail::check_rows;
 using detail::row;
 
-void layernorm_forward(View y, float* mean, float* rstd, View x, const float* w,
-                       const float* b, float eps) {
+void layernorm_forward(View y, float* mean, float* rstd, View x, const float* w, const float* b,
+                       float eps) {
   constexpr const char* where = "layernorm_forward";
   check_rows(x, -1, -1, where, "x [N, C]");
   const int64_t N = x.shape[0], C = x.shape[1];

@@ -16,8 +16,7 @@ using detail::row;
 
 namespace {
 
-void check_ids(const int32_t* ids, int64_t N, int64_t size, const char* where,
-               const char* name) {
+void check_ids(const int32_t* ids, int64_t N, int64_t size, const char* where, const char* name) {
   for (int64_t n = 0; n < N; ++n)
     check(ids[n] >= 0 && ids[n] < size, where, ": ", name, "[", n, "] = ", ids[n],
           " is outside [0, ", size, ")");

@@ -90,8 +90,14 @@ void q6_k(const uint8_t* b, float* y) {
 
 bool supported(TensorType t) {
   switch (t) {
-    case TensorType::f32: case TensorType::f16: case TensorType::bf16: case TensorType::q8_0:
-    case TensorType::q4_0: case TensorType::q4_1: case TensorType::q4_k: case TensorType::q6_k:
+    case TensorType::f32:
+    case TensorType::f16:
+    case TensorType::bf16:
+    case TensorType::q8_0:
+    case TensorType::q4_0:
+    case TensorType::q4_1:
+    case TensorType::q4_k:
+    case TensorType::q6_k:
       return true;
     default:
       return false;
@@ -103,20 +109,38 @@ void dequantize(TensorType type, const uint8_t* data, int64_t n, float* out) {
   if (!supported(type)) fail("dequantize: tensor type ", to_string(type), " is not supported");
   const BlockSize block = block_of(type);
   if (n < 0 || n % block.elements != 0)
-    fail("dequantize: ", n, " values is not a whole number of ", to_string(type), " blocks of ", block.elements);
+    fail("dequantize: ", n, " values is not a whole number of ", to_string(type), " blocks of ",
+         block.elements);
   for (int64_t i = 0; i < n / block.elements; ++i) {
     const uint8_t* b = data + i * block.bytes;
     float* y = out + i * block.elements;
     switch (type) {
-      case TensorType::f32: std::memcpy(y, b, 4); break;
-      case TensorType::f16: *y = half_to_float(u16(b)); break;
-      case TensorType::bf16: *y = bf16_to_float(u16(b)); break;
-      case TensorType::q8_0: q8_0(b, y); break;
-      case TensorType::q4_0: q4_0(b, y); break;
-      case TensorType::q4_1: q4_1(b, y); break;
-      case TensorType::q4_k: q4_k(b, y); break;
-      case TensorType::q6_k: q6_k(b, y); break;
-      default: break;
+      case TensorType::f32:
+        std::memcpy(y, b, 4);
+        break;
+      case TensorType::f16:
+        *y = half_to_float(u16(b));
+        break;
+      case TensorType::bf16:
+        *y = bf16_to_float(u16(b));
+        break;
+      case TensorType::q8_0:
+        q8_0(b, y);
+        break;
+      case TensorType::q4_0:
+        q4_0(b, y);
+        break;
+      case TensorType::q4_1:
+        q4_1(b, y);
+        break;
+      case TensorType::q4_k:
+        q4_k(b, y);
+        break;
+      case TensorType::q6_k:
+        q6_k(b, y);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -127,7 +151,8 @@ namespace qkv::quant {
 
 int64_t row_bytes(TensorType type, int64_t cols) { return bytes_of(type, cols); }
 
-Matrix matrix(const std::string& name, TensorType type, const uint8_t* data, int64_t rows, int64_t cols) {
+Matrix matrix(const std::string& name, TensorType type, const uint8_t* data, int64_t rows,
+              int64_t cols) {
   check(supported(type), name, ": tensor type ", to_string(type), " is not supported");
   const BlockSize b = block_of(type);
   check(rows >= 1 && cols >= 1 && cols % b.elements == 0, name, ": ", rows, " × ", cols,

@@ -36,8 +36,16 @@ namespace qkv::quant::detail {
 inline float half(const uint8_t* p) {
   const uint32_t h = static_cast<uint32_t>(p[0] | p[1] << 8);
   const uint32_t w = h << 16, sign = w & 0x80000000u, two_w = w + w;
-  auto as_float = [](uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
-  auto as_bits = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; };
+  auto as_float = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  auto as_bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
   const float normal = as_float((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
   const float subnormal = as_float((two_w >> 17) | (126u << 23)) - 0.5f;
   return as_float(sign | (two_w < (1u << 27) ? as_bits(subnormal) : as_bits(normal)));
@@ -81,7 +89,7 @@ constexpr int kRowsPerStep = 4;  // weight rows decoded side by side
 constexpr int64_t kBlock = block_size(static_cast<uint32_t>(TensorType::q8_0))->elements;
 static_assert(kBlock == block_size(static_cast<uint32_t>(TensorType::q4_0))->elements &&
               kBlock == block_size(static_cast<uint32_t>(TensorType::q4_1))->elements);
-constexpr int64_t kChunk = 32;   // output rows per unit of work
+constexpr int64_t kChunk = 32;  // output rows per unit of work
 
 // Lanes j … j + N of a block's values as int32: Q8_0's int8 values; a Q4 block's 16 bytes
 // hold values 0–15 in their low nibbles and 16–31 in their high ones (before any offset).
@@ -101,7 +109,8 @@ HWY_INLINE Q4Values q4_values(const uint8_t* q, size_t j) {
 HWY_INLINE Vf block_q8(const uint8_t* q, const float* x) {
   const size_t N = hn::Lanes(df);
   Vf t = hn::Zero(df);
-  for (size_t j = 0; j < size_t(kBlock); j += N) t = hn::MulAdd(hn::ConvertTo(df, q8_values(q, j)), hn::LoadU(df, x + j), t);
+  for (size_t j = 0; j < size_t(kBlock); j += N)
+    t = hn::MulAdd(hn::ConvertTo(df, q8_values(q, j)), hn::LoadU(df, x + j), t);
   return t;
 }
 
@@ -120,8 +129,8 @@ HWY_INLINE Vf block_q4(const uint8_t* q, const float* x, int offset) {
 // y[r] = row r · x for R rows of a block-format matrix (32-value blocks); xsum[b] is the sum
 // of x over block b (Q4_1's offsets m multiply it).
 template <TensorType T, int R>
-HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const float* x, const float* xsum,
-                           float* y) {
+HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const float* x,
+                           const float* xsum, float* y) {
   constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
   VfSlot acc[R];
   float extra[R];
@@ -147,8 +156,10 @@ HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const f
 // The same for one value per element: F16, BF16 (widened) and F32.
 template <TensorType T>
 HWY_INLINE Vf load_wide(const uint8_t* p) {
-  if constexpr (T == TensorType::f16) return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
-  else if constexpr (T == TensorType::bf16) return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(p)));
+  if constexpr (T == TensorType::f16)
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  else if constexpr (T == TensorType::bf16)
+    return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(p)));
   else return hn::LoadU(df, reinterpret_cast<const float*>(p));
 }
 
@@ -174,7 +185,8 @@ HWY_INLINE void dot_elements(const uint8_t* w, int64_t rb, int64_t K, const floa
   int64_t k = 0;
   for (; k + N <= K; k += N) {
     const Vf xv = hn::LoadU(df, x + k);
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(load_wide<T>(w + r * rb + k * size), xv, Vf(acc[r]));
+    for (int r = 0; r < R; ++r)
+      acc[r] = hn::MulAdd(load_wide<T>(w + r * rb + k * size), xv, Vf(acc[r]));
   }
   for (int r = 0; r < R; ++r) {
     float sum = hn::GetLane(hn::SumOfLanes(df, Vf(acc[r])));
@@ -184,38 +196,48 @@ HWY_INLINE void dot_elements(const uint8_t* w, int64_t rb, int64_t K, const floa
 }
 
 template <TensorType T, int R>
-HWY_INLINE void dot_rows(const Matrix& m, int64_t row, const float* x, const float* xsum, float* y) {
+HWY_INLINE void dot_rows(const Matrix& m, int64_t row, const float* x, const float* xsum,
+                         float* y) {
   const int64_t rb = row_bytes(m.type, m.cols);
   const uint8_t* w = m.data + row * rb;
   if constexpr (T == TensorType::q8_0 || T == TensorType::q4_0 || T == TensorType::q4_1)
     dot_blocks<T, R>(w, rb, m.cols / kBlock, x, xsum, y);
-  else
-    dot_elements<T, R>(w, rb, m.cols, x, y);
+  else dot_elements<T, R>(w, rb, m.cols, x, y);
 }
 
 // y[begin, end) (rows of m) = m · x.
 template <TensorType T>
-void dot_range(const Matrix& m, int64_t begin, int64_t end, const float* x, const float* xsum, float* y) {
+void dot_range(const Matrix& m, int64_t begin, int64_t end, const float* x, const float* xsum,
+               float* y) {
   int64_t r = begin;
-  for (; r + kRowsPerStep <= end; r += kRowsPerStep) dot_rows<T, kRowsPerStep>(m, r, x, xsum, y + r);
+  for (; r + kRowsPerStep <= end; r += kRowsPerStep)
+    dot_rows<T, kRowsPerStep>(m, r, x, xsum, y + r);
   for (; r < end; ++r) dot_rows<T, 1>(m, r, x, xsum, y + r);
 }
 
-void dot_range_of(const Matrix& m, int64_t begin, int64_t end, const float* x, const float* xsum, float* y) {
+void dot_range_of(const Matrix& m, int64_t begin, int64_t end, const float* x, const float* xsum,
+                  float* y) {
   switch (m.type) {
-    case TensorType::q8_0: return dot_range<TensorType::q8_0>(m, begin, end, x, xsum, y);
-    case TensorType::q4_0: return dot_range<TensorType::q4_0>(m, begin, end, x, xsum, y);
-    case TensorType::q4_1: return dot_range<TensorType::q4_1>(m, begin, end, x, xsum, y);
-    case TensorType::f16: return dot_range<TensorType::f16>(m, begin, end, x, xsum, y);
-    case TensorType::bf16: return dot_range<TensorType::bf16>(m, begin, end, x, xsum, y);
-    case TensorType::f32: return dot_range<TensorType::f32>(m, begin, end, x, xsum, y);
-    default: break;
+    case TensorType::q8_0:
+      return dot_range<TensorType::q8_0>(m, begin, end, x, xsum, y);
+    case TensorType::q4_0:
+      return dot_range<TensorType::q4_0>(m, begin, end, x, xsum, y);
+    case TensorType::q4_1:
+      return dot_range<TensorType::q4_1>(m, begin, end, x, xsum, y);
+    case TensorType::f16:
+      return dot_range<TensorType::f16>(m, begin, end, x, xsum, y);
+    case TensorType::bf16:
+      return dot_range<TensorType::bf16>(m, begin, end, x, xsum, y);
+    case TensorType::f32:
+      return dot_range<TensorType::f32>(m, begin, end, x, xsum, y);
+    default:
+      break;
   }
 }
 
 bool fused(TensorType t) {
-  return t == TensorType::q8_0 || t == TensorType::q4_0 || t == TensorType::q4_1 || t == TensorType::f16 ||
-         t == TensorType::bf16 || t == TensorType::f32;
+  return t == TensorType::q8_0 || t == TensorType::q4_0 || t == TensorType::q4_1 ||
+         t == TensorType::f16 || t == TensorType::bf16 || t == TensorType::f32;
 }
 
 // Rows [row0, row0 + n) of m into out (n × cols floats): the fused types decoded by vectors,
@@ -232,7 +254,8 @@ void decode_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
           const uint8_t* blk = w + block_of(TensorType::q8_0).bytes * b;
           const Vf d = hn::Set(df, half(blk));
           for (size_t j = 0; j < size_t(kBlock); j += N)
-            hn::StoreU(hn::Mul(d, hn::ConvertTo(df, q8_values(blk + 2, j))), df, y + kBlock * b + j);
+            hn::StoreU(hn::Mul(d, hn::ConvertTo(df, q8_values(blk + 2, j))), df,
+                       y + kBlock * b + j);
         }
         break;
       case TensorType::q4_0:
@@ -247,7 +270,8 @@ void decode_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
           for (size_t j = 0; j < size_t(kBlock / 2); j += N) {
             const Q4Values v = q4_values(q, j);
             hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.first), mn), df, y + kBlock * b + j);
-            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.second), mn), df, y + kBlock * b + kBlock / 2 + j);
+            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.second), mn), df,
+                       y + kBlock * b + kBlock / 2 + j);
           }
         }
         break;
@@ -281,10 +305,13 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   // As the fp32 gemv: below ~256 KiB of weights (y.shape[1] rows of K) the threads cost more
   // than they save.
   const int threads = y.shape[1] * K < (1 << 16) ? 1 : num_threads();
-  if (M == 1 && std::all_of(parts.begin(), parts.end(), [](const Matrix& p) { return fused(p.type); })) {
+  if (M == 1 &&
+      std::all_of(parts.begin(), parts.end(), [](const Matrix& p) { return fused(p.type); })) {
     // Q4_1's block offsets multiply the sums of x over each block.
-    float* xsum = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::block_sums, K / kBlock + 1);
-    if (std::any_of(parts.begin(), parts.end(), [](const Matrix& p) { return p.type == TensorType::q4_1; }))
+    float* xsum =
+        ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::block_sums, K / kBlock + 1);
+    if (std::any_of(parts.begin(), parts.end(),
+                    [](const Matrix& p) { return p.type == TensorType::q4_1; }))
       for (int64_t b = 0; b < K / kBlock; ++b) {
         float s = 0;
         for (int j = 0; j < kBlock; ++j) s += xd[kBlock * b + j];
@@ -324,14 +351,16 @@ namespace qkv::quant {
 
 HWY_EXPORT(linear_forward);
 void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* b) {
-  check(x.ndim == 2 && y.ndim == 2 && !parts.empty(), "quant::linear_forward: need 2-D x, y and a weight");
+  check(x.ndim == 2 && y.ndim == 2 && !parts.empty(),
+        "quant::linear_forward: need 2-D x, y and a weight");
   int64_t rows = 0;
   for (const Matrix& p : parts) {
-    check(p.cols == x.shape[1], "quant::linear_forward: a weight of ", p.cols, " columns for inputs of ", x.shape[1]);
+    check(p.cols == x.shape[1], "quant::linear_forward: a weight of ", p.cols,
+          " columns for inputs of ", x.shape[1]);
     rows += p.rows;
   }
-  check(y.shape[0] == x.shape[0] && y.shape[1] == rows, "quant::linear_forward: output [", y.shape[0], ", ",
-        y.shape[1], "] for ", x.shape[0], " rows of ", rows);
+  check(y.shape[0] == x.shape[0] && y.shape[1] == rows, "quant::linear_forward: output [",
+        y.shape[0], ", ", y.shape[1], "] for ", x.shape[0], " rows of ", rows);
   check(x.stride[1] == 1 && y.stride[1] == 1, "quant::linear_forward: rows must be contiguous");
   QKV_DISPATCH(linear_forward)(y, x, parts, b);
 }

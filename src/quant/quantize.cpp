@@ -11,7 +11,8 @@ namespace qkv::quant {
 using qkv::TensorType;
 
 bool can_quantize(TensorType t) {
-  return t == TensorType::f32 || t == TensorType::f16 || t == TensorType::q8_0 || t == TensorType::q4_0;
+  return t == TensorType::f32 || t == TensorType::f16 || t == TensorType::q8_0 ||
+         t == TensorType::q4_0;
 }
 
 std::vector<uint8_t> quantize(TensorType type, const float* x, int64_t n) {
@@ -28,14 +29,19 @@ std::vector<uint8_t> quantize(TensorType type, const float* x, int64_t n) {
   for (int64_t i = 0; i < n / b.elements; ++i, o += b.bytes) {
     const float* v = x + i * b.elements;
     switch (type) {
-      case TensorType::f32: std::memcpy(o, v, 4); break;
-      case TensorType::f16: put_half(o, *v); break;
+      case TensorType::f32:
+        std::memcpy(o, v, 4);
+        break;
+      case TensorType::f16:
+        put_half(o, *v);
+        break;
       case TensorType::q8_0: {
         float amax = 0;
         for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
         const float d = amax / 127, id = d != 0 ? 1 / d : 0;
         put_half(o, d);
-        for (int j = 0; j < 32; ++j) o[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(v[j] * id)));
+        for (int j = 0; j < 32; ++j)
+          o[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(v[j] * id)));
         break;
       }
       case TensorType::q4_0: {
@@ -45,12 +51,15 @@ std::vector<uint8_t> quantize(TensorType type, const float* x, int64_t n) {
         const float d = max / -8, id = d != 0 ? 1 / d : 0;
         put_half(o, d);
         for (int j = 0; j < 16; ++j) {
-          const auto q = [&](float y) { return static_cast<uint8_t>(std::min(15.0f, std::trunc(y * id + 8.5f))); };
+          const auto q = [&](float y) {
+            return static_cast<uint8_t>(std::min(15.0f, std::trunc(y * id + 8.5f)));
+          };
           o[2 + j] = static_cast<uint8_t>(q(v[j]) | q(v[j + 16]) << 4);
         }
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   return out;

@@ -74,9 +74,9 @@ HWY_INLINE Vf exp_nonpositive(Vf x) {
   x = hn::IfThenElse(hn::Lt(x, lowest), lowest, x);
   const Vf shifter = hn::Set(df, 12582912.0f + 127.0f);
   const Vf t = hn::MulAdd(x, hn::Set(df, 1.44269504088896341f), shifter);
-  const Vf n = hn::Sub(t, shifter);  // round(x log2 e)
-  Vf r = hn::NegMulAdd(n, hn::Set(df, 0.693359375f), x);     // ln2 split in two parts
-  r = hn::NegMulAdd(n, hn::Set(df, -2.12194440e-4f), r);     // for an exact reduction
+  const Vf n = hn::Sub(t, shifter);                       // round(x log2 e)
+  Vf r = hn::NegMulAdd(n, hn::Set(df, 0.693359375f), x);  // ln2 split in two parts
+  r = hn::NegMulAdd(n, hn::Set(df, -2.12194440e-4f), r);  // for an exact reduction
   // e^r on [-ln2/2, ln2/2]: degree-5 minimax for the relative error (1.7e-7 in fp32).
   Vf p = hn::Set(df, 8.290262892842293e-3f);
   p = hn::MulAdd(p, r, hn::Set(df, 4.1897937655448914e-2f));

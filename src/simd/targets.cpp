@@ -43,11 +43,11 @@ struct NamedTarget {
 // Best first (Highway: a lower bit is a better target).
 constexpr NamedTarget kNames[] = {
 #if HWY_ARCH_X86
-    {"avx512_dl", HWY_AVX3_DL}, {"avx512", HWY_AVX3}, {"avx2", HWY_AVX2},
+    {"avx512_dl", HWY_AVX3_DL}, {"avx512", HWY_AVX3},   {"avx2", HWY_AVX2},
     {"sse4", HWY_SSE4},         {"ssse3", HWY_SSSE3},
 #elif HWY_ARCH_ARM
     // "sve" is SVE with 256-bit vectors, the one SVE target qkv compiles (CMakeLists.txt).
-    {"sve2_128", HWY_SVE2_128}, {"sve", HWY_SVE_256}, {"sve2", HWY_SVE2},
+    {"sve2_128", HWY_SVE2_128}, {"sve", HWY_SVE_256},   {"sve2", HWY_SVE2},
     {"sve_scalable", HWY_SVE},  {"neon", HWY_NEON},
 #endif
     {"emu128", HWY_EMU128},     {"scalar", HWY_SCALAR},

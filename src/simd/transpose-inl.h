@@ -41,15 +41,15 @@ HWY_INLINE void transpose_square(VfSlot* rows) {
 // the lanes r in [rows, next multiple of N): packs a tile of rows into query-per-lane columns.
 // Elements of a src row are contiguous; dst is aligned, dst_stride a multiple of N.
 HWY_INLINE void pack_transposed(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
-                            float scale, float* dst, int64_t dst_stride) {
+                                float scale, float* dst, int64_t dst_stride) {
   constexpr int64_t N = hn::MaxLanes(df);
   VfSlot block[N];
   for (int64_t r0 = 0; r0 < rows; r0 += N)
     for (int64_t c0 = 0; c0 < cols; c0 += N) {
       const size_t in_row = static_cast<size_t>(std::min(N, cols - c0));
       for (int64_t k = 0; k < N; ++k)
-        block[k] = r0 + k < rows ? load_first(src + (r0 + k) * src_stride + c0, in_row)
-                                 : hn::Zero(df);
+        block[k] =
+            r0 + k < rows ? load_first(src + (r0 + k) * src_stride + c0, in_row) : hn::Zero(df);
       transpose_square(block);
       for (int64_t k = 0; k < std::min(N, cols - c0); ++k)
         hn::Store(hn::Mul(block[k], hn::Set(df, scale)), df, dst + (c0 + k) * dst_stride + r0);
@@ -62,8 +62,8 @@ HWY_INLINE void pack_transposed(const float* src, int64_t src_stride, int64_t ro
 // go out as non-temporal stores, around the caches (for outputs too large to stay there);
 // the caller fences (hwy::FlushStream) before other threads read them.
 HWY_INLINE void unpack_transposed(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
-                              const float* row_scale, float* dst, int64_t dst_stride,
-                              bool stream = false) {
+                                  const float* row_scale, float* dst, int64_t dst_stride,
+                                  bool stream = false) {
   constexpr int64_t N = hn::MaxLanes(df);
   VfSlot block[N];
   for (int64_t r0 = 0; r0 < rows; r0 += N) {
@@ -78,8 +78,7 @@ HWY_INLINE void unpack_transposed(const float* src, int64_t src_stride, int64_t 
         float* d = dst + (r0 + k) * dst_stride + c0;
         if (stream && c0 + N <= cols && reinterpret_cast<uintptr_t>(d) % 64 == 0)
           hn::Stream(block[k], df, d);
-        else
-          store_first(block[k], d, in_row);
+        else store_first(block[k], d, in_row);
       }
     }
   }

@@ -51,12 +51,15 @@ char32_t next_char(std::string_view s, size_t i, size_t& len) {
   int n = 0;
   uint8_t lo = 0x80, hi = 0xBF;  // the range of the second byte
   if (c >= 0xC2 && c <= 0xDF) n = 2;
-  else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-  else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  else if (c >= 0xE0 && c <= 0xEF)
+    n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4)
+    n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
   if (n == 0) return 0xFFFD;
   char32_t cp = c & (0x7F >> n);
   for (int k = 1; k < n; ++k) {
-    const bool ok = i + k < s.size() && b(k) >= (k == 1 ? lo : 0x80) && b(k) <= (k == 1 ? hi : 0xBF);
+    const bool ok =
+        i + k < s.size() && b(k) >= (k == 1 ? lo : 0x80) && b(k) <= (k == 1 ? hi : 0xBF);
     if (!ok) {
       len = k;
       return 0xFFFD;
@@ -158,7 +161,8 @@ void Tokenizer::encode_byte_bpe(std::string_view raw, std::vector<int32_t>& ids)
   auto words = [&](size_t lo, size_t hi) {
     for (size_t i = lo; i < hi;) {
       const size_t e = match_word(chars, i, hi);
-      encode_word(std::string_view(text).substr(chars[i].begin, chars[e - 1].end - chars[i].begin), ids);
+      encode_word(std::string_view(text).substr(chars[i].begin, chars[e - 1].end - chars[i].begin),
+                  ids);
       i = e;
     }
   };
@@ -197,7 +201,8 @@ void Tokenizer::encode_word(std::string_view word, std::vector<int32_t>& ids) co
   auto consider = [&](int32_t left) {
     if (left < 0 || s[left].next < 0) return;
     const int32_t right = s[left].next;
-    const uint64_t key = (static_cast<uint64_t>(s[left].id) << 32) | static_cast<uint32_t>(s[right].id);
+    const uint64_t key =
+        (static_cast<uint64_t>(s[left].id) << 32) | static_cast<uint32_t>(s[right].id);
     const auto it = merges_.find(key);
     if (it != merges_.end()) heap.push({it->second.first, left, s[left].id, s[right].id});
   };
@@ -208,7 +213,8 @@ void Tokenizer::encode_word(std::string_view word, std::vector<int32_t>& ids) co
     Symbol& l = s[p.left];
     if (l.id != p.left_id || l.next < 0 || s[l.next].id != p.right_id) continue;  // stale
     const Symbol r = s[l.next];
-    l.id = merges_.at((static_cast<uint64_t>(p.left_id) << 32) | static_cast<uint32_t>(p.right_id)).second;
+    l.id = merges_.at((static_cast<uint64_t>(p.left_id) << 32) | static_cast<uint32_t>(p.right_id))
+               .second;
     s[l.next].id = -1;  // gone
     l.next = r.next;
     if (r.next >= 0) s[r.next].prev = p.left;

@@ -42,8 +42,8 @@ Tokenizer Tokenizer::from_llama2c_bytes(const uint8_t* data, size_t size, int64_
   for (int64_t i = 0; i < vocab_size; ++i) {
     const float score = in.next<float>("a token score");
     const int32_t len = in.next<int32_t>("a token length");
-    check(len >= 0 && len <= max_len, "tokenizer: token ", i, " has length ", len,
-          ", outside [0, ", max_len, "]");
+    check(len >= 0 && len <= max_len, "tokenizer: token ", i, " has length ", len, ", outside [0, ",
+          max_len, "]");
     check(in.size - in.at >= static_cast<size_t>(len), "tokenizer: file ends inside token ", i);
     t.pieces_.emplace_back(reinterpret_cast<const char*>(in.data + in.at), len);
     in.at += len;
@@ -56,7 +56,8 @@ Tokenizer Tokenizer::from_llama2c_bytes(const uint8_t* data, size_t size, int64_
   t.bos_ = 1;
   t.eos_ = 2;
   const int32_t zero = t.find("<0x00>");
-  if (zero >= 0 && zero + 256 <= vocab_size && t.pieces_[zero + 255] == "<0xFF>") t.byte_base_ = zero;
+  if (zero >= 0 && zero + 256 <= vocab_size && t.pieces_[zero + 255] == "<0xFF>")
+    t.byte_base_ = zero;
   return t;
 }
 
@@ -156,7 +157,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool bos, bool spe
   return ids;
 }
 
-std::vector<int32_t> Tokenizer::encode_sentencepiece(std::string_view text, bool space_prefix) const {
+std::vector<int32_t> Tokenizer::encode_sentencepiece(std::string_view text,
+                                                     bool space_prefix) const {
   std::vector<int32_t> ids;
   // One piece per UTF-8 character, or its bytes as byte tokens; a leading space first (the
   // SentencePiece "dummy prefix").

@@ -10,7 +10,9 @@ namespace qkv {
 
 Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
   const std::string where = f.name() + ": ";
-  auto text = [&](const std::string& key) -> const std::string& { return f.at(key).as_string(key); };
+  auto text = [&](const std::string& key) -> const std::string& {
+    return f.at(key).as_string(key);
+  };
   auto id_or = [&](const std::string& key, int64_t fallback) {
     const gguf::Value* v = f.find(key);
     return v ? v->as_int(key) : fallback;
@@ -21,7 +23,8 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
   };
   const std::string model = text("tokenizer.ggml.model");
   check(model == "llama" || model == "gpt2", where, "tokenizer.ggml.model \"", model,
-        "\" is not supported (qkv reads \"llama\", SentencePiece-style, and \"gpt2\", byte-level BPE)");
+        "\" is not supported (qkv reads \"llama\", SentencePiece-style, and \"gpt2\", byte-level "
+        "BPE)");
 
   Tokenizer t;
   const auto& tokens = f.at("tokenizer.ggml.tokens").as_array("tokenizer.ggml.tokens");
@@ -39,7 +42,8 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
   };
   t.scores_.assign(n, 0.0f);
   if (const auto* scores = per_token("tokenizer.ggml.scores"))
-    for (size_t i = 0; i < n; ++i) t.scores_[i] = static_cast<float>((*scores)[i].as_float("tokenizer.ggml.scores[]"));
+    for (size_t i = 0; i < n; ++i)
+      t.scores_[i] = static_cast<float>((*scores)[i].as_float("tokenizer.ggml.scores[]"));
   t.types_.assign(n, 1);
   if (const auto* types = per_token("tokenizer.ggml.token_type"))
     for (size_t i = 0; i < n; ++i) {
@@ -49,7 +53,8 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     }
   auto token = [&](const std::string& key, int64_t fallback) {
     const int64_t id = id_or(key, fallback);
-    check(id >= -1 && id < static_cast<int64_t>(n), where, key, " = ", id, " is not a token id (vocabulary of ", n, ")");
+    check(id >= -1 && id < static_cast<int64_t>(n), where, key, " = ", id,
+          " is not a token id (vocabulary of ", n, ")");
     return static_cast<int32_t>(id);
   };
   for (size_t i = 0; i < n; ++i)
@@ -76,7 +81,8 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     t.add_space_prefix_ = flag_or("tokenizer.ggml.add_space_prefix", true);
     t.index_pieces();
     const int32_t zero = t.find("<0x00>");
-    if (zero >= 0 && zero + 256 <= static_cast<int32_t>(n) && t.pieces_[zero + 255] == "<0xFF>") t.byte_base_ = zero;
+    if (zero >= 0 && zero + 256 <= static_cast<int32_t>(n) && t.pieces_[zero + 255] == "<0xFF>")
+      t.byte_base_ = zero;
     return t;
   }
   const std::string pre = f.find("tokenizer.ggml.pre") ? text("tokenizer.ggml.pre") : "default";

@@ -35,20 +35,26 @@ TaskData::TaskData(const std::string& text_file, int64_t seq_len)
 // [0, s) and '|' = s.
 int64_t TaskData::vocab_size() const {
   switch (task_) {
-    case Task::recall: return 2 * symbols_ + 1;
+    case Task::recall:
+      return 2 * symbols_ + 1;
     case Task::copy:
-    case Task::reverse: return symbols_ + 1;
-    case Task::text: return 256;
+    case Task::reverse:
+      return symbols_ + 1;
+    case Task::text:
+      return 256;
   }
   return 0;
 }
 
 int64_t TaskData::seq_len() const {
   switch (task_) {
-    case Task::recall: return 2 * items_ + 1 + 2 * recall_queries(items_);
+    case Task::recall:
+      return 2 * items_ + 1 + 2 * recall_queries(items_);
     case Task::copy:
-    case Task::reverse: return 2 * items_;  // x1..xn | y1..y(n-1): n answers
-    case Task::text: return text_seq_;
+    case Task::reverse:
+      return 2 * items_;  // x1..xn | y1..y(n-1): n answers
+    case Task::text:
+      return text_seq_;
   }
   return 0;
 }
@@ -58,9 +64,12 @@ std::string TaskData::describe() const {
     case Task::recall:
       return "associative recall: " + std::to_string(items_) + " key-value pairs, then " +
              std::to_string(recall_queries(items_)) + " of the keys; answer each one's value";
-    case Task::copy: return "copy " + std::to_string(items_) + " symbols";
-    case Task::reverse: return "reverse " + std::to_string(items_) + " symbols";
-    case Task::text: return "bytes of text, " + std::to_string(text_.size()) + " bytes";
+    case Task::copy:
+      return "copy " + std::to_string(items_) + " symbols";
+    case Task::reverse:
+      return "reverse " + std::to_string(items_) + " symbols";
+    case Task::text:
+      return "bytes of text, " + std::to_string(text_.size()) + " bytes";
   }
   return "";
 }

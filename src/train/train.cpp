@@ -11,7 +11,6 @@ namespace qkv {
 
 namespace {
 
-
 // Every step draws from its own generator, seeded by (seed, step): a run resumed at step s
 // sees exactly the batches an uninterrupted run would.
 std::mt19937_64 step_rng(uint64_t seed, int64_t step, uint64_t stream) {
@@ -51,8 +50,8 @@ float StepRunner::update(Model& model, AdamW& optimizer, float max_norm, float l
 TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const TrainConfig& cfg,
                   int64_t first_step, const std::function<bool(const TrainProgress&)>& on_step,
                   StepRunner* runner) {
-  check(data.vocab_size() <= model.config().vocab_size, "train: the data has ",
-        data.vocab_size(), " symbols but the model's vocabulary is ", model.config().vocab_size);
+  check(data.vocab_size() <= model.config().vocab_size, "train: the data has ", data.vocab_size(),
+        " symbols but the model's vocabulary is ", model.config().vocab_size);
   check_config(cfg);
   StepRunner one_process;
   StepRunner& run = runner ? *runner : one_process;
@@ -93,7 +92,8 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
       std::mt19937_64 rng = step_rng(cfg.seed ^ 0x5eedULL, 0, 0);  // the same held-out set
       // 256 sequences, fewer when they are long (at most 64k positions, as 256 × 256), never
       // fewer than a training batch.
-      const int64_t eval_batch = std::min<int64_t>(256, std::max(65536 / data.seq_len(), cfg.batch));
+      const int64_t eval_batch =
+          std::min<int64_t>(256, std::max(65536 / data.seq_len(), cfg.batch));
       const Batch eval = data.sample_eval(eval_batch, rng);
       const Batch part = run.local(eval);
       const float share = share_of(part, eval);

@@ -14,7 +14,16 @@
 namespace qkv::detail {
 
 // The tiled forward and split-KV decoding (src/attention/flash_forward.cpp, decode.cpp).
-enum class ForwardSlot { q_tiles, scores, out_tiles, softmax_state, v_tiles, bf16_rows, partials, queries };
+enum class ForwardSlot {
+  q_tiles,
+  scores,
+  out_tiles,
+  softmax_state,
+  v_tiles,
+  bf16_rows,
+  partials,
+  queries
+};
 // The tiled backward (src/attention/flash_backward.cpp): the same eight buffers, its own uses.
 enum class BackwardSlot { q_tiles, q_rows, dout_tiles, dout_rows, tile, dk_dv, partials, lse };
 // Attention over a cache: the visible keys and values gathered as fp32 (src/attention/stored.cpp).
@@ -22,8 +31,20 @@ enum class StoredSlot { keys = 8, values };
 // Products with block-format weights (src/quant/matmul.cpp).
 enum class QuantSlot { block_sums = 10, tile };
 // Ring attention (src/dist/ring_attention.cpp), kept across the attention calls it makes.
-enum class RingSlot { block0 = 12, block1, partial, incoming, outgoing, out, lse, part_out, part_lse,
-                      part_dq, part_dk, part_dv };
+enum class RingSlot {
+  block0 = 12,
+  block1,
+  partial,
+  incoming,
+  outgoing,
+  out,
+  lse,
+  part_out,
+  part_lse,
+  part_dq,
+  part_dk,
+  part_dv
+};
 inline constexpr int kScratchSlots = 24;
 
 // A buffer of at least `floats` floats for the calling thread, in slot `slot`. Contents are

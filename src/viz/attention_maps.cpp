@@ -46,7 +46,8 @@ AttentionMaps maps_of_model(ModelFile& f, const std::string& name, const std::st
   const int64_t T = static_cast<int64_t>(ids.size());
   check(T <= kMaxTokens, "the prompt is ", T, " tokens; attention maps show at most ", kMaxTokens);
   check(T <= model.config().context || model.config().positions != PositionKind::learned,
-        "the prompt is ", T, " tokens, longer than the model's context of ", model.config().context);
+        "the prompt is ", T, " tokens, longer than the model's context of ",
+        model.config().context);
   model.forward(ids.data(), nullptr, 1, T);
   AttentionMaps m;
   m.title = "Attention of " + name;
@@ -70,7 +71,8 @@ AttentionMaps maps_of_example(bool causal) {
   const int64_t T = q.size(), D = q[0].size(), Dv = v[0].size();
   Tensor tq({1, 1, T, D}), tk({1, 1, T, D}), tv({1, 1, T, Dv}), out({1, 1, T, Dv}), w({1, 1, T, T});
   for (int64_t i = 0; i < T; ++i) {
-    for (int64_t d = 0; d < D; ++d) tq.view()(0, 0, i, d) = q[i][d], tk.view()(0, 0, i, d) = k[i][d];
+    for (int64_t d = 0; d < D; ++d)
+      tq.view()(0, 0, i, d) = q[i][d], tk.view()(0, 0, i, d) = k[i][d];
     for (int64_t d = 0; d < Dv; ++d) tv.view()(0, 0, i, d) = v[i][d];
   }
   AttentionArgs a{.q = tq, .k = tk, .v = tv, .out = out};

@@ -43,7 +43,8 @@ std::string attention_html(const AttentionMaps& m) {
                {"open", m.open_layer >= 0 ? json{m.open_layer, m.open_head} : json(nullptr)}};
   // Invalid UTF-8 in a token becomes U+FFFD; "</" is escaped so no token can end the script.
   std::string text = data.dump(-1, ' ', false, json::error_handler_t::replace);
-  for (size_t at = 0; (at = text.find("</", at)) != std::string::npos; at += 3) text.replace(at, 2, "<\\/");
+  for (size_t at = 0; (at = text.find("</", at)) != std::string::npos; at += 3)
+    text.replace(at, 2, "<\\/");
   std::string page = viz::kPageTemplate;
   const std::string marker = "/*DATA*/";
   page.replace(page.find(marker), marker.size(), text);
