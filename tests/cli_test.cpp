@@ -323,6 +323,19 @@ TEST(CliGenerate, Stories260KGreedyIsExactlyTheReferenceText) {
   EXPECT_NE(both.output.find("prefill: "), std::string::npos);
   EXPECT_NE(both.output.find("tokens/s"), std::string::npos);
   EXPECT_NE(both.output.find("bf16 cache, seed 5"), std::string::npos);
+  // A prompt that fills -n is echoed with a warning, and no rate is printed for work not done.
+  const Result full = run("generate --model " + dir +
+                              "/stories260K.bin --prompt \"Once upon a time there was a big dog\" "
+                              "-n 4 --temperature 0",
+                          /*with_stderr=*/true);
+  EXPECT_EQ(full.status, 0);
+  EXPECT_NE(full.output.find("qkv: warning: the prompt is "), std::string::npos) << full.output;
+  EXPECT_NE(full.output.find("-n allows 4 positions: nothing is generated, and the prompt's last "),
+            std::string::npos)
+      << full.output;
+  EXPECT_NE(full.output.find("prefill: none"), std::string::npos) << full.output;
+  EXPECT_NE(full.output.find("decode: none"), std::string::npos) << full.output;
+  EXPECT_EQ(full.output.find("tokens/s"), std::string::npos) << full.output;
   // Same seed, same text.
   const std::string seeded =
       "generate --model " + dir + "/stories260K.bin --prompt Hi -n 30 --seed 9";

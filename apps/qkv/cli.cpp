@@ -42,7 +42,7 @@ int run(int argc, const char* const* argv) {
   // hand options they do not know to the app).
   app.fallthrough();
   app.add_option_function<std::string>(
-      "--target", [](const std::string& t) { set_target(t, "--target"); },
+      "--target", [](const std::string& t) { set_target_from(t, "--target"); },
       "SIMD target to run: sse4, avx2, avx512, avx512_dl (x86-64), neon, sve (AArch64); default "
       "the best this CPU supports, or $QKV_TARGET (see qkv info)");
   add_explain(app);

@@ -1,6 +1,7 @@
 // `qkv generate`: text from a model, streamed to stdout as it is produced; statistics to
 // stderr, so stdout is exactly the text (llama2.c's run.c conventions: the prompt included,
 // -n counting positions, one newline at the end).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -29,6 +30,21 @@ void run_generate(const GenerateCliOptions& o) {
   GenerateOptions g{.steps = o.steps, .sampling = sampling.options, .cache = sampling.cache};
   g.stop_tokens = stop_tokens(f);
 
+  // run.c's -n: positions in all, the prompt included. A prompt that fills them is echoed and
+  // nothing is generated; say so rather than stop quietly.
+  const int64_t context = model.config().context;
+  const bool by_context = o.steps <= 0 || o.steps > context;
+  const int64_t positions = by_context ? context : o.steps;
+  const auto prompt_len = static_cast<int64_t>(prompt.size());
+  if (prompt_len > positions) {
+    const int64_t dropped = std::max<int64_t>(0, prompt_len - positions - 1);
+    std::string why = "the prompt is " + std::to_string(prompt_len) + " tokens and " +
+                      (by_context ? "the model's context" : "-n") + " allows " +
+                      std::to_string(positions) + " positions: nothing is generated";
+    if (dropped > 0) why += ", and the prompt's last " + std::to_string(dropped) + " are dropped";
+    if (!by_context) why += " (give -n more than " + std::to_string(prompt_len) + ")";
+    std::fprintf(stderr, "qkv: warning: %s\n", why.c_str());
+  }
   const bool as_text = o.prompt_ids.empty();
   if (!as_text) std::cout << prompt[0];
   else if (prompt[0] != f.tokenizer->bos())
@@ -40,12 +56,16 @@ void run_generate(const GenerateCliOptions& o) {
     return true;
   });
   std::cout << "\n";
-  std::fprintf(stderr,
-               "prefill: %ld tokens, %.1f ms, %.1f tokens/s\n"
-               "decode: %ld tokens, %.1f ms, %.1f tokens/s\n"
-               "(model: %s, %s parameters, %d threads, %s cache, seed %llu)\n",
-               static_cast<long>(s.prompt_tokens), 1e3 * s.prefill_seconds, s.prefill_tokens_per_s,
-               static_cast<long>(s.generated_tokens), 1e3 * s.decode_seconds, s.decode_tokens_per_s,
+  // A rate only for work that was done (a prompt that filled every position ran no prefill).
+  auto line = [](const char* phase, int64_t tokens, double seconds) {
+    if (tokens > 0 && seconds > 0)
+      std::fprintf(stderr, "%s: %ld tokens, %.1f ms, %.1f tokens/s\n", phase,
+                   static_cast<long>(tokens), 1e3 * seconds, tokens / seconds);
+    else std::fprintf(stderr, "%s: none\n", phase);
+  };
+  line("prefill", s.prefill_seconds > 0 ? s.prompt_tokens : 0, s.prefill_seconds);
+  line("decode", s.generated_tokens, s.decode_seconds);
+  std::fprintf(stderr, "(model: %s, %s parameters, %d threads, %s cache, seed %llu)\n",
                f.format.c_str(), short_count(model.num_params()).c_str(), num_threads(),
                o.sampling.cache.c_str(), static_cast<unsigned long long>(g.sampling.seed));
 }

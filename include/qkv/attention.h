@@ -80,7 +80,11 @@ void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, 
 // does (4 · Hq · D flops per pair forward, counting multiplies and adds), for benchmarks.
 double visible_pairs(const AttentionArgs& args);
 
-// Throws qkv::Error naming the first argument whose shape, layout or value is wrong.
+// Throws qkv::Error naming the first argument whose shape, layout or value is wrong, or an
+// output (out, lse; backward: dq, dk, dv) that shares memory with an input or another output.
+// Views are compared when each fills its address range (a contiguous tensor, or a permuted
+// view of one); interleaved views of one buffer, as a fused projection's q, k and v, are not
+// compared element by element.
 void validate(const AttentionArgs& args, const char* where);
 void validate_backward(const AttentionArgs& args, const View& dout, const View& dq, const View& dk,
                        const View& dv, const char* where);

@@ -27,7 +27,7 @@ std::string current_target();
 // in, or not supported by this CPU. Not to be called while kernels run on other threads.
 void set_target(const std::string& name);
 // The same, with errors that begin with `where` (the flag or variable that named it).
-void set_target(const std::string& name, const char* where);
+void set_target_from(const std::string& name, const char* where);
 
 // Reads QKV_TARGET now (otherwise read at the first kernel call): throws qkv::Error when it
 // names a target that is unknown or not supported here.

@@ -154,6 +154,19 @@ def test_the_gil_is_released(rng):
     assert during > 3, "the other thread did not run while the kernel did"
 
 
+def test_an_output_over_an_input_is_refused(rng):
+    # An output over an input would be read after it was overwritten: refused, naming the two
+    # arrays (the kernels would read v, say, after writing its first rows); gradients as well.
+    q, k, v = (rand(rng, 1, 4, 300, 64) for _ in range(3))
+    for name, arr in (("v", v), ("q", q), ("k", k)):
+        with pytest.raises(ValueError, match=f"out \\[1, 4, 300, 64\\] overlaps {name} "):
+            qkv.attention(q, k, v, causal=True, out=arr)
+    out, lse = qkv.attention(q, k, v, causal=True, return_lse=True)
+    dout = rand(rng, 1, 4, 300, 64)
+    with pytest.raises(ValueError, match="dk .* overlaps dout"):
+        qkv.attention_backward(q, k, v, out, lse, dout, causal=True, dk=dout)
+
+
 def test_bad_input_is_an_exception(rng):
     q, k, v = rand(rng, 1, 2, 4, 8), rand(rng, 1, 2, 4, 8), rand(rng, 1, 2, 4, 8)
     with pytest.raises(TypeError, match="q must be float32, got float64"):

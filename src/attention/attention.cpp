@@ -4,6 +4,7 @@
 
 #include "attention/kernels.h"
 #include "attention/masks.h"
+#include "attention/overlap.h"
 #include "attention/packed.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
@@ -40,7 +41,7 @@ double visible_pairs(const AttentionArgs& a) {
   return pairs;
 }
 
-void validate(const AttentionArgs& a, const char* where) {
+void detail::validate_shapes(const AttentionArgs& a, const char* where) {
   check_ndim(a.q, 4, where, "q [B, Hq, Tq, D]");
   check_ndim(a.k, 4, where, "k [B, Hkv, Tk, D]");
   check_ndim(a.v, 4, where, "v [B, Hkv, Tk, Dv]");
@@ -73,11 +74,20 @@ void validate(const AttentionArgs& a, const char* where) {
     for (int64_t b = 0; b < B; ++b)
       check(a.mask.kv_len[b] >= 0 && a.mask.kv_len[b] <= Tk, where, ": kv_len[", b,
             "] = ", a.mask.kv_len[b], " is outside [0, Tk = ", Tk, "]");
-  if (!a.mask.bias.empty()) detail::broadcast_bias(a.mask.bias, B, Hq, Tq, Tk, where);
+  if (!a.mask.bias.empty()) broadcast_bias(a.mask.bias, B, Hq, Tq, Tk, where);
   if (a.mask.alibi)
     for (int64_t h = 0; h < Hq; ++h)
       check(std::isfinite(a.mask.alibi[h]), where, ": alibi slope of head ", h, " is not finite");
-  detail::validate_packed(a, where);
+  validate_packed(a, where);
+}
+
+void validate(const AttentionArgs& a, const char* where) {
+  detail::validate_shapes(a, where);
+  using detail::extent_of;
+  const int64_t rows = a.q.shape[0] * a.q.shape[1] * a.q.shape[2];
+  detail::check_no_overlap(where, {extent_of("out", a.out), extent_of("lse", a.lse, rows)},
+                           {extent_of("q", a.q), extent_of("k", a.k), extent_of("v", a.v),
+                            extent_of("bias", a.mask.bias)});
 }
 
 void validate_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
@@ -98,6 +108,12 @@ void validate_backward(const AttentionArgs& a, const View& dout, const View& dq,
       check(p.grad.shape[d] == p.like.shape[d], where, ": ", p.name, " is ", shape_of(p.grad),
             " but ", p.like_name, " is ", shape_of(p.like));
   }
+  using detail::extent_of;
+  const int64_t rows = a.q.shape[0] * a.q.shape[1] * a.q.shape[2];
+  detail::check_no_overlap(
+      where, {extent_of("dq", dq), extent_of("dk", dk), extent_of("dv", dv)},
+      {extent_of("q", a.q), extent_of("k", a.k), extent_of("v", a.v), extent_of("out", a.out),
+       extent_of("dout", dout), extent_of("lse", a.lse, rows), extent_of("bias", a.mask.bias)});
 }
 
 namespace {

@@ -7,6 +7,10 @@
 
 namespace qkv::detail {
 
+// qkv::validate without the check that outputs and inputs do not share memory (for callers
+// whose k and v are not views: attention over a cache checks its storage itself).
+void validate_shapes(const AttentionArgs& a, const char* where);
+
 // qkv::attention after its checks: the kernel that suits the shape (packed sequences one by
 // one). For callers that have validated the arguments themselves (attention over a cache).
 void forward_validated(const AttentionArgs& a);

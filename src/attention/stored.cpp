@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "attention/kernels.h"
+#include "attention/overlap.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/number_format.h"
@@ -50,7 +51,7 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   AttentionArgs shapes = a;
   shapes.k = View(a.q.data, {B, kv.heads, kv.length, kv.dim_k});
   shapes.v = View(a.q.data, {B, kv.heads, kv.length, kv.dim_v});
-  qkv::validate(shapes, kWhere);
+  detail::validate_shapes(shapes, kWhere);
   const int64_t n = fresh_rows(kv);
   if (n > 0 || !kv.fresh_v.empty()) {
     const View& fk = kv.fresh_k;
@@ -62,6 +63,22 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
           kWhere, ": fresh_k ", shape_of(fk), " and fresh_v ", shape_of(fv), " must be [", B, ", ",
           kv.heads, ", n <= ", kv.length, ", ", kv.dim_k, " and ", kv.dim_v, "]");
   }
+  // The outputs apart from the queries and from the rows the storage holds.
+  const size_t element = kv.type == TensorType::bf16 ? 2 : 4;
+  const int64_t rows = kv.slots > 0 ? kv.slots : kv.length;
+  auto stored = [&](const char* name, const void* p, int64_t dim) {
+    const int64_t shape[3] = {B, kv.heads, rows * kv.row_stride - kv.row_stride + dim};
+    const int64_t stride[3] = {kv.batch_stride, kv.head_stride, 1};
+    detail::Extent e = detail::extent_of(name, p, 3, shape, stride, element);
+    e.dense = true;  // compared by its whole range: the rows between are the cache's own
+    return e;
+  };
+  using detail::extent_of;
+  detail::check_no_overlap(
+      kWhere, {extent_of("out", a.out), extent_of("lse", a.lse, B * a.q.shape[1] * Tq)},
+      {extent_of("q", a.q), stored("stored keys", kv.k, kv.dim_k),
+       stored("stored values", kv.v, kv.dim_v), extent_of("fresh_k", kv.fresh_k),
+       extent_of("fresh_v", kv.fresh_v)});
   const int64_t stored_end = kv.length - n;
   const int64_t held_from = kv.slots > 0 ? std::max<int64_t>(0, stored_end - kv.slots) : 0;
   const int64_t seen = first_seen(a.mask, kv.length, Tq);

@@ -143,9 +143,9 @@ std::string current_target() {
   return names.empty() ? "unknown" : names[0];
 }
 
-void set_target(const std::string& name) { set_target(name, "set_target"); }
+void set_target(const std::string& name) { set_target_from(name, "set_target"); }
 
-void set_target(const std::string& name, const char* where) {
+void set_target_from(const std::string& name, const char* where) {
   simd::ensure_target();  // QKV_TARGET first, so that it cannot undo this later
   simd::force_target(name, where);
 }
