@@ -26,21 +26,17 @@ int64_t fresh_rows(const StoredKV& kv) { return kv.fresh_k.empty() ? 0 : kv.fres
 
 void validate(const AttentionArgs& a, const StoredKV& kv) {
   check(a.k.empty() && a.v.empty(), kWhere,
-        ": k and v are read from the storage; leave args.k "
-        "and args.v empty");
+        ": k and v are read from the storage; leave args.k and args.v empty");
   if (kv.type != TensorType::f32 && kv.type != TensorType::bf16)  // (to_string only on failure)
     fail(kWhere, ": keys and values stored as ", to_string(kv.type), " (F32 and BF16 are read)");
   check(kv.k != nullptr && kv.v != nullptr, kWhere, ": no stored keys or values (null)");
   check(kv.heads > 0 && kv.dim_k > 0 && kv.dim_v > 0, kWhere,
-        ": heads, dim_k and dim_v must be "
-        "> 0, got ",
-        kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
+        ": heads, dim_k and dim_v must be > 0, got ", kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
   check(kv.slots >= 0 && kv.batch_stride >= 0 && kv.head_stride >= 0 && kv.row_stride >= 0, kWhere,
         ": slots and strides must be >= 0");
   check(a.mask.bias.empty(), kWhere, ": an additive bias is not supported");
   check(a.mask.kv_len == nullptr, kWhere,
-        ": padding (kv_len) is not supported: the cache's "
-        "length is every sequence's");
+        ": padding (kv_len) is not supported: the cache's length is every sequence's");
   check(a.packed.num_seqs == 0, kWhere, ": packed sequences are not supported");
   check_ndim(a.q, 4, kWhere, "q [B, Hq, Tq, D]");
   const int64_t B = a.q.shape[0], Tq = a.q.shape[2];

@@ -96,12 +96,12 @@ constexpr int64_t kChunk = 32;  // output rows per unit of work
 HWY_INLINE auto q8_values(const uint8_t* q, size_t j) {
   return hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(q) + j));
 }
-struct Q4Values {
-  hn::Vec<decltype(di)> first, second;  // values j … and 16 + j …
-};
-HWY_INLINE Q4Values q4_values(const uint8_t* q, size_t j) {
+// Calls f(values j …, values 16 + j …) of a Q4 block (a callback: SVE's vectors, sizeless,
+// cannot be members of a struct).
+template <typename F>
+HWY_INLINE void with_q4_values(const uint8_t* q, size_t j, F f) {
   const auto v = hn::PromoteTo(di, hn::LoadU(du8, q + j));
-  return {hn::And(v, hn::Set(di, 15)), hn::ShiftRight<4>(v)};
+  f(hn::And(v, hn::Set(di, 15)), hn::ShiftRight<4>(v));
 }
 
 // Σ q·x over one block of 32, as a vector whose lanes are summed at the end (the caller
@@ -119,9 +119,10 @@ HWY_INLINE Vf block_q4(const uint8_t* q, const float* x, int offset) {
   const auto off = hn::Set(di, offset);
   Vf t = hn::Zero(df);
   for (size_t j = 0; j < size_t(kBlock / 2); j += N) {
-    const Q4Values v = q4_values(q, j);
-    t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(v.first, off)), hn::LoadU(df, x + j), t);
-    t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(v.second, off)), hn::LoadU(df, x + kBlock / 2 + j), t);
+    with_q4_values(q, j, [&](auto first, auto second) {
+      t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(first, off)), hn::LoadU(df, x + j), t);
+      t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(second, off)), hn::LoadU(df, x + kBlock / 2 + j), t);
+    });
   }
   return t;
 }
@@ -268,10 +269,11 @@ void decode_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
           const Vf mn = hn::Set(df, q40 ? -8.0f * half(blk) : half(blk + 2));
           const uint8_t* q = blk + (q40 ? 2 : 4);
           for (size_t j = 0; j < size_t(kBlock / 2); j += N) {
-            const Q4Values v = q4_values(q, j);
-            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.first), mn), df, y + kBlock * b + j);
-            hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, v.second), mn), df,
-                       y + kBlock * b + kBlock / 2 + j);
+            with_q4_values(q, j, [&](auto first, auto second) {
+              hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, first), mn), df, y + kBlock * b + j);
+              hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, second), mn), df,
+                         y + kBlock * b + kBlock / 2 + j);
+            });
           }
         }
         break;
