@@ -1,7 +1,6 @@
 // Outputs that share memory with inputs (see overlap.h).
 #include "attention/overlap.h"
 
-#include <ostream>
 #include <sstream>
 #include <utility>
 

@@ -2,8 +2,6 @@
 #include "qkv/kv_cache.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 
 #include "qkv/error.h"
 #include "qkv/model.h"
