@@ -242,7 +242,7 @@ TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
 }
 
 // save_gguf, read back by load_gguf: stories260K (llama2.c's) in F32 gives the same logits,
-// in Q8_0 the same greedy story (llama.cpp's own reader gives the same too; docs/benchmarks.md);
+// in Q8_0 the same greedy story (llama.cpp's own reader gives the same too; docs/tuning.md);
 // the tokenizer survives; a model that rotates halves (GPT-NeoX order) comes back in GGUF's
 // adjacent order with the same logits.
 TEST(GgufWriter, RoundTripsModelsAndTokenizers) {

@@ -160,10 +160,14 @@ TEST(Chat, TemplatesAndLimitsAreClearErrors) {
 // same 64 tokens, in place and in fp32, unless the NumPy forward's two best logits were
 // within 1e-3 of each other where they part (a tie that rounding may break either way); and
 // the prompt's last logits within 1e-4 of the largest.
-TEST(SmolLM2, GreedyTextMatchesAnIndependentForward) {
+// In place and dequantized to fp32: two tests, so that ctest runs them side by side.
+class SmolLM2 : public testing::TestWithParam<GgufWeights> {};
+
+TEST_P(SmolLM2, GreedyTextMatchesAnIndependentForward) {
   std::ifstream in(std::string(QKV_GOLDEN_DIR) + "/../data/smollm2_greedy.json");
   const nlohmann::json golden = nlohmann::json::parse(in);
-  for (GgufWeights how : {GgufWeights::in_place, GgufWeights::fp32}) {
+  {
+    const GgufWeights how = GetParam();
     const std::unique_ptr<Model> model = load_gguf(smollm2(), how);
     const int64_t V = model->config().vocab_size;
     for (const nlohmann::json& c : golden["cases"]) {
@@ -191,6 +195,12 @@ TEST(SmolLM2, GreedyTextMatchesAnIndependentForward) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Weights, SmolLM2,
+                         testing::Values(GgufWeights::in_place, GgufWeights::fp32),
+                         [](const testing::TestParamInfo<GgufWeights>& p) {
+                           return p.param == GgufWeights::fp32 ? "Fp32" : "InPlace";
+                         });
 
 // The real model, greedy, in a conversation: the second question only makes sense with the
 // first in the cache. The same conversation given at once (add, then respond: one prefill)

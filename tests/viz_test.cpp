@@ -4,6 +4,7 @@
 // Skips with a message when Chromium is not installed (scripts/install-deps installs it).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstring>
@@ -29,7 +30,8 @@ struct Result {
 };
 
 Result run(const std::string& command) {
-  const std::string err_file = ::testing::TempDir() + "viz_stderr.txt";
+  const std::string err_file =
+      ::testing::TempDir() + "viz_stderr_" + std::to_string(getpid()) + ".txt";
   FILE* pipe = popen((command + " 2>" + err_file).c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -48,7 +50,7 @@ std::string chromium() {
   return "";
 }
 
-// Headless Chromium with a fresh profile, as the issue asks.
+// Headless Chromium with a fresh profile.
 Result browse(const std::string& args, const std::string& profile) {
   fs::remove_all(profile);
   return run(chromium() +
@@ -125,7 +127,9 @@ json open_and_hover(const fs::path& page, int layer, int head, int query, int ke
   put("QUERY", std::to_string(query));
   const fs::path harness = page.parent_path() / ("harness_" + page.filename().string());
   std::ofstream(harness) << h;
-  const std::string profile = ::testing::TempDir() + "qkv_chromium_profile";
+  // A profile per test: ctest -j runs the tests side by side, and Chromium locks its profile.
+  const std::string profile = ::testing::TempDir() + "qkv_chromium_profile_" +
+                              ::testing::UnitTest::GetInstance()->current_test_info()->name();
   const Result r = browse("--dump-dom file://" + harness.string(), profile);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(console_lines(r.err).empty()) << "console messages:\n" << r.err;

@@ -7,19 +7,20 @@
 NumPy arrays and torch tensors are read and written in place (any strides, float32). From
 PyTorch, ``qkv.torch`` has an autograd Function and drop-ins for
 ``torch.nn.functional.scaled_dot_product_attention`` and flash-attn's ``flash_attn_func``.
-Models: ``qkv.load_llama2c``, ``qkv.load_checkpoint``; learning: ``qkv.explain``,
+Models: ``qkv.load_llama2c``, ``qkv.load_checkpoint``, ``qkv.load_gguf``; a conversation with a
+chat model: ``qkv.Chat``; learning: ``qkv.explain``,
 ``qkv.attention_map``. Errors from qkv are ``ValueError`` with qkv's message.
 """
 from ._qkv import (Tokenizer, compiled_targets, current_target, num_threads, set_num_threads,
                    set_target, supported_targets)
 from ._attention import attention, attention_backward
-from ._models import (AttentionMap, Explanation, Model, attention_map, explain, load_checkpoint,
+from ._models import (AttentionMap, Chat, Explanation, Model, attention_map, explain, load_checkpoint,
                       load_gguf, load_llama2c, stories260k_path)
 
 __version__ = "0.1.0"
 __all__ = [
     "attention", "attention_backward", "Model", "load_llama2c", "load_checkpoint", "load_gguf", "Tokenizer",
-    "explain", "Explanation", "attention_map", "AttentionMap", "stories260k_path",
+    "Chat", "explain", "Explanation", "attention_map", "AttentionMap", "stories260k_path",
     "compiled_targets", "supported_targets", "current_target", "set_target", "num_threads",
     "set_num_threads",
 ]

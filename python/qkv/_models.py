@@ -3,6 +3,8 @@ import codecs
 import html
 import json
 import os
+import queue
+import threading
 
 import numpy as np
 
@@ -111,6 +113,121 @@ def load_gguf(path, dequantize=False):
     generate(), tokens() and logits() need; dequantize=True makes them fp32 (the memory of an
     fp32 model), which attention_map() needs too."""
     return Model(_qkv._load_gguf_file(os.fspath(path), bool(dequantize)), os.fspath(path))
+
+
+class Chat:
+    """A conversation with an instruction-tuned GGUF model whose chat template is ChatML
+    (SmolLM2, Qwen, …). The keys and values stay cached from turn to turn: each turn runs only
+    its new tokens.
+
+        chat = qkv.Chat(qkv.load_gguf(path))
+        for piece in chat.stream("What is attention?"):
+            print(piece, end="", flush=True)
+
+    system: the system prompt (None: the one the template writes, "" for none); max_reply:
+    tokens per answer at most; context: positions for all turns together (0: the model's);
+    temperature (0: greedy), top_p, top_k and seed sample as generate() does.
+    """
+
+    def __init__(self, model, system=None, *, max_reply=1024, context=0, temperature=0.7,
+                 top_p=0.9, top_k=0, seed=1):
+        self.model = model
+        if model._file.format != "gguf":
+            raise ValueError(f"Chat needs a GGUF model with a chat template; {model.path} is "
+                             f"{model._file.format}")
+        if system is None:
+            system = _qkv._default_system_prompt(model._file.chat_template)
+        self.system = str(system)
+        self._chat = _qkv._Chat(model._file, self.system, int(max_reply), int(context),
+                                float(temperature), float(top_p), int(top_k), int(seed))
+        self.reset()
+
+    def reset(self):
+        """Forgets the conversation; the system prompt stays."""
+        self._chat.reset()
+        self.transcript = [{"role": "system", "content": self.system}] if self.system else []
+        """The messages so far: dicts of role and content, the replies as streamed."""
+        self.stats = None
+        """The last turn's prompt_tokens, reply_tokens, prefill_seconds, decode_seconds and
+        finished (False: it stopped at max_reply or was not read to its end)."""
+
+    def add(self, role, content):
+        """Puts a message of any role in the conversation (an earlier exchange, a few-shot
+        example) without running the model; the next respond() runs it."""
+        self._chat.add(str(role), str(content))
+        self.transcript.append({"role": str(role), "content": str(content)})
+
+    def respond(self):
+        """The assistant's answer to what was added, streamed as pieces of text."""
+        return self._stream(self._chat.respond, [])
+
+    def stream(self, user):
+        """Adds the user's message and streams the answer as pieces of text. When the turn would
+        not fit in the context that is left, raises ValueError and the conversation is as before."""
+        return self._stream(lambda on_piece: self._chat.reply(str(user), on_piece),
+                            [{"role": "user", "content": str(user)}])
+
+    def reply(self, user):
+        """Adds the user's message and returns the whole answer."""
+        return "".join(self.stream(user))
+
+    @property
+    def tokens(self):
+        """Every token id of the conversation so far, as the model reads it."""
+        return self._chat.tokens
+
+    @property
+    def positions(self):
+        """Positions of the context the conversation has used."""
+        return self._chat.positions
+
+    @property
+    def context(self):
+        return self._chat.context
+
+    def _stream(self, run, messages):
+        # The model runs in a thread of its own (without the GIL) and hands each token's bytes
+        # over a queue, so that the caller reads the answer as it is written. A caller that stops
+        # reading stops the model at the next token.
+        pieces, stop, outcome = queue.SimpleQueue(), threading.Event(), {}
+
+        def on_piece(data):
+            pieces.put(data)
+            return not stop.is_set()
+
+        def turn():
+            try:
+                outcome["stats"] = run(on_piece)
+            except BaseException as e:  # raised in the caller's thread
+                outcome["error"] = e
+            finally:
+                pieces.put(None)
+
+        utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span tokens
+        text = []
+        worker = threading.Thread(target=turn, daemon=True)
+        worker.start()
+        try:
+            while (data := pieces.get()) is not None:
+                piece = utf8.decode(data)
+                if piece:
+                    text.append(piece)
+                    yield piece
+            rest = utf8.decode(b"", final=True)
+            if rest:
+                text.append(rest)
+                yield rest
+        finally:
+            stop.set()
+            worker.join()
+            while not pieces.empty():  # drawn after the caller stopped reading: kept by the model
+                data = pieces.get()
+                text.append(utf8.decode(data or b"", final=data is None))
+            if "error" not in outcome:
+                self.stats = outcome.get("stats")
+                self.transcript += messages + [{"role": "assistant", "content": "".join(text)}]
+        if "error" in outcome:
+            raise outcome["error"]
 
 
 class Explanation:

@@ -7,11 +7,12 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "qkv/model_file.h"
+#include "qkv/chat.h"
 #include "qkv/error.h"
 #include "qkv/explain.h"
 #include "qkv/generate.h"
@@ -19,6 +20,7 @@
 #include "qkv/io.h"
 #include "qkv/kv_cache.h"
 #include "qkv/model.h"
+#include "qkv/model_file.h"
 #include "qkv/tokenizer.h"
 #include "qkv/viz.h"
 
@@ -37,6 +39,23 @@ nb::ndarray<nb::numpy, float> numpy_copy(const float* data, std::vector<size_t> 
   std::copy(data, data + n, copy);
   nb::capsule owner(copy, [](void* p) noexcept { delete[] static_cast<float*>(p); });
   return nb::ndarray<nb::numpy, float>(copy, shape.size(), shape.data(), owner);
+}
+
+nb::dict stats_dict(const ChatTurnStats& s) {
+  nb::dict d;
+  d["prompt_tokens"] = s.prompt_tokens, d["reply_tokens"] = s.reply_tokens;
+  d["prefill_seconds"] = s.prefill_seconds, d["decode_seconds"] = s.decode_seconds;
+  d["finished"] = s.finished;
+  return d;
+}
+
+// A turn's pieces go to `on_piece(bytes) -> bool` with the GIL held; the model runs without it
+// (qkv.Chat streams from a thread of its own).
+std::function<bool(const std::string&)> piece_callback(nb::callable on_piece) {
+  return [on_piece](const std::string& piece) {
+    nb::gil_scoped_acquire locked;
+    return nb::cast<bool>(on_piece(as_bytes(piece)));
+  };
 }
 
 nb::dict config_dict(const ModelConfig& c) {
@@ -89,6 +108,7 @@ void bind_models(nb::module_& m) {
       .def_prop_ro("config", [](const ModelFile& f) { return config_dict(f.model->config()); })
       .def_prop_ro("num_params", [](const ModelFile& f) { return f.model->num_params(); })
       .def_prop_ro("format", [](const ModelFile& f) { return f.format; })
+      .def_prop_ro("chat_template", [](const ModelFile& f) { return f.chat_template; })
       .def_prop_ro(
           "tokenizer",
           [](ModelFile& f) -> Tokenizer* { return f.tokenizer ? &*f.tokenizer : nullptr; },
@@ -147,6 +167,55 @@ void bind_models(nb::module_& m) {
         return d;
       });
 
+  nb::class_<Chat>(m, "_Chat")
+      .def(
+          "__init__",
+          [](Chat* chat, ModelFile& f, const std::string& system, int64_t max_reply,
+             int64_t context, float temperature, float top_p, int64_t top_k, uint64_t seed) {
+            check(f.tokenizer.has_value(), "Chat: the model has no tokenizer");
+            const ChatFormat format = chat_format(f.chat_template);
+            ChatOptions o{.system = system,
+                          .sampling = {.temperature = temperature,
+                                       .top_k = top_k,
+                                       .top_p = top_p,
+                                       .seed = seed},
+                          .max_reply = max_reply,
+                          .context = context};
+            new (chat) Chat(*f.model, *f.tokenizer, format, o);
+          },
+          nb::keep_alive<1, 2>(), nb::arg("file"), nb::arg("system"), nb::arg("max_reply"),
+          nb::arg("context"), nb::arg("temperature"), nb::arg("top_p"), nb::arg("top_k"),
+          nb::arg("seed"))
+      .def("add", &Chat::add, nb::arg("role"), nb::arg("content"))
+      .def(
+          "respond",
+          [](Chat& chat, nb::callable on_piece) {
+            auto callback = piece_callback(std::move(on_piece));
+            ChatTurnStats s;
+            {
+              nb::gil_scoped_release unlocked;
+              s = chat.respond(callback);
+            }
+            return stats_dict(s);
+          },
+          nb::arg("on_piece"))
+      .def(
+          "reply",
+          [](Chat& chat, const std::string& user, nb::callable on_piece) {
+            auto callback = piece_callback(std::move(on_piece));
+            ChatTurnStats s;
+            {
+              nb::gil_scoped_release unlocked;
+              s = chat.reply(user, callback);
+            }
+            return stats_dict(s);
+          },
+          nb::arg("user"), nb::arg("on_piece"))
+      .def("reset", &Chat::reset)
+      .def_prop_ro("positions", &Chat::positions)
+      .def_prop_ro("context", &Chat::context)
+      .def_prop_ro("tokens", &Chat::transcript);
+
   m.def(
       "_load_model",
       [](const std::string& path, const std::string& tokenizer, bool need_tokenizer) {
@@ -169,6 +238,7 @@ void bind_models(nb::module_& m) {
                               dequantize ? GgufWeights::fp32 : GgufWeights::in_place);
       },
       nb::arg("path"), nb::arg("dequantize"));
+  m.def("_default_system_prompt", &default_system_prompt, nb::arg("chat_template"));
   m.def("_explain_json", &explain::explain_json, nb::arg("input"), nb::arg("causal"),
         nb::arg("source"));
   m.def("_worked_example_json", &explain::worked_example_json, nb::arg("causal"));

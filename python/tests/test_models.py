@@ -156,3 +156,62 @@ def test_smollm2_generates_with_its_own_tokenizer():
     ref = qkv.load_gguf(smollm2_path(), dequantize=True)
     a, b = m.logits(ids), ref.logits(ids)
     np.testing.assert_allclose(a, b, atol=1e-4 * np.abs(b).max())
+
+
+def chatml(messages):
+    """The ChatML text of `messages`, then the assistant's opening, as the template writes it."""
+    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + \
+        "<|im_start|>assistant\n"
+
+
+def test_chat_keeps_the_conversation_and_answers_as_generation_over_its_transcript():
+    m = qkv.load_gguf(smollm2_path())
+    tok = m.tokenizer
+    chat = qkv.Chat(m, temperature=0, max_reply=16)  # the template's system prompt
+    assert chat.system and chat.transcript == [{"role": "system", "content": chat.system}]
+    start = list(chat.tokens)
+    assert start == tok.encode(chatml([{"role": "system", "content": chat.system}])[:-len(
+        "<|im_start|>assistant\n")], special=True)
+
+    for turn, question in enumerate(("What is the capital of France?", "And of Germany?")):
+        before = chat.transcript + [{"role": "user", "content": question}]
+        # An independent road: generation over the whole conversation's tokens, from an empty
+        # cache (the first turn from its text; later ones from the tokens drawn before, since a
+        # reply's text need not tokenize back to the tokens the model drew).
+        ids = tok.encode(chatml(before), special=True) if turn == 0 else list(chat.tokens) + \
+            tok.encode(chatml(before[-1:]), bos=False, special=True)
+        want = "".join(m.generate(ids, max_tokens=16, temperature=0))
+        pieces = list(chat.stream(question))
+        assert len(pieces) > 1 and "".join(pieces) == want
+        assert chat.transcript == before + [{"role": "assistant", "content": want}]
+        assert chat.stats["reply_tokens"] <= 16 and chat.stats["prompt_tokens"] > 0
+    assert "Paris" in chat.transcript[2]["content"]
+
+    # A reader who stops early stops the model; the conversation keeps what was drawn.
+    stream = chat.stream("Name a river.")
+    first = next(stream)
+    stream.close()
+    assert chat.stats["finished"] is False and chat.stats["reply_tokens"] <= 2
+    assert chat.transcript[-1]["content"].startswith(first)
+
+    chat.reset()
+    assert list(chat.tokens) == start and len(chat.transcript) == 1
+
+    # add() then respond(): a few-shot exchange, answered in one run.
+    chat.add("user", "Capital of Italy?")
+    chat.add("assistant", "Rome.")
+    chat.add("user", "Capital of Spain?")
+    ids = tok.encode(chatml(chat.transcript), special=True)
+    assert "".join(chat.respond()) == "".join(m.generate(ids, max_tokens=16, temperature=0))
+
+
+def test_chat_refuses_a_turn_that_does_not_fit_and_keeps_the_conversation():
+    m = qkv.load_gguf(smollm2_path())
+    chat = qkv.Chat(m, system="", context=32, temperature=0)
+    tokens = list(chat.tokens)
+    with pytest.raises(ValueError, match="do not fit in the"):
+        chat.reply("tell me a story " * 20)
+    assert list(chat.tokens) == tokens and chat.transcript == []
+    assert chat.reply("Hi")  # the conversation goes on
+    with pytest.raises(ValueError, match="chat template"):
+        qkv.Chat(qkv.load_llama2c(qkv.stories260k_path()))

@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Runs qkv beside its peers and writes docs/benchmarks.md.
+
+Every table comes from one run of this script on one machine: the CPU, the date, the versions
+and the yardsticks (the fp32 FMA peak of the SIMD target in use and the read bandwidth, from
+`qkv info`, measured in the same run) head the page; each benchmark divides by its own
+yardsticks measured in its own process. A peer that is not there is skipped, and the page says
+so.
+
+The peers:
+  PyTorch         the newest from PyPI in a virtual environment (--peer-python; `--setup`
+                  makes build/peer with torch, llama-cpp-python, numpy and qkv itself); without
+                  it, Debian's PyTorch 1.13 (/usr/bin/python3), named as such.
+  llama.cpp       llama-cpp-python in the peer's Python, on SmolLM2's GGUF (scripts/get-models).
+  ggml            --ggml PATH: ggml's test-backend-ops, built in scratch space outside the
+                  repository; its FLASH_ATTN_EXT perf cases at the table's shapes.
+  llama2.c        --llama2c PATH: llama2.c's run.c built in scratch space; stories260K, greedy.
+
+  make build && scripts/get-models
+  bench/report.py --setup                 # once: build/peer (downloads PyTorch, builds llama.cpp)
+  bench/report.py                          # every section (~30-40 minutes on 2 cores)
+  bench/report.py --quick                  # fewer shapes (~10 minutes)
+  bench/report.py --only attention,python  # some sections; the page keeps only those
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QKV = os.path.join(ROOT, "build", "release", "qkv")
+PEER = os.path.join(ROOT, "build", "peer")
+SMOLLM2 = os.path.join(ROOT, "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+STORIES = os.path.join(ROOT, "models", "stories260K")
+SECTIONS = ["attention", "training", "generation", "python", "mpi", "ggml", "llama2c"]
+
+
+def run(cmd, timeout=3600, env=None):
+    """stdout of `cmd`; raises with its stderr's tail when it fails."""
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, **(env or {})))
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()[-600:]}")
+    return r.stdout
+
+
+def python_has(py, module):
+    return subprocess.run([py, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def python_version_of(py, module):
+    try:
+        return run([py, "-c", f"import {module}; print({module}.__version__)"]).strip()
+    except RuntimeError:
+        return None
+
+
+def setup():
+    """build/peer: the newest PyTorch, llama-cpp-python (compiled for this CPU), NumPy and qkv."""
+    py = os.path.join(PEER, "bin", "python")
+    if not os.path.exists(py):
+        subprocess.check_call([sys.executable, "-m", "venv", PEER])
+    pip = [py, "-m", "pip", "install", "-q"]
+    subprocess.check_call(pip + ["--upgrade", "pip"])
+    subprocess.check_call(pip + ["torch", "numpy"])
+    subprocess.check_call(pip + ["llama-cpp-python"],
+                          env=dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=ON"))
+    subprocess.check_call(pip + [ROOT])
+    print(f"report.py: peers installed in {PEER}")
+
+
+def qkv_version():
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+        return re.search(r"project\(qkv VERSION ([\d.]+)", f.read()).group(1)
+
+
+def machine(peer_py):
+    info = json.loads(run([QKV, "info", "--json"]))
+    gxx = run(["g++", "--version"]).splitlines()[0]
+    versions = {"qkv": qkv_version(), "compiler": gxx}
+    for name, module in (("PyTorch", "torch"), ("llama-cpp-python", "llama_cpp"),
+                         ("NumPy", "numpy")):
+        versions[name] = python_version_of(peer_py, module) or "not installed"
+    mpirun = shutil.which("mpirun")
+    if mpirun:
+        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True).stdout
+        versions["Open MPI"] = (re.findall(r"[\d.]+", out.splitlines()[0]) or ["?"])[-1] if out else "?"
+    return info, versions
+
+
+def cpu_name():
+    """The model name, and for AMD the family and model (lscpu's "AMD EPYC" alone does not say
+    which Zen)."""
+    fields = {}
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if ":" in line:
+                k, v = (x.strip() for x in line.split(":", 1))
+                fields.setdefault(k, v)
+            elif fields:
+                break
+    name = fields.get("model name", platform.processor() or "?")
+    if fields.get("vendor_id") == "AuthenticAMD":
+        family, model = int(fields.get("cpu family", 0)), int(fields.get("model", 0))
+        zen3 = model < 0x10 or 0x20 <= model < 0x60  # family 25: Milan, Vermeer, Cezanne, …
+        zen = {23: "Zen 1/2", 25: "Zen 3" if zen3 else "Zen 4", 26: "Zen 5"}.get(family, "?")
+        name += f" (family {family}, model {model}: {zen})"
+    flags = fields.get("flags", "").split()
+    units = [u for u in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
+             if u in flags]
+    return name + (", " + " ".join(units) if units else "")
+
+
+def header(info, versions, peer_py, quick):
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `bench/report.py`, which runs qkv and its peers on one machine in one run; "
+        "regenerate it with `bench/report.py` (after `make build`, `scripts/get-models` and, once, "
+        "`bench/report.py --setup`). Why each kernel is built the way it is, and what was tried: "
+        "[tuning.md](tuning.md).",
+        "",
+        f"- **CPU:** {cpu_name()}, {info['logical_cpus']} logical CPUs; SIMD target in use "
+        f"`{info['target']}`; caches " + ", ".join(f"{c['name']} {c['size']}" for c in info["caches"]),
+        f"- **Date:** {datetime.date.today().isoformat()}; {platform.platform()}",
+        "- **Versions:** " + ", ".join(f"{k} {v}" for k, v in versions.items()),
+        f"- **Yardsticks, measured at the start of this run:** fp32 FMA peak "
+        f"{info['fma_peak_gflops']:.1f} GFLOP/s ({info['threads']} threads, `{info['target']}`), read bandwidth {info['read_gbps']:.1f} GB/s. Each "
+        "table's fractions divide by the yardsticks its own process measured beside it.",
+        f"- **Peers' Python:** `{peer_py}`" + (" (Debian's PyTorch 1.13: `bench/report.py --setup` "
+                                               "installs the newest)" if peer_py == "/usr/bin/python3" else ""),
+    ]
+    if quick:
+        lines.append("- **`--quick`:** fewer shapes and rounds than the full report.")
+    return "\n".join(lines) + "\n"
+
+
+def section_attention(peer_py, quick, args):
+    out = run([peer_py, "bench/compare_torch.py"] + (["--quick"] if quick else []))
+    return ("## Attention and decoding\n\n"
+            "`bench/compare_torch.py`: qkv's forward, forward + backward and one-query decoding against PyTorch's fastest "
+            "CPU path on the same shape and threads (its scaled_dot_product_attention or the "
+            "explicit softmax(q kᵀ/√d) v, whichever is faster). FLOPs count the visible "
+            "(query, key) pairs; the backward counts 2.5 forwards. \"of FMA peak\" divides by the "
+            "peak loop run after each round in the same process; decoding's \"K+V GB/s\" by a "
+            "read loop over as many bytes.\n\n" + out)
+
+
+def section_training(peer_py, quick, args):
+    out = run([peer_py, "bench/compare_torch_train.py"] + (["--quick"] if quick else []))
+    return ("## Training\n\n"
+            "`bench/compare_torch_train.py`: one AdamW step of the same model in qkv (`qkv bench train`) and in PyTorch, tokens "
+            "per second; MFU counts 6 × parameters + attention FLOPs per token against the FMA "
+            "peak.\n\n" + out)
+
+
+def section_generation(peer_py, quick, args):
+    text = ["## Models: generation\n"]
+    model = os.path.join(ROOT, "build", "report-r110m.bin")
+    if not os.path.exists(model):
+        run([QKV, "random-model", "-o", model, "--dim", "768", "--layers", "12", "--heads", "12"])
+    models = [os.path.join(STORIES, "stories260K.bin"), model]
+    out = run([peer_py, "bench/compare_torch_generate.py"] + models +
+              (["--repeats", "1"] if quick else []))
+    text.append("`bench/compare_torch_generate.py`: the same llama2.c checkpoint in qkv and in PyTorch (a KV cache in both, "
+                "greedy); prefill's yardstick is the FMA peak, decode's a read loop over the "
+                "weights' bytes.\n\n" + out)
+    if not python_has(peer_py, "llama_cpp"):
+        text.append("\n**llama.cpp:** not measured (llama-cpp-python is not installed in the peer's "
+                    "Python: `bench/report.py --setup`).\n")
+    elif not os.path.exists(SMOLLM2):
+        text.append("\n**llama.cpp:** not measured (SmolLM2 missing: `scripts/get-models`).\n")
+    else:
+        r = json.loads(run([peer_py, "bench/llama_cpp_compare.py", "--rounds",
+                            "2" if quick else "5"]))
+        s = r["speed"]
+        text.append(
+            f"\n**Against llama.cpp** (llama-cpp-python {r['llama_cpp_python']}) on "
+            f"{r['model']}, {r['threads']} threads, the best of alternating rounds: "
+            f"{r['prefill_tokens']} prompt tokens, then {r['decode_tokens']} greedy ones.\n\n"
+            "| phase | qkv tokens/s | llama.cpp tokens/s | qkv / llama.cpp |\n|---|---:|---:|---:|\n"
+            f"| prefill | {s['qkv']['prefill_tokens_per_s']:,.0f} | "
+            f"{s['llama_cpp']['prefill_tokens_per_s']:,.0f} | {s['ratio_prefill']:.2f}x |\n"
+            f"| decode | {s['qkv']['decode_tokens_per_s']:,.0f} | "
+            f"{s['llama_cpp']['decode_tokens_per_s']:,.0f} | {s['ratio_decode']:.2f}x |\n\n"
+            f"Same tokens: the tokenizers disagree on {r['tokenizer_mismatches']} of the test "
+            f"texts; top-1 tokens agree at {r['top1_agreement'][0]} of {r['top1_agreement'][1]} "
+            f"positions; largest logit error against the fp32 forward, as a fraction of the "
+            f"largest logit: qkv {r['max_rel_error_vs_fp32']['qkv']:.2e}, llama.cpp "
+            f"{r['max_rel_error_vs_fp32']['llama_cpp']:.2e}.\n")
+    return "\n".join(text)
+
+
+def section_python(peer_py, quick, args):
+    if not python_has(peer_py, "qkv"):
+        return ("## Python\n\nNot measured: qkv is not installed in the peer's Python "
+                "(`bench/report.py --setup`).\n")
+    out = run([peer_py, "bench/python_overhead.py"] + (["--rounds", "1"] if quick else []))
+    return ("## Python\n\n"
+            "`bench/python_overhead.py`: `qkv.attention` from Python against `qkv bench attention` (C++) on the same shapes in "
+            "the same run: what the Python layer costs.\n\n" + out)
+
+
+def section_mpi(peer_py, quick, args):
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        return "## Beyond one machine: MPI\n\nNot measured: no mpirun (`make deps` installs Open MPI).\n"
+    ring = []
+    for seq in ([8192] if quick else [8192, 16384]):
+        ring.append(json.loads(run([mpirun, "--bind-to", "none", "--oversubscribe", "-np",
+                                    "2", QKV, "bench", "ring", "--seq", str(seq), "--causal",
+                                    "--json"]).strip().splitlines()[-1]))
+    rows = ["| T | ring ms | 1 process ms | ring ÷ 1 process | of ranks' FMA peak | hidden |",
+            "|---:|---:|---:|---:|---:|---:|"]
+    for r in ring:
+        rows.append(f"| {r['seq']} | {r['ring_ms']:.0f} | {r['one_process_ms']:.0f} | "
+                    f"{r['speed_vs_one_process']:.2f}x | {r['ring_fraction_of_peak']:.0%} | "
+                    f"{r['hidden_fraction']:.0%} |")
+    train = run([sys.executable, "bench/dist_train_compare.py", "--qkv", QKV])
+    return ("## Beyond one machine: MPI\n\n"
+            "`qkv bench ring`: ring attention on 2 ranks of one thread (Open MPI over shared memory) against one "
+            "process with 2 threads, causal, 8 heads of 64; \"hidden\": the share of the ring's "
+            "transfers that compute covered.\n\n" + "\n".join(rows) + "\n\n" +
+            "`bench/dist_train_compare.py`: training on 2 ranks against one process:\n\n" + train)
+
+
+def section_ggml(peer_py, quick, args):
+    if not args.ggml:
+        return ("## ggml's flash attention\n\nNot measured in this run: give `--ggml PATH` "
+                "(ggml's `test-backend-ops`, built outside the repository).\n")
+    out = run([args.ggml, "perf", "-o", "FLASH_ATTN_EXT", "-b", "CPU"], timeout=7200)
+    rows = [l for l in out.splitlines() if "FLASH_ATTN_EXT" in l and "us/run" in l]
+    return ("## ggml's flash attention\n\n"
+            "`test-backend-ops perf -o FLASH_ATTN_EXT -b CPU`: ggml's own perf cases as it prints them, for reading beside the attention table "
+            "above (same machine, same run):\n\n```\n" + "\n".join(rows[:40]) + "\n```\n")
+
+
+def section_llama2c(peer_py, quick, args):
+    if not args.llama2c:
+        return ("## llama2.c\n\nNot measured in this run: give `--llama2c PATH` (llama2.c's `run`, "
+                "built from run.c outside the repository).\n")
+    model, tok = os.path.join(STORIES, "stories260K.bin"), os.path.join(STORIES, "tok512.bin")
+    best = {"run.c": 0.0, "qkv": 0.0}
+    for _ in range(2 if quick else 5):
+        out = subprocess.run([args.llama2c, model, "-z", tok, "-t", "0", "-n", "256", "-i",
+                              "Once upon a time"], capture_output=True, text=True, cwd=ROOT)
+        m = re.search(r"achieved tok/s: ([\d.]+)", out.stderr + out.stdout)
+        best["run.c"] = max(best["run.c"], float(m.group(1)) if m else 0.0)
+        out = subprocess.run([QKV, "generate", "--model", model, "--prompt", "Once upon a time",
+                              "-n", "256", "--temperature", "0"], capture_output=True, text=True,
+                             cwd=ROOT)
+        m = re.search(r"decode: [\d,]+ tokens, [\d.]+ ms, ([\d,.]+) tokens/s", out.stderr)
+        best["qkv"] = max(best["qkv"], float(m.group(1).replace(",", "")) if m else 0.0)
+    return ("## llama2.c's run.c\n\nstories260K, greedy, 256 steps from \"Once upon a time\", the "
+            "best of alternating runs (run.c's \"achieved tok/s\", qkv's decode rate):\n\n"
+            "| run.c tokens/s | qkv tokens/s | qkv / run.c |\n|---:|---:|---:|\n"
+            f"| {best['run.c']:,.0f} | {best['qkv']:,.0f} | "
+            f"{best['qkv'] / best['run.c'] if best['run.c'] else 0:.2f}x |\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--setup", action="store_true", help="install the peers in build/peer, then stop")
+    ap.add_argument("--peer-python", help="the Python with the peers (default: build/peer's, "
+                    "else /usr/bin/python3)")
+    ap.add_argument("--ggml", help="ggml's test-backend-ops binary")
+    ap.add_argument("--llama2c", help="llama2.c's run binary")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", help="comma-separated sections: " + ",".join(SECTIONS))
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
+    args = ap.parse_args()
+    if args.setup:
+        return setup()
+    if os.geteuid() == 0:  # Open MPI refuses root unless told
+        os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if not os.path.exists(QKV):
+        sys.exit(f"report.py: {QKV} is missing: run `make build` first")
+    peer_py = args.peer_python or (os.path.join(PEER, "bin", "python")
+                                   if os.path.exists(os.path.join(PEER, "bin", "python"))
+                                   else "/usr/bin/python3")
+    sections = args.only.split(",") if args.only else SECTIONS
+    for s in sections:
+        if s not in SECTIONS:
+            sys.exit(f"report.py: unknown section {s!r}; the sections: {', '.join(SECTIONS)}")
+    info, versions = machine(peer_py)
+    page = [header(info, versions, peer_py, args.quick)]
+    for s in sections:
+        t0 = time.time()
+        print(f"report.py: {s} …", file=sys.stderr, flush=True)
+        try:
+            page.append(globals()[f"section_{s}"](peer_py, args.quick, args))
+        except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as e:
+            page.append(f"## {s}\n\nNot measured: {e}\n")
+        print(f"report.py: {s} took {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write("\n".join(page))
+    print(f"report.py: wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
