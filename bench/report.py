@@ -13,7 +13,7 @@ The peers:
                   it, Debian's PyTorch 1.13 (/usr/bin/python3), named as such.
   llama.cpp       llama-cpp-python in the peer's Python, on SmolLM2's GGUF (scripts/get-models).
   ggml            --ggml PATH: ggml's test-backend-ops, built in scratch space outside the
-                  repository; its FLASH_ATTN_EXT perf cases at the table's shapes.
+                  repository; its FLASH_ATTN_EXT decoding cases beside qkv's on the same shapes.
   llama2.c        --llama2c PATH: llama2.c's run.c built in scratch space; stories260K, greedy.
 
   make build && scripts/get-models
@@ -231,14 +231,46 @@ def section_mpi(peer_py, quick, args):
 
 
 def section_ggml(peer_py, quick, args):
+    """ggml's own decoding cases (one query against an f16 cache, 8 kv heads, GQA 1 and 4) beside
+    qkv's fp32 decoding of the same shape, alternating, the best of each."""
     if not args.ggml:
-        return ("## ggml's flash attention\n\nNot measured in this run: give `--ggml PATH` "
+        return ("## Decoding against ggml\n\nNot measured in this run: give `--ggml PATH` "
                 "(ggml's `test-backend-ops`, built outside the repository).\n")
-    out = run([args.ggml, "perf", "-o", "FLASH_ATTN_EXT", "-b", "CPU"], timeout=7200)
-    rows = [l for l in out.splitlines() if "FLASH_ATTN_EXT" in l and "us/run" in l]
-    return ("## ggml's flash attention\n\n"
-            "`test-backend-ops perf -o FLASH_ATTN_EXT -b CPU`: ggml's own perf cases as it prints them, for reading beside the attention table "
-            "above (same machine, same run):\n\n```\n" + "\n".join(rows[:40]) + "\n```\n")
+    kvs = "4096|16384" if quick else "4096|8192|16384"
+    pattern = rf"hsk=(64|128),hsv=(64|128),nh=8,nr23=\[[14],1\],kv=({kvs}),nb=1,"
+    case = re.compile(r"hsk=(\d+),hsv=\d+,nh=(\d+),nr23=\[(\d+),1\],kv=(\d+),nb=1,.*"
+                      r"type_K=(\w+).*?(\d[\d.]*) us/run")
+    ggml_us, qkv_us = {}, {}
+    for _ in range(2 if quick else 3):
+        out = run([args.ggml, "perf", "-o", "FLASH_ATTN_EXT", "-b", "CPU", "-p", pattern],
+                  timeout=3600)
+        for line in out.splitlines():
+            m = case.search(line)
+            if not m:
+                continue
+            d, nh, nr, kv, kv_type, us = m.groups()
+            key = (int(d), int(nh), int(nr), int(kv), kv_type)
+            ggml_us[key] = min(ggml_us.get(key, 1e30), float(us))
+        for key in ggml_us:
+            d, nh, nr, kv, _ = key
+            r = json.loads(run([QKV, "bench", "attention", "--heads", str(nh * nr), "--kv-heads",
+                                str(nh), "--seq", str(kv), "--queries", "1", "--dim", str(d),
+                                "--min-time", "0.5", "--no-reference", "--json"]))
+            qkv_us[key] = min(qkv_us.get(key, 1e30), r["ms"] * 1e3)
+    if not ggml_us:
+        raise RuntimeError("ggml printed no FLASH_ATTN_EXT decoding cases")
+    rows = ["| head dim | query heads / kv heads | keys | ggml µs (cache) | qkv µs (fp32 cache) "
+            "| qkv ÷ ggml time |", "|---:|---:|---:|---:|---:|---:|"]
+    for key in sorted(ggml_us):
+        d, nh, nr, kv, kv_type = key
+        rows.append(f"| {d} | {nh * nr} / {nh} | {kv} | {ggml_us[key]:,.0f} ({kv_type}) | "
+                    f"{qkv_us[key]:,.0f} | {qkv_us[key] / ggml_us[key]:.2f} |")
+    return ("## Decoding against ggml\n\n"
+            "ggml's `test-backend-ops perf -o FLASH_ATTN_EXT -b CPU` decoding cases (one query "
+            "row per query head, a mask, its default threads) and `qkv bench attention "
+            "--queries 1` on the same shapes, alternating, the best of each. ggml reads an f16 "
+            "cache, qkv an fp32 one (twice the bytes): below 1 qkv is faster.\n\n"
+            + "\n".join(rows) + "\n")
 
 
 def section_llama2c(peer_py, quick, args):
