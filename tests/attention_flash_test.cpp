@@ -438,11 +438,12 @@ TEST(DecodeBf16, MatchesReferenceOnRoundedRows) {
     if (c.alibi) ref.mask.alibi = slopes.data();
     reference::attention(ref);
     AttentionArgs a = ref;
-    a.k = a.v = View{};
+    a.k = View(reinterpret_cast<bf16*>(kb.data()), {1, c.Hkv, c.Tk, c.D},
+               {c.Hkv * slots * c.D, slots * c.D, c.D, 1});
+    a.v = View(reinterpret_cast<bf16*>(vb.data()), {1, c.Hkv, c.Tk, c.Dv},
+               {c.Hkv * slots * c.Dv, slots * c.Dv, c.Dv, 1});
     a.out = got;
-    detail::decode_forward_bf16(a, {kb.data(), c.Hkv * slots * c.D, slots * c.D, c.D},
-                                {vb.data(), c.Hkv * slots * c.Dv, slots * c.Dv, c.Dv}, c.Hkv, c.Tk,
-                                c.Dv);
+    attention(a);
     for (int64_t i = 0; i < got.numel(); ++i)
       ASSERT_NEAR(got.data()[i], expected.data()[i], 2e-6) << "D " << c.D << " Tk " << c.Tk;
   }

@@ -22,6 +22,16 @@
 //   window:   i + (Tk - Tq) - window_left <= j <= i + (Tk - Tq) + window_right  (-1 = no limit)
 //   padding:  j < kv_len[b]
 // A query row that sees no key gets out = 0 and lse = -inf, never NaN.
+//
+// Element types. q, k, v and out are fp32, bf16 or fp16 views (include/qkv/tensor.h):
+//   k and v share one type; q may be any (an fp32 or bf16 query against a bf16 or fp16 cache);
+//   out is q's type or fp32 (bf16 q, k, v with fp32 out).
+//   Backward: dout, dq, dk, dv each in the type of out, q, k, v, or fp32, as the caller asks.
+//   The bias, the ALiBi slopes and lse are fp32 whatever the inputs.
+// Any other combination is a qkv::Error naming the types. Whatever the types, the scores,
+// the softmax state, lse and every accumulator are fp32: 16-bit elements are widened in
+// registers as they are read (no converted copy of q, k or v is made), and a 16-bit output is
+// the fp32 result rounded to nearest even.
 #pragma once
 
 #include <cstdint>
@@ -92,7 +102,7 @@ void validate_backward(const AttentionArgs& args, const View& dout, const View& 
 // ---- attention over stored keys and values (a key/value cache) ----------------------------
 //
 // Keys and values as a cache stores them: positions 0 … length − 1 of B sequences, each a row
-// of `type` elements (F32 or BF16 today). The row of position p, key/value head h, sequence b
+// of `type` elements (f32, bf16 or f16). The row of position p, key/value head h, sequence b
 // begins at element b · batch_stride + h · head_stride + slot(p) · row_stride of k (or v):
 // slot(p) = p, or in a ring of `slots` rows (a sliding-window model's cache) p mod slots, and
 // then only the last `slots` positions are held. The queries are the last Tq positions.
@@ -105,7 +115,7 @@ struct StoredKV {
   int64_t dim_k = 0, dim_v = 0;                               // D, Dv
   int64_t length = 0;  // positions so far, the queries' included
   int64_t slots = 0;   // 0: not a ring
-  // Optional [B, Hkv, n, D] and [B, Hkv, n, Dv] fp32: the keys and values of the last n
+  // Optional [B, Hkv, n, D] and [B, Hkv, n, Dv] (any type): the keys and values of the last n
   // positions, given here rather than stored (a ring that storing them would overrun while
   // earlier queries still see what they overwrite). Read as `type` rounds them.
   View fresh_k, fresh_v;
@@ -113,9 +123,9 @@ struct StoredKV {
 
 // Attention of args.q over stored keys and values: args as for attention() with k and v left
 // empty, and the mask in positions (causal, window_left; ALiBi by position). One road for
-// every cache: it reads the rows in place (fp32; bf16 rows by the decoding kernel for one
-// query; a ring's slots for one query that sees them all), or else gathers the positions the
-// queries see as an fp32 copy and runs attention() on it. Throws qkv::Error for arguments
+// every cache: it reads the rows in place, in their stored type (a ring's slots too, for one
+// query that sees them all), or else — a ring whose slots are out of order, or fresh rows —
+// gathers the positions the queries see as an fp32 copy and runs attention() on it. Throws qkv::Error for arguments
 // attention() would refuse, a position the queries see that the storage no longer holds, a
 // bias, padding or packed sequences (not supported over a cache).
 void attention(const AttentionArgs& args, const StoredKV& kv);

@@ -41,6 +41,41 @@ double visible_pairs(const AttentionArgs& a) {
   return pairs;
 }
 
+namespace {
+
+// "fp32" or "bf16 or fp32": the types an argument may take, for messages.
+void check_types(const char* where, const char* name, const View& v, TensorType first,
+                 TensorType second, const char* rule) {
+  if (v.type != first && v.type != second) {
+    if (first == second)
+      fail(where, ": ", name, " is ", dtype_name(v.type), " but must be ", dtype_name(first), " (",
+           rule, ")");
+    fail(where, ": ", name, " is ", dtype_name(v.type), " but must be ", dtype_name(first), " or ",
+         dtype_name(second), " (", rule, ")");
+  }
+}
+
+bool attention_type(TensorType t) {
+  return t == TensorType::f32 || t == TensorType::bf16 || t == TensorType::f16;
+}
+
+}  // namespace
+
+void detail::validate_types(const AttentionArgs& a, const char* where) {
+  const View* all[] = {&a.q, &a.k, &a.v, &a.out};
+  const char* names[] = {"q", "k", "v", "out"};
+  for (int t = 0; t < 4; ++t)
+    check(attention_type(all[t]->type), where, ": ", names[t], " has element type ",
+          to_string(all[t]->type), "; attention takes fp32, bf16 and fp16");
+  check(a.k.type == a.v.type, where, ": k is ", dtype_name(a.k.type), " but v is ",
+        dtype_name(a.v.type), " (k and v must share an element type)");
+  check_types(where, "out", a.out, a.q.type, TensorType::f32,
+              "out is written in q's element type or in fp32");
+  if (!a.mask.bias.empty())
+    check_types(where, "bias", a.mask.bias, TensorType::f32, TensorType::f32,
+                "the additive bias is fp32 whatever the inputs' type");
+}
+
 void detail::validate_shapes(const AttentionArgs& a, const char* where) {
   check_ndim(a.q, 4, where, "q [B, Hq, Tq, D]");
   check_ndim(a.k, 4, where, "k [B, Hkv, Tk, D]");
@@ -62,6 +97,7 @@ void detail::validate_shapes(const AttentionArgs& a, const char* where) {
         shape_of(a.k), " in heads and length");
   check(Hq % Hkv == 0, where, ": q has ", Hq, " heads, not a multiple of the ", Hkv,
         " key/value heads");
+  validate_types(a, where);
   check(a.out.shape[0] == B && a.out.shape[1] == Hq && a.out.shape[2] == Tq && a.out.shape[3] == Dv,
         where, ": out is ", shape_of(a.out), ", expected [", B, ", ", Hq, ", ", Tq, ", ", Dv, "]");
   check(std::isfinite(a.scale), where, ": scale must be finite, got ", a.scale);
@@ -107,6 +143,9 @@ void validate_backward(const AttentionArgs& a, const View& dout, const View& dq,
     for (int d = 0; d < 4; ++d)
       check(p.grad.shape[d] == p.like.shape[d], where, ": ", p.name, " is ", shape_of(p.grad),
             " but ", p.like_name, " is ", shape_of(p.like));
+    if (p.grad.type != p.like.type && p.grad.type != TensorType::f32)
+      fail(where, ": ", p.name, " is ", dtype_name(p.grad.type), " but ", p.like_name, " is ",
+           dtype_name(p.like.type), " (a gradient is in its input's element type or in fp32)");
   }
   using detail::extent_of;
   const int64_t rows = a.q.shape[0] * a.q.shape[1] * a.q.shape[2];

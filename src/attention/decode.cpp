@@ -30,6 +30,7 @@
 #include "attention/masks.h"
 #include "attention/merge.h"
 #include "simd/simd-inl.h"
+#include "simd/convert-inl.h"
 #include "attention/tiles-inl.h"
 #include "simd/transpose-inl.h"
 #include "qkv/threads.h"
@@ -82,8 +83,8 @@ float* partial(float* base, const Shape& n, int64_t unit, int64_t r) {
   return base + (unit * n.R + r) * (n.Dv + 2);
 }
 
-// Key or value rows being decoded: fp32 (a View) or bf16 (a KV cache's storage). Elements of
-// a row are contiguous.
+// Key or value rows being decoded: fp32, bf16 or fp16 (a View, or a KV cache's storage),
+// widened in registers as they are read. Elements of a row are contiguous.
 template <typename T>
 struct Rows {
   const T* data;
@@ -93,14 +94,15 @@ struct Rows {
   }
 };
 
-using Bf16 = hwy::bfloat16_t;
-HWY_INLINE Vf load(const float* p) { return hn::LoadU(df, p); }
-HWY_INLINE Vf load(const Bf16* p) {
-  const hn::Rebind<Bf16, simd::Df> db;
-  return hn::PromoteTo(df, hn::LoadU(db, p));
+using simd::Bf16;
+using simd::F16;
+template <typename T>
+HWY_INLINE Vf load(const T* p) {
+  return simd::load_widened(p);
 }
 HWY_INLINE float scalar(float x) { return x; }
 HWY_INLINE float scalar(Bf16 x) { return hwy::F32FromBF16(x); }
+HWY_INLINE float scalar(F16 x) { return hn::GetLane(simd::broadcast_widened(&x)); }
 
 // Rows this far ahead are asked for early, one row per row processed: with the hardware
 // prefetcher alone the kernels read K and V at ~72% of a plain read loop; 1–4 rows ahead gave
@@ -148,8 +150,27 @@ bool keys_in_lanes(const Shape& n) {
   return n.D < N && n.Dv < N && n.R <= kMaxRowsInLanes;
 }
 
+// N elements of column `e` of rows row0, row0 + stride, … (the rows past `last` repeat it):
+// a gather for fp32; 16-bit elements one by one (head dims this small are rare).
+template <typename T>
+HWY_INLINE Vf column(const T* row0, int64_t stride, int64_t last, int64_t e) {
+  const hn::RebindToSigned<simd::Df> di;
+  const auto lane = hn::Iota(di, 0);
+  if constexpr (std::is_same_v<T, float>) {
+    const auto idx = hn::Mul(hn::Min(lane, hn::Set(di, static_cast<int32_t>(last))),
+                             hn::Set(di, static_cast<int32_t>(stride)));
+    return hn::GatherIndex(df, row0 + e, idx);
+  } else {
+    alignas(64) float x[hn::MaxLanes(df)];
+    for (int64_t l = 0; l < static_cast<int64_t>(simd::lanes()); ++l)
+      x[l] = scalar(row0[std::min(l, last) * stride + e]);
+    return hn::Load(df, x);
+  }
+}
+
 // s[r][j − c0] ← q_r · k_j for the keys [c0, c1) visible to row r (others stay −inf).
-void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64_t hkv, int64_t c0,
+template <typename T>
+void scores_keys_in_lanes(const Rows<T>& K, const Shape& n, int64_t b, int64_t hkv, int64_t c0,
                           int64_t c1, const float* q, const KeyRange* ranges, float* s) {
   const hn::RebindToSigned<simd::Df> di;
   const auto N = static_cast<int64_t>(simd::lanes());
@@ -157,13 +178,11 @@ void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64
   const auto lane = hn::Iota(di, 0);
   for (int64_t j = c0; j < c1; j += N) {
     // Keys past c1 read the last key again (in bounds) and are masked below.
-    const auto idx = hn::Mul(hn::Min(lane, hn::Set(di, static_cast<int32_t>(c1 - 1 - j))),
-                             hn::Set(di, static_cast<int32_t>(ks)));
     simd::VfSlot acc[kMaxRowsInLanes];
     for (int64_t r = 0; r < n.R; ++r) acc[r] = hn::Zero(df);
-    const float* k = K.row(b, hkv, j);
+    const T* k = K.row(b, hkv, j);
     for (int64_t d = 0; d < n.D; ++d) {
-      const Vf kd = hn::GatherIndex(df, k + d, idx);
+      const Vf kd = column(k, ks, c1 - 1 - j, d);
       for (int64_t r = 0; r < n.R; ++r)
         acc[r] = hn::MulAdd(hn::Set(df, q[r * n.D + d]), kd, acc[r]);
     }
@@ -179,19 +198,16 @@ void scores_keys_in_lanes(const Rows<float>& K, const Shape& n, int64_t b, int64
 }
 
 // o_r += Σ_j p_r[j] v_j over the keys [c0, c1), p = s (0 where masked).
-void values_keys_in_lanes(const Rows<float>& V, const Shape& n, int64_t b, int64_t hkv, int64_t c0,
+template <typename T>
+void values_keys_in_lanes(const Rows<T>& V, const Shape& n, int64_t b, int64_t hkv, int64_t c0,
                           int64_t c1, const float* s, float* parts, int64_t unit) {
-  const hn::RebindToSigned<simd::Df> di;
   const auto N = static_cast<int64_t>(simd::lanes());
   const int64_t vs = V.row_stride;
-  const auto lane = hn::Iota(di, 0);
   for (int64_t e = 0; e < n.Dv; ++e) {
     simd::VfSlot acc[kMaxRowsInLanes];
     for (int64_t r = 0; r < n.R; ++r) acc[r] = hn::Zero(df);
     for (int64_t j = c0; j < c1; j += N) {
-      const auto idx = hn::Mul(hn::Min(lane, hn::Set(di, static_cast<int32_t>(c1 - 1 - j))),
-                               hn::Set(di, static_cast<int32_t>(vs)));
-      const Vf ve = hn::GatherIndex(df, V.row(b, hkv, j) + e, idx);
+      const Vf ve = column(V.row(b, hkv, j), vs, c1 - 1 - j, e);
       // Past c1 the probabilities are e^(−inf) = 0, so the repeated last row adds nothing.
       for (int64_t r = 0; r < n.R; ++r)
         acc[r] = hn::MulAdd(hn::LoadU(df, s + r * n.chunk + j - c0), ve, acc[r]);
@@ -227,7 +243,7 @@ const UnitRows& start_unit(const AttentionArgs& a, float scale, const Shape& n, 
     range.end = std::max(std::min(k.end, u.c1), range.begin);
     if (range.begin < range.end)
       u.lo = std::min(u.lo, range.begin), u.hi = std::max(u.hi, range.end);
-    for (int64_t d = 0; d < n.D; ++d) u.q[r * n.D + d] = scale * a.q(b, h, i, d);
+    for (int64_t d = 0; d < n.D; ++d) u.q[r * n.D + d] = scale * a.q.get(b, h, i, d);
     float* out = partial(parts, n, u.unit, r);
     out[0] = simd::kMinusInf, out[1] = 0;
     std::fill(out + 2, out + 2 + n.Dv, 0.0f);
@@ -250,8 +266,9 @@ void finish_scores(const AttentionArgs& a, const View& bias, const Shape& n, int
   softmax_row(s, hi - lo, out[0], out[1]);
 }
 
-// One unit with the keys in the lanes (see keys_in_lanes; fp32 only).
-void decode_unit_keys_in_lanes(const AttentionArgs& a, const Rows<float>& K, const Rows<float>& V,
+// One unit with the keys in the lanes (see keys_in_lanes).
+template <typename T>
+void decode_unit_keys_in_lanes(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V,
                                const View& bias, float scale, const Shape& n, int64_t b,
                                int64_t hkv, int64_t c, float* parts) {
   const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
@@ -486,36 +503,21 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
   // per call left most for one burst at the next tile, which stalls on the line-fill buffers).
   // Against none: 21% faster from a cache in memory (256 MiB), 3% slower from one in L3.
   simd::PrefetchQueue prefetch;
-  const auto floats = [](int64_t elements) { return elements * int64_t{sizeof(T)} / 4; };
-  const auto as_f32 = [](const T* p) { return reinterpret_cast<const float*>(p); };
   const int64_t NK = simd::product_rows(static_cast<int>(Mq / N));
   const int64_t calls = blocks * ((kKeyTile + NK - 1) / NK + (n.Dv + NK - 1) / NK);
-  const int64_t lines_per_row = (floats(n.D) + 15) / 16 + (floats(n.Dv) + 15) / 16;
+  const int64_t lines_per_row =
+      (n.D * int64_t{sizeof(T)} + 63) / 64 + (n.Dv * int64_t{sizeof(T)} + 63) / 64;
   for (int64_t j0 = lo; j0 < hi; j0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, hi - j0);
     const int64_t next = j0 + nk, next_rows = std::min(kKeyTile, hi - next);
     const int64_t per_call = std::max<int64_t>(8, (next_rows * lines_per_row + calls - 1) / calls);
     prefetch.issue_all();
-    prefetch.reset(as_f32(K.row(b, hkv, next)), floats(K.row_stride), floats(n.D),
-                   as_f32(V.row(b, hkv, next)), floats(V.row_stride), floats(n.Dv), next_rows,
-                   static_cast<int>(per_call));
-    // The tile's K and V rows as fp32 rows: in place, or converted from bf16.
-    const float *k_rows, *v_rows;
-    int64_t ks, vs;
-    if constexpr (std::is_same_v<T, float>) {
-      k_rows = K.row(b, hkv, j0), ks = K.row_stride;
-      v_rows = V.row(b, hkv, j0), vs = V.row_stride;
-    } else {
-      float* rows_f32 = thread_scratch(ForwardSlot::bf16_rows, kKeyTile * (n.D + n.Dv));
-      for (int64_t jj = 0; jj < nk; ++jj) {
-        const T *k = K.row(b, hkv, j0 + jj), *v = V.row(b, hkv, j0 + jj);
-        for (int64_t d = 0; d < n.D; ++d) rows_f32[jj * n.D + d] = scalar(k[d]);
-        for (int64_t e = 0; e < n.Dv; ++e) rows_f32[kKeyTile * n.D + jj * n.Dv + e] = scalar(v[e]);
-      }
-      k_rows = rows_f32, ks = n.D;
-      v_rows = rows_f32 + kKeyTile * n.D, vs = n.Dv;
-    }
-    simd::pack_transposed(v_rows, vs, nk, n.Dv, 1.0f, Vt, kKeyTile);
+    prefetch.reset(K.row(b, hkv, next), K.row_stride, n.D, V.row(b, hkv, next), V.row_stride, n.Dv,
+                   next_rows, static_cast<int>(per_call));
+    // K rows read in place (widened as broadcast), V rows widened as they are packed.
+    const T* k_rows = K.row(b, hkv, j0);
+    const int64_t ks = K.row_stride;
+    simd::pack_transposed(V.row(b, hkv, j0), V.row_stride, nk, n.Dv, 1.0f, Vt, kKeyTile);
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const tiles::TileMask& tm = masks[blk];
       const int64_t rows = std::min(Mq, n.R - blk * Mq);
@@ -570,9 +572,7 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
   const int threads = detail::threads_for(units * n.chunk * (n.D + n.Dv) * n.R);
   parallel_for(units, threads, [&](int64_t u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
-    if constexpr (std::is_same_v<T, float>)
-      if (keys_in_lanes(n))
-        return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
+    if (keys_in_lanes(n)) return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
     if (n.R >= kTiledDecodeMinRows) decode_unit_tiled(a, K, V, bias, scale, n, b, hkv, c, parts);
     else decode_unit_rows(a, K, V, bias, scale, n, b, hkv, c, parts);
   });
@@ -586,8 +586,13 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
       const float* p = partial(parts, n, first + c, r);
       return PartialRow{p[0], p[1], p + 2};
     };
-    merge_partials(n.chunks, chunk, n.Dv, &a.out(b, h, i, 0), a.out.stride[3],
-                   a.lse ? &a.lse[(b * n.Hq + h) * n.Tq + i] : nullptr);
+    float* lse = a.lse ? &a.lse[(b * n.Hq + h) * n.Tq + i] : nullptr;
+    if (a.out.type == TensorType::f32)
+      return merge_partials(n.chunks, chunk, n.Dv, &a.out(b, h, i, 0), a.out.stride[3], lse);
+    // A 16-bit output: merged in fp32, then rounded once.
+    float* merged = thread_scratch(ForwardSlot::merged_row, n.Dv);
+    merge_partials(n.chunks, chunk, n.Dv, merged, 1, lse);
+    for (int64_t e = 0; e < n.Dv; ++e) a.out.set(b, h, i, e, merged[e]);
   });
 }
 
@@ -596,19 +601,17 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
 void decode_forward(const AttentionArgs& a) {
   // K and V rows are read as vectors; a (rare) strided head dim goes through flash_forward.
   if (a.k.stride[3] != 1 || a.v.stride[3] != 1) return flash_forward(a);
-  const Rows<float> K{a.k.data, a.k.stride[0], a.k.stride[1], a.k.stride[2]};
-  const Rows<float> V{a.v.data, a.v.stride[0], a.v.stride[1], a.v.stride[2]};
-  decode(a, K, V, a.k.shape[1], a.k.shape[2], a.v.shape[3]);
-}
-
-void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v, int64_t Hkv,
-                         int64_t Tk, int64_t Dv) {
-  check(a.mask.bias.empty(), "decode_forward_bf16: no additive bias over a bf16 cache");
-  auto rows = [](const Bf16Rows& r) {
-    return Rows<Bf16>{reinterpret_cast<const Bf16*>(r.data), r.batch_stride, r.head_stride,
-                      r.row_stride};
+  auto run = [&](auto element) {
+    using T = decltype(element);
+    const Rows<T> K{static_cast<const T*>(a.k.address()), a.k.stride[0], a.k.stride[1],
+                    a.k.stride[2]};
+    const Rows<T> V{static_cast<const T*>(a.v.address()), a.v.stride[0], a.v.stride[1],
+                    a.v.stride[2]};
+    decode(a, K, V, a.k.shape[1], a.k.shape[2], a.v.shape[3]);
   };
-  decode(a, rows(k), rows(v), Hkv, Tk, Dv);
+  if (a.k.type == TensorType::bf16) run(Bf16{});
+  else if (a.k.type == TensorType::f16) run(F16{});
+  else run(float{});
 }
 
 }  // namespace HWY_NAMESPACE
@@ -619,14 +622,8 @@ HWY_AFTER_NAMESPACE();
 namespace qkv::detail {
 
 HWY_EXPORT(decode_forward);
-HWY_EXPORT(decode_forward_bf16);
 
 void decode_forward(const AttentionArgs& a) { QKV_DISPATCH(decode_forward)(a); }
-
-void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v, int64_t Hkv,
-                         int64_t Tk, int64_t Dv) {
-  QKV_DISPATCH(decode_forward_bf16)(a, k, v, Hkv, Tk, Dv);
-}
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

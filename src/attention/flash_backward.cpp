@@ -39,6 +39,7 @@
 
 #include "attention/kernels.h"
 #include "simd/simd-inl.h"
+#include "simd/convert-inl.h"
 #include "attention/tiles-inl.h"
 #include "simd/transpose-inl.h"
 #include "qkv/threads.h"
@@ -59,6 +60,22 @@ using tiles::kQueryVectors;
 using tiles::Shape;
 using tiles::TileMask;
 using tiles::VisibleBlocks;
+using simd::Bf16;
+using simd::F16;
+
+// f(p) with p the address of element (b, h, i, d) of a view, typed as its elements.
+template <class F>
+HWY_INLINE auto with_typed(const View& v, int64_t b, int64_t h, int64_t i, int64_t d, F&& f) {
+  const int64_t at = b * v.stride[0] + h * v.stride[1] + i * v.stride[2] + d * v.stride[3];
+  switch (v.type) {
+    case TensorType::bf16:
+      return f(static_cast<Bf16*>(v.elements) + at);
+    case TensorType::f16:
+      return f(static_cast<F16*>(v.elements) + at);
+    default:
+      return f(v.data + at);
+  }
+}
 
 int64_t padded(int64_t n) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -100,13 +117,20 @@ void pack_rows(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows, in
                float scale, float* t, int64_t Mq, float* r, int64_t E_pad) {
   std::fill(r, r + Mq * E_pad, 0.0f);
   if (x.stride[3] == 1) {
-    simd::pack_transposed(&x(b, h, i0, 0), x.stride[2], rows, E, scale, t, Mq);
-    for (int64_t i = 0; i < rows; ++i) std::copy_n(&x(b, h, i0 + i, 0), E, r + i * E_pad);
+    with_typed(x, b, h, i0, 0, [&](auto* x0) {
+      simd::pack_transposed(x0, x.stride[2], rows, E, scale, t, Mq);
+      const int64_t N = static_cast<int64_t>(simd::lanes());
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t e = 0; e < E; e += N)
+          hn::Store(simd::load_first_widened(x0 + i * x.stride[2] + e,
+                                             static_cast<size_t>(std::min(N, E - e))),
+                    df, r + i * E_pad + e);
+    });
     return;
   }
   for (int64_t i = 0; i < Mq; ++i)
     for (int64_t e = 0; e < E; ++e) {
-      const float v = i < rows ? x(b, h, i0 + i, e) : 0;
+      const float v = i < rows ? x.get(b, h, i0 + i, e) : 0;
       t[e * Mq + i] = scale * v;
       r[i * E_pad + e] = v;
     }
@@ -114,9 +138,9 @@ void pack_rows(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows, in
 
 // Σ_e g[e] · out(b, h, i, e), summed in double: Di = rowsum(dO ∘ O), which dP − Di cancels.
 double row_dot(const float* g, const View& out, int64_t b, int64_t h, int64_t i, int64_t E) {
-  if (out.stride[3] != 1) {
+  if (out.stride[3] != 1 || out.type != TensorType::f32) {
     double sum = 0;
-    for (int64_t e = 0; e < E; ++e) sum += double(g[e]) * out(b, h, i, e);
+    for (int64_t e = 0; e < E; ++e) sum += double(g[e]) * out.get(b, h, i, e);
     return sum;
   }
   const float* o = &out(b, h, i, 0);
@@ -134,16 +158,16 @@ double row_dot(const float* g, const View& out, int64_t b, int64_t h, int64_t i,
 }
 
 // One key tile [j0, ...) of a query tile: adds to the tile's rows of dK and dV, and delivers
-// this key tile's part of dQ, Kᵀ dS [D][Mq], into dQt as `dq` says.
-template <int NQV>
+// this key tile's part of dQ, Kᵀ dS [D][Mq], into dQt as `dq` says. K and V are T.
+template <int NQV, class T>
 void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
               int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p, int64_t j0,
               const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq) {
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq, hkv = h / (n.Hq / n.Hkv);
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
-  const float* k0 = &a.k(b, hkv, 0, 0);
-  const float* v0 = &a.v(b, hkv, 0, 0);
+  const T* k0 = static_cast<const T*>(a.k.address()) + b * a.k.stride[0] + hkv * a.k.stride[1];
+  const T* v0 = static_cast<const T*>(a.v.address()) + b * a.v.stride[0] + hkv * a.v.stride[1];
   const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
   const bool transforms = has_score_transforms(a);
   const Vf one = hn::Set(df, 1.0f);
@@ -222,13 +246,28 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   if (dq == DqPart::kAdd) add_part(dQt, part, n.D * Mq);
 }
 
+// Row (b, h, j) of `to` ← scale · from[0, E), rounded to `to`'s type.
+void store_row(const float* from, float scale, int64_t E, const View& to, int64_t b, int64_t h,
+               int64_t j) {
+  if (to.stride[3] != 1) {
+    for (int64_t e = 0; e < E; ++e) to.set(b, h, j, e, scale * from[e]);
+    return;
+  }
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  with_typed(to, b, h, j, 0, [&](auto* row) {
+    for (int64_t e = 0; e < E; e += N)  // from is padded to whole vectors
+      simd::store_first_rounded(hn::Mul(hn::Load(df, from + e), hn::Set(df, scale)), row + e,
+                                static_cast<size_t>(std::min(N, E - e)));
+  });
+}
+
 // Key tiles whose dQ parts are held at once before they are summed, in key order.
 inline constexpr int64_t kKeyTilesPerBatch = 64;
 
 // One query tile: its key steps (spread over the threads when `split_keys`), then
 // dq ← scale · (Σ over key tiles, in key order, of their dQt)ᵀ. The sum's order does not
 // depend on which thread ran which step, nor on the batching: the same bits either way.
-template <int NQV>
+template <int NQV, class T>
 void query_tile(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
                 const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0, int64_t rows,
                 bool split_keys, const PackedTile& p, float* dQt, float* dK, float* dV) {
@@ -241,7 +280,7 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
   const TileMask& tm = mask;
   if (tm.lo >= tm.hi) {  // the tile sees no key: its gradient is zero
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t d = 0; d < n.D; ++d) dq(b, h, i0 + r, d) = 0;
+      for (int64_t d = 0; d < n.D; ++d) dq.set(b, h, i0 + r, d, 0);
     return;
   }
 
@@ -258,7 +297,7 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
 
   const int64_t first = tm.lo / kKeyTile, count = (tm.hi - 1) / kKeyTile + 1 - first;
   auto step = [&](int64_t k, float* part, DqPart dq) {
-    key_step<NQV>(a, bias, n, b, h, i0, rows, tm, p, (first + k) * kKeyTile, step_buffers(n), dK,
+    key_step<NQV, T>(a, bias, n, b, h, i0, rows, tm, p, (first + k) * kKeyTile, step_buffers(n), dK,
                   dV, part, dq);
   };
   if (!split_keys) {  // each step adds its part to the sum in turn
@@ -280,10 +319,12 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
   if (dq.stride[3] == 1) {
     float* row_scale = p.lse;  // lse is done with
     std::fill(row_scale, row_scale + Mq, scale);
-    simd::unpack_transposed(dQt, Mq, rows, n.D, row_scale, &dq(b, h, i0, 0), dq.stride[2]);
+    with_typed(dq, b, h, i0, 0, [&](auto* dq0) {
+      simd::unpack_transposed(dQt, Mq, rows, n.D, row_scale, dq0, dq.stride[2]);
+    });
   } else {
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t d = 0; d < n.D; ++d) dq(b, h, i0 + r, d) = scale * dQt[d * Mq + r];
+      for (int64_t d = 0; d < n.D; ++d) dq.set(b, h, i0 + r, d, scale * dQt[d * Mq + r]);
   }
 }
 
@@ -291,7 +332,7 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
 
 void flash_backward(const AttentionArgs& args, const View& dout, const View& dq, const View& dk,
                     const View& dv) {
-  std::vector<float> k_copy, v_copy;
+  std::vector<char> k_copy, v_copy;
   AttentionArgs a = args;
   a.k = tiles::contiguous_rows(args.k, k_copy);
   a.v = tiles::contiguous_rows(args.v, v_copy);
@@ -308,7 +349,8 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   // one after another with the key tiles of each query tile spread over the threads instead,
   // so that no thread idles through a whole unit. Same arithmetic either way.
   const int64_t units = n.B * n.Hkv, whole_rounds = units - units % num_threads();
-  auto unit = [&](int64_t u, bool split_keys) {
+  auto unit = [&](auto element, int64_t u, bool split_keys) {
+    using T = decltype(element);
     const int64_t b = u / n.Hkv, hkv = u % n.Hkv;
     PackedTile p;
     p.Qt = thread_scratch(BackwardSlot::q_tiles, n.D * Mq);
@@ -325,26 +367,23 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
       for (int64_t t = 0; t < tiles_q; ++t) {
         const int64_t i0 = t * Mq, rows = std::min(Mq, n.Tq - i0);
         simd::with_count<kQueryVectors>(static_cast<int>((rows + N - 1) / N), [&](auto c) {
-          query_tile<decltype(c)::value>(a, bias, scale, n, dout, dq, b, h, i0, rows, split_keys, p,
+          query_tile<decltype(c)::value, T>(a, bias, scale, n, dout, dq, b, h, i0, rows, split_keys, p,
                                          dQt, dK, dV);
         });
       }
     for (int64_t j = 0; j < n.Tk; ++j) {
-      const float* dk_row = dK + j * Dp;
-      const float* dv_row = dV + j * Dvp;
-      if (dk.stride[3] == 1 && dv.stride[3] == 1) {
-        float* dk_out = &dk(b, hkv, j, 0);
-        for (int64_t d = 0; d < n.D; ++d) dk_out[d] = scale * dk_row[d];
-        std::copy_n(dv_row, n.Dv, &dv(b, hkv, j, 0));
-        continue;
-      }
-      for (int64_t d = 0; d < n.D; ++d) dk(b, hkv, j, d) = scale * dk_row[d];
-      for (int64_t e = 0; e < n.Dv; ++e) dv(b, hkv, j, e) = dv_row[e];
+      store_row(dK + j * Dp, scale, n.D, dk, b, hkv, j);
+      store_row(dV + j * Dvp, 1.0f, n.Dv, dv, b, hkv, j);
     }
   };
+  auto run = [&](auto element) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-  for (int64_t u = 0; u < whole_rounds; ++u) unit(u, false);
-  for (int64_t u = whole_rounds; u < units; ++u) unit(u, true);
+    for (int64_t u = 0; u < whole_rounds; ++u) unit(element, u, false);
+    for (int64_t u = whole_rounds; u < units; ++u) unit(element, u, true);
+  };
+  if (a.k.type == TensorType::bf16) run(Bf16{});
+  else if (a.k.type == TensorType::f16) run(F16{});
+  else run(float{});
 }
 
 }  // namespace HWY_NAMESPACE

@@ -39,6 +39,7 @@
 #include "attention/kernels.h"
 #include "attention/masks.h"
 #include "simd/simd-inl.h"
+#include "simd/convert-inl.h"
 #include "attention/tiles-inl.h"
 #include "simd/transpose-inl.h"
 #include "qkv/threads.h"
@@ -55,6 +56,23 @@ namespace hn = simd::hn;
 using simd::df;
 using simd::Vf;
 using namespace tiles;
+using simd::Bf16;
+using simd::F16;
+
+// f(p) with p the address of element (b, h, i, d) of a view, typed as its elements: fp32,
+// bf16 or fp16 (hwy's types, whose bits qkv::bf16 and qkv::f16 share).
+template <class F>
+HWY_INLINE auto with_typed(const View& v, int64_t b, int64_t h, int64_t i, int64_t d, F&& f) {
+  const int64_t at = b * v.stride[0] + h * v.stride[1] + i * v.stride[2] + d * v.stride[3];
+  switch (v.type) {
+    case TensorType::bf16:
+      return f(static_cast<Bf16*>(v.elements) + at);
+    case TensorType::f16:
+      return f(static_cast<F16*>(v.elements) + at);
+    default:
+      return f(v.data + at);
+  }
+}
 
 inline constexpr int64_t kTilesPerGroup = 8;
 
@@ -72,21 +90,24 @@ void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, 
   t.tm.init(a.mask, b, t.i0, t.rows, n);
   // Qt ← scale · Q[tile]ᵀ, zero in padded lanes.
   if (a.q.stride[3] == 1) {
-    simd::pack_transposed(&a.q(b, h, t.i0, 0), a.q.stride[2], t.rows, n.D, scale, t.Qt, Mq);
+    with_typed(a.q, b, h, t.i0, 0, [&](auto* q) {
+      simd::pack_transposed(q, a.q.stride[2], t.rows, n.D, scale, t.Qt, Mq);
+    });
   } else {
     for (int64_t d = 0; d < n.D; ++d)
       for (int64_t r = 0; r < Mq; ++r)
-        t.Qt[d * Mq + r] = r < t.rows ? scale * a.q(b, h, t.i0 + r, d) : 0;
+        t.Qt[d * Mq + r] = r < t.rows ? scale * a.q.get(b, h, t.i0 + r, d) : 0;
   }
   std::fill(t.Ot, t.Ot + n.Dv * Mq, 0.0f);
   std::fill(t.m, t.m + Mq, simd::kMinusInf);
   std::fill(t.l, t.l + Mq, 0.0f);
 }
 
-// One key tile [j0, j1) for one query tile: scores, online softmax, P V.
-template <int NQV>
+// One key tile [j0, j1) for one query tile: scores, online softmax, P V. K's elements are
+// fp32, bf16 or fp16.
+template <int NQV, class T>
 void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
-              const float* k0, const float* Vt, int64_t j0, int64_t j1, QueryTile& t, float* S,
+              const T* k0, const float* Vt, int64_t j0, int64_t j1, QueryTile& t, float* S,
               simd::PrefetchQueue& prefetch) {
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq, nk = j1 - j0;
@@ -159,11 +180,12 @@ void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, c
   float* inv = t.alpha;  // free now
   for (int64_t r = 0; r < n.Mq; ++r) inv[r] = t.l[r] == 0 ? 0 : 1 / t.l[r];
   if (a.out.stride[3] == 1) {
-    simd::unpack_transposed(t.Ot, n.Mq, t.rows, n.Dv, inv, &a.out(b, h, t.i0, 0), a.out.stride[2],
-                            stream);
+    with_typed(a.out, b, h, t.i0, 0, [&](auto* out) {
+      simd::unpack_transposed(t.Ot, n.Mq, t.rows, n.Dv, inv, out, a.out.stride[2], stream);
+    });
   } else {
     for (int64_t r = 0; r < t.rows; ++r)
-      for (int64_t e = 0; e < n.Dv; ++e) a.out(b, h, t.i0 + r, e) = t.Ot[e * n.Mq + r] * inv[r];
+      for (int64_t e = 0; e < n.Dv; ++e) a.out.set(b, h, t.i0 + r, e, t.Ot[e * n.Mq + r] * inv[r]);
   }
   if (a.lse)
     for (int64_t r = 0; r < t.rows; ++r)
@@ -171,7 +193,9 @@ void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, c
           t.l[r] == 0 ? simd::kMinusInf : t.m[r] + std::log(t.l[r]);
 }
 
-// One unit: query tiles [first, first + count) of (b, h), walking the key tiles together.
+// One unit: query tiles [first, first + count) of (b, h), walking the key tiles together; K
+// and V are T (fp32, bf16 or fp16), read in place.
+template <class T>
 void query_tile_group(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
                       int64_t b, int64_t h, int64_t first, int64_t count, bool stream_out) {
   const size_t N = simd::lanes();
@@ -198,8 +222,8 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
   }
 
   const int64_t hkv = h / (n.Hq / n.Hkv);
-  const float* k0 = &a.k(b, hkv, 0, 0);
-  const float* v0 = &a.v(b, hkv, 0, 0);
+  const T* k0 = with_typed(a.k, b, hkv, 0, 0, [](auto* p) { return reinterpret_cast<const T*>(p); });
+  const T* v0 = with_typed(a.v, b, hkv, 0, 0, [](auto* p) { return reinterpret_cast<const T*>(p); });
   const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
   simd::PrefetchQueue prefetch;
   for (int64_t j0 = lo / kKeyTile * kKeyTile; j0 < hi; j0 += kKeyTile) {
@@ -244,7 +268,7 @@ std::vector<int64_t> heaviest_first(const Mask& mask, const Shape& n, int64_t pe
 }  // namespace
 
 void flash_forward(const AttentionArgs& args) {
-  std::vector<float> k_copy, v_copy;
+  std::vector<char> k_copy, v_copy;
   AttentionArgs a = args;
   a.k = contiguous_rows(args.k, k_copy);
   a.v = contiguous_rows(args.v, v_copy);
@@ -264,17 +288,24 @@ void flash_forward(const AttentionArgs& args) {
   // causal mask the last query tiles see the most keys; taken in index order, the heaviest
   // unit came last and left the other thread idle for ~2% of the forward.)
   const std::vector<int64_t> order = heaviest_first(a.mask, n, per_group, groups);
-  const bool stream_out = 4.0 * n.B * n.Hq * n.Tq * n.Dv >= kStreamOutputBytes;
-
+  const bool stream_out =
+      a.out.type == TensorType::f32 && 4.0 * n.B * n.Hq * n.Tq * n.Dv >= kStreamOutputBytes;
+  auto group = [&](auto element) {
+    using T = decltype(element);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-  for (int64_t u = 0; u < units; ++u) {
-    const int64_t w = order[u];
-    const int64_t g = w % groups, h = (w / groups) % n.Hq, b = w / (groups * n.Hq);
-    const int64_t first = g * per_group;
-    query_tile_group(a, bias, scale, n, b, h, first, std::min(per_group, tiles - first),
-                     stream_out);
-  }
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t w = order[u];
+      const int64_t g = w % groups, h = (w / groups) % n.Hq, b = w / (groups * n.Hq);
+      const int64_t first = g * per_group;
+      query_tile_group<T>(a, bias, scale, n, b, h, first, std::min(per_group, tiles - first),
+                          stream_out);
+    }
+  };
+  if (a.k.type == TensorType::bf16) group(Bf16{});
+  else if (a.k.type == TensorType::f16) group(F16{});
+  else group(float{});
 }
+
 
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv::detail

@@ -10,6 +10,9 @@ namespace qkv::detail {
 // qkv::validate without the check that outputs and inputs do not share memory (for callers
 // whose k and v are not views: attention over a cache checks its storage itself).
 void validate_shapes(const AttentionArgs& a, const char* where);
+// The element types (part of validate_shapes): k and v share one; out is q's type or fp32;
+// the bias is fp32.
+void validate_types(const AttentionArgs& a, const char* where);
 
 // qkv::attention after its checks: the kernel that suits the shape (packed sequences one by
 // one). For callers that have validated the arguments themselves (attention over a cache).
@@ -37,17 +40,6 @@ inline bool decodes(int64_t queries, int64_t keys, int64_t query_heads_per_kv_he
   const int64_t keys_per_query = queries <= 8 || query_heads_per_kv_head > 1 ? 16 : 64;
   return keys >= keys_per_query * queries;
 }
-
-// The same over bf16 keys and values [B, Hkv, Tk, D] and [B, Hkv, Tk, Dv] (a KVCache's bf16
-// storage, rows contiguous, strides in elements), converted to fp32 as they are read: half the
-// bytes of an fp32 cache. `a` gives q, out, lse, scale, softcap and the mask (no bias); its k
-// and v are not read.
-struct Bf16Rows {
-  const uint16_t* data;
-  int64_t batch_stride, head_stride, row_stride;
-};
-void decode_forward_bf16(const AttentionArgs& a, const Bf16Rows& k, const Bf16Rows& v, int64_t Hkv,
-                         int64_t Tk, int64_t Dv);
 
 // Tiled FlashAttention-2 backward (flash_backward.cpp).
 void flash_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,

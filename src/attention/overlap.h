@@ -25,7 +25,8 @@ struct Extent {
 Extent extent_of(const char* name, const void* data, int ndim, const int64_t* shape,
                  const int64_t* stride, size_t element_bytes);
 inline Extent extent_of(const char* name, const View& v) {
-  return extent_of(name, v.data, v.ndim, v.shape, v.stride, sizeof(float));
+  return extent_of(name, v.address(), v.ndim, v.shape, v.stride,
+                   static_cast<size_t>(v.element_bytes()));
 }
 // A contiguous array of n floats (lse).
 Extent extent_of(const char* name, const float* data, int64_t n);

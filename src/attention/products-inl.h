@@ -19,9 +19,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include <hwy/highway.h>
 
+#include "simd/convert-inl.h"
 #include "simd/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -43,8 +45,11 @@ enum class Into { kStore, kRescaleAdd, kAdd };
 // cost NK new cache lines every 16 steps. (Broadcasting along a column instead, as
 // packed_times_rows does, costs a new line every step: P V with V read in place ran 4–8%
 // slower.)
-template <int NQV, int NK, Into kInto = Into::kStore>
-HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
+// A's elements are fp32, bf16 or fp16 (K and V where they lie), widened as they are broadcast;
+// a 16-bit A steps two elements of d at a time (one 32-bit load per bf16 pair), in the same
+// order of additions as fp32.
+template <int NQV, int NK, Into kInto = Into::kStore, class T = float>
+HWY_INLINE void rows_times_packed(const T* HWY_RESTRICT a, int64_t a_stride,
                                   const float* HWY_RESTRICT bt, int64_t depth, int64_t Mq,
                                   float* HWY_RESTRICT c, const float* HWY_RESTRICT alpha) {
   static_assert(kInto == Into::kStore || kInto == Into::kRescaleAdd);
@@ -55,11 +60,27 @@ HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
       if constexpr (kInto == Into::kStore) acc[j][v] = hn::Zero(df);
       else acc[j][v] = hn::Mul(hn::Load(df, c + j * Mq + v * N), hn::Load(df, alpha + v * N));
     }
-  for (int64_t d = 0; d < depth; ++d) {
+  int64_t d = 0;
+  if constexpr (!std::is_same_v<T, float>) {
+    for (; d + 2 <= depth; d += 2) {
+      VfSlot b0[NQV], b1[NQV];
+      for (int v = 0; v < NQV; ++v) {
+        b0[v] = hn::Load(df, bt + d * Mq + v * N);
+        b1[v] = hn::Load(df, bt + (d + 1) * Mq + v * N);
+      }
+      for (int j = 0; j < NK; ++j) {
+        Vf x0, x1;
+        broadcast_pair(a + j * a_stride + d, x0, x1);
+        for (int v = 0; v < NQV; ++v) acc[j][v] = hn::MulAdd(x0, b0[v], acc[j][v]);
+        for (int v = 0; v < NQV; ++v) acc[j][v] = hn::MulAdd(x1, b1[v], acc[j][v]);
+      }
+    }
+  }
+  for (; d < depth; ++d) {
     VfSlot b[NQV];
     for (int v = 0; v < NQV; ++v) b[v] = hn::Load(df, bt + d * Mq + v * N);
     for (int j = 0; j < NK; ++j) {
-      const Vf x = hn::Set(df, a[j * a_stride + d]);
+      const Vf x = broadcast_widened(a + j * a_stride + d);
       for (int v = 0; v < NQV; ++v) acc[j][v] = hn::MulAdd(x, b[v], acc[j][v]);
     }
   }
@@ -71,9 +92,9 @@ HWY_INLINE void rows_times_packed(const float* HWY_RESTRICT a, int64_t a_stride,
 // `kInto` says (kStore or kAdd): the backward's dQᵀ part Kᵀ dS with K read in place.
 // (Transposing K for rows_times_packed, as the forward does with V, made the backward slower:
 // there nothing shares the transposed copy, which is one more 32 KiB stream per key step.)
-template <int NQV, int NE, Into kInto>
+template <int NQV, int NE, Into kInto, class T>
 HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int64_t Mq,
-                                  const float* HWY_RESTRICT b, int64_t b_stride, int64_t e0,
+                                  const T* HWY_RESTRICT b, int64_t b_stride, int64_t e0,
                                   float* HWY_RESTRICT ct) {
   static_assert(kInto == Into::kStore || kInto == Into::kAdd);
   const size_t N = lanes();
@@ -83,9 +104,9 @@ HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int
   for (int64_t j = 0; j < rows; ++j) {
     VfSlot x[NQV];
     for (int v = 0; v < NQV; ++v) x[v] = hn::Load(df, p + j * Mq + v * N);
-    const float* brow = b + j * b_stride + e0;
+    const T* brow = b + j * b_stride + e0;
     for (int e = 0; e < NE; ++e) {
-      const Vf y = hn::Set(df, brow[e]);
+      const Vf y = broadcast_widened(brow + e);
       for (int v = 0; v < NQV; ++v) acc[e][v] = hn::MulAdd(y, x[v], acc[e][v]);
     }
   }
@@ -127,21 +148,24 @@ HWY_INLINE void packed_transposed_times_rows(const float* HWY_RESTRICT p, int64_
 // ~4% of the forward's time at seq 2048, dim 128.)
 class PrefetchQueue {
  public:
-  // Rows [0, rows) of two row sets (a key tile of K and of V): `floats` wide, `stride` apart,
-  // `per_call` lines asked for after each micro-kernel call.
-  void reset(const float* a, int64_t a_stride, int64_t a_floats, const float* b, int64_t b_stride,
-             int64_t b_floats, int64_t rows, int per_call = 8) {
+  // Rows [0, rows) of two row sets (a key tile of K and of V, of any element type): `count`
+  // elements wide, `stride` elements apart, `per_call` lines asked for after each micro-kernel
+  // call.
+  template <class A, class B>
+  void reset(const A* a, int64_t a_stride, int64_t a_count, const B* b, int64_t b_stride,
+             int64_t b_count, int64_t rows, int per_call = 8) {
     per_call_ = per_call;
-    base_[0] = a, base_[1] = b;
-    stride_[0] = a_stride, stride_[1] = b_stride;
-    lines_[0] = (a_floats + 15) / 16, lines_[1] = (b_floats + 15) / 16;
+    base_[0] = reinterpret_cast<const char*>(a), base_[1] = reinterpret_cast<const char*>(b);
+    stride_[0] = a_stride * int64_t{sizeof(A)}, stride_[1] = b_stride * int64_t{sizeof(B)};
+    lines_[0] = (a_count * int64_t{sizeof(A)} + 63) / 64;
+    lines_[1] = (b_count * int64_t{sizeof(B)} + 63) / 64;
     rows_ = rows;
     set_ = rows > 0 ? 0 : 2, row_ = line_ = 0;
   }
   // Asks for the next `count` cache lines.
   void issue(int count) {
     for (; count > 0 && set_ < 2; --count) {
-      __builtin_prefetch(base_[set_] + row_ * stride_[set_] + line_ * 16, 0, 2);
+      __builtin_prefetch(base_[set_] + row_ * stride_[set_] + line_ * 64, 0, 2);
       if (++line_ == lines_[set_]) {
         line_ = 0;
         if (++row_ == rows_) row_ = 0, ++set_;
@@ -153,7 +177,7 @@ class PrefetchQueue {
   void issue_per_call() { issue(per_call_); }
 
  private:
-  const float* base_[2] = {};
+  const char* base_[2] = {};  // strides in bytes
   int64_t stride_[2] = {}, lines_[2] = {}, rows_ = 0;
   int set_ = 2, per_call_ = 8;
   int64_t row_ = 0, line_ = 0;
@@ -175,8 +199,8 @@ inline constexpr int kProductRows = product_rows(NQV);
 
 // C ← A Bt over `rows` rows of A, as `kInto` says, in blocks of kProductRows rows and up to
 // kBlockVectors query vectors (a wider tile runs its query vectors block by block).
-template <int NQV, Into kInto>
-void rows_times_packed_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt,
+template <int NQV, Into kInto, class T>
+void rows_times_packed_tile(const T* a, int64_t a_stride, int64_t rows, const float* bt,
                             int64_t depth, int64_t Mq, float* c, const float* alpha,
                             PrefetchQueue* prefetch) {
   if constexpr (NQV > kBlockVectors) {
@@ -202,9 +226,10 @@ void rows_times_packed_tile(const float* a, int64_t a_stride, int64_t rows, cons
   }
 }
 
-// C[j][q] = Σ_d A[j][d] · Bt[d][q] over `rows` rows of A (the keys): S = K Qᵀ, dP = V dOᵀ.
-template <int NQV>
-void scores_tile(const float* a, int64_t a_stride, int64_t rows, const float* bt, int64_t depth,
+// C[j][q] = Σ_d A[j][d] · Bt[d][q] over `rows` rows of A (the keys, of any element type):
+// S = K Qᵀ, dP = V dOᵀ.
+template <int NQV, class T>
+void scores_tile(const T* a, int64_t a_stride, int64_t rows, const float* bt, int64_t depth,
                  int64_t Mq, float* c, PrefetchQueue* prefetch = nullptr) {
   rows_times_packed_tile<NQV, Into::kStore>(a, a_stride, rows, bt, depth, Mq, c, nullptr, prefetch);
 }
@@ -221,8 +246,8 @@ void accumulate_tile(const float* p, int64_t keys, int64_t Mq, const float* bt, 
 
 // Ct[e][q] ← (or +=, as `kInto` says) Σ_j B[j][e] · P[j][q] over `keys` rows of B read in
 // place, for `columns` columns e: dQᵀ's part Kᵀ dS.
-template <int NQV, Into kInto>
-void accumulate_tile_rows(const float* p, int64_t keys, int64_t Mq, const float* b,
+template <int NQV, Into kInto, class T>
+void accumulate_tile_rows(const float* p, int64_t keys, int64_t Mq, const T* b,
                           int64_t b_stride, int64_t columns, float* ct) {
   if constexpr (NQV > kBlockVectors) {
     const int64_t rest = kBlockVectors * static_cast<int64_t>(lanes());

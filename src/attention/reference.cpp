@@ -3,7 +3,8 @@
 // It is written to be read, not to be fast. For each (batch, head) it materialises the
 // Tq × Tk grid of scores and applies the steps of include/qkv/attention.h one at a time:
 //   S = scale · Q Kᵀ  →  softcap  →  + bias, ALiBi  →  mask (-inf)  →  P = softmax(S)  →  O = P V
-// Storage is fp32 like every kernel; sums run in double so the oracle is the more exact side.
+// It reads and writes every element type (fp32, bf16, fp16: widened as read, outputs rounded to
+// nearest even); sums run in double so the oracle is the more exact side.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -42,7 +43,7 @@ void scores(const AttentionArgs& a, const Dims& n, const View& bias, float scale
     const detail::KeyRange visible = detail::visible_keys(a.mask, b, i, n.Tq, n.Tk);
     for (int64_t j = 0; j < n.Tk; ++j) {
       double dot = 0;
-      for (int64_t d = 0; d < n.D; ++d) dot += double(a.q(b, h, i, d)) * a.k(b, hkv, j, d);
+      for (int64_t d = 0; d < n.D; ++d) dot += double(a.q.get(b, h, i, d)) * a.k.get(b, hkv, j, d);
       float s = static_cast<float>(dot) * scale;
       if (a.softcap > 0) s = a.softcap * std::tanh(s / a.softcap);
       if (!bias.empty()) s += bias(b, h, i, j);
@@ -82,9 +83,9 @@ void weighted_values(const AttentionArgs& a, const Dims& n, int64_t b, int64_t h
     for (int64_t j = 0; j < n.Tk; ++j) {
       const double p = P[i * n.Tk + j];
       if (p == 0) continue;
-      for (int64_t e = 0; e < n.Dv; ++e) acc[e] += p * a.v(b, hkv, j, e);
+      for (int64_t e = 0; e < n.Dv; ++e) acc[e] += p * a.v.get(b, hkv, j, e);
     }
-    for (int64_t e = 0; e < n.Dv; ++e) a.out(b, h, i, e) = static_cast<float>(acc[e]);
+    for (int64_t e = 0; e < n.Dv; ++e) a.out.set(b, h, i, e, static_cast<float>(acc[e]));
   }
 }
 
@@ -103,7 +104,7 @@ void backward_group(const AttentionArgs& a, const Dims& n, const View& bias, flo
       double Di = 0;
       for (int64_t j = 0; j < n.Tk; ++j) {
         double dP = 0;
-        for (int64_t e = 0; e < n.Dv; ++e) dP += double(dout(b, h, i, e)) * a.v(b, hkv, j, e);
+        for (int64_t e = 0; e < n.Dv; ++e) dP += double(dout.get(b, h, i, e)) * a.v.get(b, hkv, j, e);
         dS[j] = dP;
         Di += p[j] * dP;
       }
@@ -113,22 +114,22 @@ void backward_group(const AttentionArgs& a, const Dims& n, const View& bias, flo
         double ds = p[j] * (dS[j] - Di);  // ∂L/∂s_ij through the softmax
         if (a.softcap > 0) {              // s = c · tanh(x / c): ∂s/∂x = 1 − tanh²
           double dot = 0;
-          for (int64_t d = 0; d < n.D; ++d) dot += double(a.q(b, h, i, d)) * a.k(b, hkv, j, d);
+          for (int64_t d = 0; d < n.D; ++d) dot += double(a.q.get(b, h, i, d)) * a.k.get(b, hkv, j, d);
           const double t = std::tanh(dot * scale / a.softcap);
           ds *= 1 - t * t;
         }
         for (int64_t d = 0; d < n.D; ++d) {
-          dQ[d] += scale * ds * a.k(b, hkv, j, d);
-          dK[j * n.D + d] += scale * ds * a.q(b, h, i, d);
+          dQ[d] += scale * ds * a.k.get(b, hkv, j, d);
+          dK[j * n.D + d] += scale * ds * a.q.get(b, h, i, d);
         }
-        for (int64_t e = 0; e < n.Dv; ++e) dV[j * n.Dv + e] += p[j] * double(dout(b, h, i, e));
+        for (int64_t e = 0; e < n.Dv; ++e) dV[j * n.Dv + e] += p[j] * double(dout.get(b, h, i, e));
       }
-      for (int64_t d = 0; d < n.D; ++d) dq(b, h, i, d) = static_cast<float>(dQ[d]);
+      for (int64_t d = 0; d < n.D; ++d) dq.set(b, h, i, d, static_cast<float>(dQ[d]));
     }
   }
   for (int64_t j = 0; j < n.Tk; ++j) {
-    for (int64_t d = 0; d < n.D; ++d) dk(b, hkv, j, d) = static_cast<float>(dK[j * n.D + d]);
-    for (int64_t e = 0; e < n.Dv; ++e) dv(b, hkv, j, e) = static_cast<float>(dV[j * n.Dv + e]);
+    for (int64_t d = 0; d < n.D; ++d) dk.set(b, hkv, j, d, static_cast<float>(dK[j * n.D + d]));
+    for (int64_t e = 0; e < n.Dv; ++e) dv.set(b, hkv, j, e, static_cast<float>(dV[j * n.Dv + e]));
   }
 }
 

@@ -24,11 +24,27 @@ int64_t first_seen(const Mask& m, int64_t length, int64_t Tq) {
 
 int64_t fresh_rows(const StoredKV& kv) { return kv.fresh_k.empty() ? 0 : kv.fresh_k.shape[2]; }
 
+// The stored rows [0, rows) of keys or values as a view [B, Hkv, rows, dim] of the storage's type.
+View stored_view(const StoredKV& kv, const void* p, int64_t B, int64_t rows, int64_t dim) {
+  View v;
+  v.ndim = 4;
+  v.type = kv.type;
+  if (kv.type == TensorType::f32) v.data = static_cast<float*>(const_cast<void*>(p));
+  else v.elements = const_cast<void*>(p);
+  const int64_t shape[4] = {B, kv.heads, rows, dim};
+  const int64_t stride[4] = {kv.batch_stride, kv.head_stride, kv.row_stride, 1};
+  std::copy(shape, shape + 4, v.shape);
+  std::copy(stride, stride + 4, v.stride);
+  return v;
+}
+
 void validate(const AttentionArgs& a, const StoredKV& kv) {
   check(a.k.empty() && a.v.empty(), kWhere,
         ": k and v are read from the storage; leave args.k and args.v empty");
-  if (kv.type != TensorType::f32 && kv.type != TensorType::bf16)  // (to_string only on failure)
-    fail(kWhere, ": keys and values stored as ", to_string(kv.type), " (F32 and BF16 are read)");
+  if (kv.type != TensorType::f32 && kv.type != TensorType::bf16 &&
+      kv.type != TensorType::f16)  // (to_string only on failure)
+    fail(kWhere, ": keys and values stored as ", to_string(kv.type),
+         " (fp32, bf16 and fp16 are read)");
   check(kv.k != nullptr && kv.v != nullptr, kWhere, ": no stored keys or values (null)");
   check(kv.heads > 0 && kv.dim_k > 0 && kv.dim_v > 0, kWhere,
         ": heads, dim_k and dim_v must be > 0, got ", kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
@@ -45,8 +61,8 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   // The checks of attention(), on the shapes the stored keys and values have (views of
   // those shapes that nothing reads).
   AttentionArgs shapes = a;
-  shapes.k = View(a.q.data, {B, kv.heads, kv.length, kv.dim_k});
-  shapes.v = View(a.q.data, {B, kv.heads, kv.length, kv.dim_v});
+  shapes.k = stored_view(kv, kv.k, B, kv.length, kv.dim_k);
+  shapes.v = stored_view(kv, kv.v, B, kv.length, kv.dim_v);
   detail::validate_shapes(shapes, kWhere);
   const int64_t n = fresh_rows(kv);
   if (n > 0 || !kv.fresh_v.empty()) {
@@ -60,7 +76,7 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
           kv.heads, ", n <= ", kv.length, ", ", kv.dim_k, " and ", kv.dim_v, "]");
   }
   // The outputs apart from the queries and from the rows the storage holds.
-  const size_t element = kv.type == TensorType::bf16 ? 2 : 4;
+  const size_t element = kv.type == TensorType::f32 ? 4 : 2;
   const int64_t rows = kv.slots > 0 ? kv.slots : kv.length;
   auto stored = [&](const char* name, const void* p, int64_t dim) {
     const int64_t shape[3] = {B, kv.heads, rows * kv.row_stride - kv.row_stride + dim};
@@ -95,14 +111,15 @@ int64_t slot_of(const StoredKV& kv, int64_t p) { return kv.slots > 0 ? p % kv.sl
 void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
   const int64_t n = kv.length - first, D = kv.dim_k, Dv = kv.dim_v;
   const int64_t fresh_from = kv.length - fresh_rows(kv);
-  const bool bf16 = kv.type == TensorType::bf16;
   auto stored_row = [&](const void* base, int64_t b, int64_t h, int64_t p, int64_t dim,
                         float* out) {
     const int64_t at = slot_of(kv, p) * kv.row_stride;
-    if (bf16) {
-      const uint16_t* r = rows_of<uint16_t>(kv, base, b, h) + at;
-      for (int64_t d = 0; d < dim; ++d) out[d] = bf16_to_float(r[d]);
-    } else {
+    const uint16_t* bits = rows_of<uint16_t>(kv, base, b, h) + at;
+    if (kv.type == TensorType::bf16)
+      for (int64_t d = 0; d < dim; ++d) out[d] = bf16_to_float(bits[d]);
+    else if (kv.type == TensorType::f16)
+      for (int64_t d = 0; d < dim; ++d) out[d] = half_to_float(bits[d]);
+    else {
       const float* r = rows_of<float>(kv, base, b, h) + at;
       std::copy(r, r + dim, out);
     }
@@ -110,8 +127,10 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
   auto fresh_row = [&](const View& fresh, int64_t b, int64_t h, int64_t t, int64_t dim,
                        float* out) {
     for (int64_t d = 0; d < dim; ++d) {
-      const float x = fresh(b, h, t, d);
-      out[d] = bf16 ? bf16_to_float(float_to_bf16(x)) : x;
+      const float x = fresh.get(b, h, t, d);
+      out[d] = kv.type == TensorType::bf16  ? bf16_to_float(float_to_bf16(x))
+               : kv.type == TensorType::f16 ? half_to_float(float_to_half(x))
+                                            : x;
     }
   };
   const int64_t heads = B * kv.heads;
@@ -147,22 +166,10 @@ void attention(const AttentionArgs& args, const StoredKV& kv) {
     const int64_t rows = wrapped ? kv.slots : kv.length;
     AttentionArgs x = args;
     if (wrapped) x.mask = Mask{.alibi = args.mask.alibi};  // every slot is visible
-    if (kv.type == TensorType::f32) {
-      auto view = [&](const void* p, int64_t dim) {
-        return View(static_cast<float*>(const_cast<void*>(p)), {B, Hkv, rows, dim},
-                    {kv.batch_stride, kv.head_stride, kv.row_stride, 1});
-      };
-      x.k = view(kv.k, D);
-      x.v = view(kv.v, Dv);
-      return detail::forward_validated(x);  // the checks above were attention()'s
-    }
-    if (Tq == 1) {  // the decoding kernel converts the bf16 rows as it reads them
-      auto rows_of = [&](const void* p) {
-        return detail::Bf16Rows{static_cast<const uint16_t*>(p), kv.batch_stride, kv.head_stride,
-                                kv.row_stride};
-      };
-      return detail::decode_forward_bf16(x, rows_of(kv.k), rows_of(kv.v), Hkv, rows, Dv);
-    }
+    // Read in place, in the storage's type (the kernels widen 16-bit rows in registers).
+    x.k = stored_view(kv, kv.k, B, rows, D);
+    x.v = stored_view(kv, kv.v, B, rows, Dv);
+    return detail::forward_validated(x);  // the checks above were attention()'s
   }
   // The positions the queries see, in order, as fp32.
   const int64_t first = first_seen(args.mask, kv.length, Tq), n = kv.length - first;

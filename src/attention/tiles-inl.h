@@ -81,9 +81,10 @@ struct VisibleBlocks {
 };
 
 // C ← A Bt over the visible blocks of a masked tile of nk rows of A (the keys): the scores
-// S = K Qt, and the backward's dP = V dOt. Hidden blocks are left unwritten.
-template <int NQV>
-void visible_scores(const VisibleBlocks& blocks, const float* a, int64_t a_stride, int64_t nk,
+// S = K Qt, and the backward's dP = V dOt (A of any element type). Hidden blocks are left
+// unwritten.
+template <int NQV, class T>
+void visible_scores(const VisibleBlocks& blocks, const T* a, int64_t a_stride, int64_t nk,
                     const float* bt, int64_t depth, int64_t Mq, float* c,
                     simd::PrefetchQueue* prefetch = nullptr) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -149,9 +150,9 @@ void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& 
                       int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk, bool masked,
                       const Shape& n, float* S, float* tanh_out);
 
-// K and V with a non-unit stride along the head dim (rare) are copied to contiguous storage
-// first; the micro-kernels read rows with unit stride.
-View contiguous_rows(const View& t, std::vector<float>& storage);
+// K and V with a non-unit stride along the head dim (rare) are copied, in their own element
+// type, to contiguous storage first; the micro-kernels read rows with unit stride.
+View contiguous_rows(const View& t, std::vector<char>& storage);
 
 }  // namespace tiles
 }  // namespace HWY_NAMESPACE

@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include "simd/convert-inl.h"
 #include "simd/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -39,8 +41,10 @@ HWY_INLINE void transpose_square(VfSlot* rows) {
 
 // dst[c · dst_stride + r] = scale · src[r · src_stride + c] for r < rows, c < cols, and 0 in
 // the lanes r in [rows, next multiple of N): packs a tile of rows into query-per-lane columns.
-// Elements of a src row are contiguous; dst is aligned, dst_stride a multiple of N.
-HWY_INLINE void pack_transposed(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
+// Elements of a src row are contiguous, fp32, bf16 or fp16 (widened as they are loaded); dst is
+// aligned, dst_stride a multiple of N.
+template <class T>
+HWY_INLINE void pack_transposed(const T* src, int64_t src_stride, int64_t rows, int64_t cols,
                                 float scale, float* dst, int64_t dst_stride) {
   constexpr int64_t N = hn::MaxLanes(df);
   VfSlot block[N];
@@ -49,7 +53,8 @@ HWY_INLINE void pack_transposed(const float* src, int64_t src_stride, int64_t ro
       const size_t in_row = static_cast<size_t>(std::min(N, cols - c0));
       for (int64_t k = 0; k < N; ++k)
         block[k] =
-            r0 + k < rows ? load_first(src + (r0 + k) * src_stride + c0, in_row) : hn::Zero(df);
+            r0 + k < rows ? load_first_widened(src + (r0 + k) * src_stride + c0, in_row)
+                           : hn::Zero(df);
       transpose_square(block);
       for (int64_t k = 0; k < std::min(N, cols - c0); ++k)
         hn::Store(hn::Mul(block[k], hn::Set(df, scale)), df, dst + (c0 + k) * dst_stride + r0);
@@ -60,9 +65,11 @@ HWY_INLINE void pack_transposed(const float* src, int64_t src_stride, int64_t ro
 // the inverse of pack_transposed, with a scale per row. src and row_scale are aligned and
 // hold whole vectors past `rows`. With `stream`, whole vectors landing on aligned addresses
 // go out as non-temporal stores, around the caches (for outputs too large to stay there);
-// the caller fences (hwy::FlushStream) before other threads read them.
+// the caller fences (hwy::FlushStream) before other threads read them. A bf16 or fp16 dst
+// gets each element rounded to nearest even (and no streaming stores).
+template <class T>
 HWY_INLINE void unpack_transposed(const float* src, int64_t src_stride, int64_t rows, int64_t cols,
-                                  const float* row_scale, float* dst, int64_t dst_stride,
+                                  const float* row_scale, T* dst, int64_t dst_stride,
                                   bool stream = false) {
   constexpr int64_t N = hn::MaxLanes(df);
   VfSlot block[N];
@@ -75,10 +82,14 @@ HWY_INLINE void unpack_transposed(const float* src, int64_t src_stride, int64_t 
       transpose_square(block);
       const size_t in_row = static_cast<size_t>(std::min(N, cols - c0));
       for (int64_t k = 0; k < std::min(N, rows - r0); ++k) {
-        float* d = dst + (r0 + k) * dst_stride + c0;
-        if (stream && c0 + N <= cols && reinterpret_cast<uintptr_t>(d) % 64 == 0)
-          hn::Stream(block[k], df, d);
-        else store_first(block[k], d, in_row);
+        T* d = dst + (r0 + k) * dst_stride + c0;
+        if constexpr (std::is_same_v<T, float>) {
+          if (stream && c0 + N <= cols && reinterpret_cast<uintptr_t>(d) % 64 == 0) {
+            hn::Stream(block[k], df, d);
+            continue;
+          }
+        }
+        store_first_rounded(block[k], d, in_row);
       }
     }
   }

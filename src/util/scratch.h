@@ -20,7 +20,7 @@ enum class ForwardSlot {
   out_tiles,
   softmax_state,
   v_tiles,
-  bf16_rows,
+  merged_row,
   partials,
   queries
 };
