@@ -26,7 +26,7 @@ struct StoredCase {
 };
 
 std::string name_of(const StoredCase& c) {
-  std::string s = c.type == TensorType::f32 ? "f32" : "bf16";
+  std::string s = dtype_name(c.type);
   s += c.slots ? "_ring" + std::to_string(c.slots) : "_rows";
   s += "_Tq" + std::to_string(c.Tq) + "_win" + std::to_string(c.window + 1);
   if (c.alibi) s += "_alibi";
@@ -41,29 +41,34 @@ class StoredAttention : public ::testing::TestWithParam<StoredCase> {};
 TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   const StoredCase c = GetParam();
   const int64_t Hq = 4, Hkv = 2, D = 16, L = 37;  // L positions, the queries the last Tq
-  const bool bf16 = c.type == TensorType::bf16;
+  const bool half = c.type != TensorType::f32;  // bf16 or fp16 storage
+  auto round = [&](float x) {
+    return c.type == TensorType::bf16 ? float_to_bf16(x) : float_to_half(x);
+  };
+  auto widen = [&](uint16_t b) {
+    return c.type == TensorType::bf16 ? bf16_to_float(b) : half_to_float(b);
+  };
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1, 1);
-  // The keys and values of every position, as the storage will hold them (bf16-rounded).
+  // The keys and values of every position, as the storage will hold them (rounded).
   Tensor k({1, Hkv, L, D}), v({1, Hkv, L, D}), q({1, Hq, c.Tq, D});
   for (Tensor* t : {&k, &v, &q})
     for (int64_t i = 0; i < t->numel(); ++i) {
       const float x = u(rng);
-      t->data()[i] = bf16 && t != &q ? bf16_to_float(float_to_bf16(x)) : x;
+      t->data()[i] = half && t != &q ? widen(round(x)) : x;
     }
   // The storage: [Hkv, rows, D] per tensor, NaN where nothing is held.
   const int64_t rows = c.slots ? c.slots : L;
   const int64_t stored_end = c.fresh ? L - c.Tq : L;
   const int64_t held_from = c.slots ? std::max<int64_t>(0, stored_end - c.slots) : 0;
   std::vector<float> kf(Hkv * rows * D, NAN), vf(Hkv * rows * D, NAN);
-  std::vector<uint16_t> kb(Hkv * rows * D, float_to_bf16(NAN)),
-      vb(Hkv * rows * D, float_to_bf16(NAN));
+  std::vector<uint16_t> kb(Hkv * rows * D, round(NAN)), vb(Hkv * rows * D, round(NAN));
   for (int64_t h = 0; h < Hkv; ++h)
     for (int64_t p = held_from; p < stored_end; ++p)
       for (int64_t d = 0; d < D; ++d) {
         const int64_t at = (h * rows + (c.slots ? p % c.slots : p)) * D + d;
         kf[at] = k.view()(0, h, p, d), vf[at] = v.view()(0, h, p, d);
-        kb[at] = float_to_bf16(kf[at]), vb[at] = float_to_bf16(vf[at]);
+        kb[at] = round(kf[at]), vb[at] = round(vf[at]);
       }
   // Fresh rows as the model has them: fp32, not yet rounded.
   Tensor fk({1, Hkv, c.Tq, D}), fv({1, Hkv, c.Tq, D});
@@ -74,8 +79,8 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
         fv.view()(0, h, t, d) = v.view()(0, h, L - c.Tq + t, d);
       }
   StoredKV kv{.type = c.type,
-              .k = bf16 ? static_cast<const void*>(kb.data()) : kf.data(),
-              .v = bf16 ? static_cast<const void*>(vb.data()) : vf.data(),
+              .k = half ? static_cast<const void*>(kb.data()) : kf.data(),
+              .v = half ? static_cast<const void*>(vb.data()) : vf.data(),
               .batch_stride = Hkv * rows * D,
               .head_stride = rows * D,
               .row_stride = D,
@@ -104,7 +109,7 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
 
 std::vector<StoredCase> stored_cases() {
   std::vector<StoredCase> cases;
-  for (TensorType type : {TensorType::f32, TensorType::bf16})
+  for (TensorType type : {TensorType::f32, TensorType::bf16, TensorType::f16})
     for (int64_t Tq : {1, 3}) {
       cases.push_back({.type = type, .Tq = Tq});               // rows in order
       cases.push_back({.type = type, .Tq = Tq, .window = 5});  // a window over them

@@ -143,31 +143,34 @@ TEST(KVCache, RingBufferMatchesSlidingWindow) {
   EXPECT_GT(std::abs(other[39 * c.vocab_size] - expected[39 * c.vocab_size]), 1e-4);
 }
 
-// bf16 storage: half the bytes, logits close to fp32's (keys and values carry 8 bits of
-// mantissa: ~0.4% relative each).
-TEST(KVCache, Bf16HalvesMemoryAndStaysClose) {
-  for (const char* style : {"llama", "window"}) {
+// bf16 and fp16 storage: half the bytes, logits close to fp32's (keys and values carry 8 or 11
+// bits of mantissa: ~0.4% or ~0.05% relative each).
+TEST(KVCache, SixteenBitStorageHalvesMemoryAndStaysClose) {
+  for (const char* style : {"llama", "window"})
+    for (CacheType type : {CacheType::bf16, CacheType::f16}) {
     const ModelConfig c = config_of(style);
     Model m(c, 7);
     const auto tokens = tokens_of(30, 4, c.vocab_size);
     const auto expected = full_logits(m, tokens);
-    KVCache f32(c, {.max_seq = 30}), bf16(c, {.max_seq = 30, .type = CacheType::bf16});
-    EXPECT_EQ(bf16.bytes() * 2, f32.bytes());
-    m.forward_cached(bf16, tokens.data(), 1, 10);
+    KVCache f32(c, {.max_seq = 30}), half(c, {.max_seq = 30, .type = type});
+    EXPECT_EQ(half.bytes() * 2, f32.bytes());
+    m.forward_cached(half, tokens.data(), 1, 10);
     double worst = 0;
     for (int64_t t = 10; t < 30; ++t) {
-      const View l = m.forward_cached(bf16, &tokens[t], 1, 1);
+      const View l = m.forward_cached(half, &tokens[t], 1, 1);
       worst = std::max(worst, relative_error(expected, t, l, 0, c.vocab_size));
     }
-    EXPECT_LE(worst, 5e-2) << style;  // measured 2.8e-2 (llama), weights of std 0.25
-    EXPECT_GT(worst, 0) << style << ": bf16 rounding should show";
+    // bf16 measured 2.8e-2 (llama), weights of std 0.25; fp16 has 8x finer steps.
+    EXPECT_LE(worst, type == CacheType::bf16 ? 5e-2 : 6e-3) << style;
+    EXPECT_GT(worst, 0) << style << ": the rounding should show";
   }
 }
 
-// One token at a time, the decoding kernel reads bf16 rows in place; a chunk of tokens goes
-// through fp32 copies of the same rounded rows. Both see the same numbers: the same logits up
-// to summation order (the kernels agree to ~1e-7, tests/attention_flash_test.cpp; through two
-// layers of these large weights that grew to 6.5e-5 at the sliding window's last positions).
+// One token at a time (split-KV decoding) and a chunk of tokens (the tiled forward) both read
+// the bf16 rows in place; a ring's overrun chunk, through an fp32 copy of the same rounded
+// rows. All see the same numbers: the same logits up to summation order (the kernels agree to
+// ~1e-7, tests/attention_flash_test.cpp; through two layers of these large weights that grew
+// to 6.5e-5 at the sliding window's last positions).
 TEST(KVCache, Bf16DecodingInPlaceMatchesTheCopiedRows) {
   for (const char* style : {"llama", "alibi", "window"}) {
     const ModelConfig c = config_of(style);

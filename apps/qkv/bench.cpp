@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <span>
@@ -29,7 +30,30 @@ struct BenchOptions {
   int64_t kv_len = 0;
   int threads = 0;
   double min_time = 1.0;
+  std::string dtype = "fp32";  // of q, k, v, out (and the gradients)
 };
+
+// The 16-bit copy of an fp32 tensor, element for element in its layout (seen through the same
+// strides), and a view of it in `type`.
+struct Storage16 {
+  std::vector<uint16_t> bits;
+  View view;
+  Storage16(const Tensor& t, const View& like, TensorType type) : bits(t.numel()) {
+    for (int64_t i = 0; i < t.numel(); ++i)
+      bits[i] = type == TensorType::bf16 ? float_to_bf16(t.data()[i]) : float_to_half(t.data()[i]);
+    view = like;
+    view.type = type;
+    view.data = nullptr;
+    view.elements = bits.data() + (like.data - t.data());
+  }
+};
+
+TensorType dtype_of(const std::string& name) {
+  if (name == "fp32") return TensorType::f32;
+  if (name == "bf16") return TensorType::bf16;
+  if (name == "fp16") return TensorType::f16;
+  fail("bench: --dtype ", name, " is not fp32, bf16 or fp16");
+}
 
 double median(std::vector<double> x) {
   std::sort(x.begin(), x.end());
@@ -104,11 +128,20 @@ void bench_attention(const BenchOptions& o) {
     for (int64_t i = 0; i < t->numel(); ++i) t->data()[i] = uniform(rng);
   std::vector<int32_t> kv_len(B, static_cast<int32_t>(o.kv_len > 0 ? o.kv_len : Tk));
 
+  // In a 16-bit type every tensor the kernels read and write has a 16-bit copy.
+  const TensorType type = dtype_of(o.dtype);
+  std::vector<std::unique_ptr<Storage16>> storage16;
+  auto typed = [&](const Tensor& t) {
+    if (type == TensorType::f32) return view(t);
+    storage16.push_back(std::make_unique<Storage16>(t, view(t), type));
+    return storage16.back()->view;
+  };
+  const int64_t element_bytes = type == TensorType::f32 ? 4 : 2;
   AttentionArgs a;
-  a.q = view(q);
-  a.k = view(k);
-  a.v = view(v);
-  a.out = view(out);
+  a.q = typed(q);
+  a.k = typed(k);
+  a.v = typed(v);
+  a.out = typed(out);
   a.lse = lse.data();
   a.mask.causal = o.causal;
   a.mask.window_left = o.window;
@@ -119,24 +152,28 @@ void bench_attention(const BenchOptions& o) {
   // counts them as 3.5 forwards: the backward's five tile products against the forward's two.
   const double forward_flops = 2.0 * (D + Dv) * Hq * visible_pairs(a);
   const double flops = o.backward ? 3.5 * forward_flops : forward_flops;
-  double bytes = 4.0 * (q.numel() + k.numel() + v.numel() + out.numel());
+  double bytes = double(element_bytes) * (q.numel() + k.numel() + v.numel() + out.numel());
   Tensor dout, dq, dk, dv;
+  View dout_view, dq_view, dk_view, dv_view;
   if (o.backward) {
     dout = make(Hq, Tq, Dv), dq = make(Hq, Tq, D), dk = make(Hkv, Tk, D), dv = make(Hkv, Tk, Dv);
     for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = uniform(rng);
+    dout_view = typed(dout), dq_view = typed(dq), dk_view = typed(dk), dv_view = typed(dv);
     bytes *= 2;  // the backward reads q, k, v, out, dout and writes dq, dk, dv
   }
-  // The read yardstick reads the run's own K and V (no second copy of them in memory).
-  const double kv_bytes = 4.0 * (k.numel() + v.numel());
+  // The read yardstick reads the run's own K and V, in their type (no second copy of them).
+  const double kv_bytes = double(element_bytes) * (k.numel() + v.numel());
+  auto span_of = [&](const View& x, const Tensor& t) {
+    return std::span<const float>(static_cast<const float*>(x.address()),
+                                  static_cast<size_t>(t.numel() * element_bytes / 4));
+  };
   auto read_kv = [&] {
-    return detail::measure_read_gbps(
-        {std::span<const float>(k.data(), k.numel()), std::span<const float>(v.data(), v.numel())},
-        threads, 0.1);
+    return detail::measure_read_gbps({span_of(a.k, k), span_of(a.v, v)}, threads, 0.1);
   };
   const Timing timing = time_against_peak(
       [&] {
         attention(a);
-        if (o.backward) attention_backward(a, view(dout), view(dq), view(dk), view(dv));
+        if (o.backward) attention_backward(a, dout_view, dq_view, dk_view, dv_view);
       },
       flops, threads, o.min_time, kv_bytes, read_kv);
   const double seconds = timing.seconds, peak = timing.peak;
@@ -161,11 +198,12 @@ void bench_attention(const BenchOptions& o) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t e = 0; e < Dv; ++e)
       max_abs_err = std::max<double>(
-          max_abs_err, std::abs(ref_out.view()(0, 0, i, e) - a.out(0, 0, Tq - rows + i, e)));
+          max_abs_err, std::abs(ref_out.view()(0, 0, i, e) - a.out.get(0, 0, Tq - rows + i, e)));
 
   // The whole reference, timed, when its score grids fit and it takes seconds, not minutes.
   json reference_ms = nullptr;
-  if (!o.no_reference && flops < 2e10 && double(Tq) * Tk * threads * 4 < 2e9) {
+  if (!o.no_reference && type == TensorType::f32 && flops < 2e10 &&
+      double(Tq) * Tk * threads * 4 < 2e9) {
     reference::attention(a);  // warm-up
     reference_ms = 1e3 * time_median([&] { reference::attention(a); }, 0);
   }
@@ -184,6 +222,7 @@ void bench_attention(const BenchOptions& o) {
                  {"window", o.window},
                  {"kv_len", o.kv_len > 0 ? o.kv_len : Tk},
                  {"layout", o.seq_major ? "bthd" : "bhtd"},
+                 {"dtype", o.dtype},
                  {"backward", o.backward},
                  {"threads", threads},
                  {"target", current_target()},
@@ -202,7 +241,7 @@ void bench_attention(const BenchOptions& o) {
     std::cout << std::fixed << std::setprecision(2)
               << (o.backward ? "attention forward + backward B=" : "attention B=") << B
               << " Hq=" << Hq << " Hkv=" << Hkv << " Tq=" << Tq << " Tk=" << Tk << " D=" << D
-              << (o.causal ? " causal" : "") << ", " << threads << " thread(s), SIMD target "
+              << (o.causal ? " causal" : "") << " " << o.dtype << ", " << threads << " thread(s), SIMD target "
               << current_target() << "\n"
               << "  " << seconds * 1e3 << " ms, " << gflops
               << " GFLOP/s = " << 100 * timing.fraction << "% of the measured fp32 FMA peak ("
@@ -256,6 +295,10 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--min-time", o->min_time, "Seconds to repeat the timed call")
       ->capture_default_str();
   cmd->add_flag("--no-reference", o->no_reference, "Skip timing the reference kernel");
+  cmd->add_option("--dtype", o->dtype, "Element type of q, k, v, out and the gradients: fp32, "
+                  "bf16 or fp16 (fractions stay of the fp32 FMA peak: the arithmetic is fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print only the JSON result line");
   cmd->callback([o] { bench_attention(*o); });
 }

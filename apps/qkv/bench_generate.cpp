@@ -58,13 +58,12 @@ double weight_bytes_per_token(const Model& m) {
 
 void bench_generate(const BenchGenerateOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
-  check(o.cache == "f32" || o.cache == "bf16", "--cache must be f32 or bf16");
   check(o.prompt >= 1 && o.decode >= 1 && o.repeats >= 1,
         "--prompt, --decode and --repeats must be >= 1");
   ModelFile f = load_model_file(o.model, "", /*need_tokenizer=*/false);
   Model& m = *f.model;
   const ModelConfig& c = m.config();
-  const CacheType type = o.cache == "bf16" ? CacheType::bf16 : CacheType::f32;
+  const CacheType type = cache_type(o.cache);
   check(o.prompt <= c.context, "--prompt ", o.prompt, " is longer than the model's context of ",
         c.context);
   check(o.decode < c.context, "--decode ", o.decode, " does not fit the model's context of ",
@@ -169,7 +168,7 @@ void add_bench_generate(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Prefill runs (the best is kept)")
       ->capture_default_str();
-  cmd->add_option("--cache", o->cache, "f32 or bf16")->capture_default_str();
+  cmd->add_option("--cache", o->cache, "f32, bf16 or f16")->capture_default_str();
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "Only the JSON line");
   cmd->callback([o] { bench_generate(*o); });

@@ -21,17 +21,15 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
   cmd.add_option("--top-k", f.top_k, "Keep the k most likely tokens (0 = off)")
       ->capture_default_str();
   cmd.add_option("--seed", f.seed, "Random seed (default: from the clock)");
-  cmd.add_option("--cache", f.cache, "KV cache storage: f32 or bf16")->capture_default_str();
+  cmd.add_option("--cache", f.cache, "KV cache storage: f32, bf16 or f16")->capture_default_str();
 }
 
 Sampling sampling_of(const SamplingFlags& f) {
-  check(f.cache == "f32" || f.cache == "bf16", "--cache must be f32 or bf16, got \"", f.cache,
-        "\"");
   const uint64_t seed =
       f.seed ? f.seed
              : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   return {{.temperature = f.temperature, .top_k = f.top_k, .top_p = f.top_p, .seed = seed},
-          f.cache == "bf16" ? CacheType::bf16 : CacheType::f32};
+          cache_type(f.cache)};
 }
 
 int run(int argc, const char* const* argv) {

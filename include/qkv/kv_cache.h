@@ -17,13 +17,17 @@
 #include <vector>
 
 #include "qkv/attention.h"
+#include <string>
+
 #include "qkv/tensor.h"
 
 namespace qkv {
 
 struct ModelConfig;
 
-enum class CacheType { f32, bf16 };
+enum class CacheType { f32, bf16, f16 };
+// "f32", "bf16" or "f16" (the CLI's --cache); a qkv::Error naming the choices for anything else.
+CacheType cache_type(const std::string& name);
 
 struct KVCacheOptions {
   int64_t batch = 1;    // sequences held side by side
@@ -73,12 +77,15 @@ class KVCache {
   StoredKV stored(int64_t layer, int64_t seq, int64_t length) const;
   int64_t offset(int64_t layer, int64_t seq, int64_t head, int64_t slot) const;
   float* f32(bool value) const { return (value ? v_ : k_).data(); }
-  uint16_t* bf16(bool value) const { return reinterpret_cast<uint16_t*>((value ? v_ : k_).data()); }
+  // bf16 or fp16 storage: 16-bit elements.
+  uint16_t* bits16(bool value) const {
+    return reinterpret_cast<uint16_t*>((value ? v_ : k_).data());
+  }
 
   int64_t batch_, layers_, kv_heads_, d_head_, slots_, max_seq_;
   bool ring_;
   CacheType type_;
-  Tensor k_, v_;  // [layers, batch, kv_heads, slots, d_head]; bf16 packs two per float
+  Tensor k_, v_;  // [layers, batch, kv_heads, slots, d_head]; bf16 and fp16 pack two per float
   std::vector<int64_t> length_;
 };
 

@@ -9,6 +9,13 @@
 
 namespace qkv {
 
+CacheType cache_type(const std::string& name) {
+  if (name == "f32") return CacheType::f32;
+  if (name == "bf16") return CacheType::bf16;
+  if (name == "f16") return CacheType::f16;
+  fail("kv cache: storage must be f32, bf16 or f16, got \"", name, "\"");
+}
+
 KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
     : batch_(o.batch),
       layers_(config.n_layers),
@@ -82,9 +89,10 @@ void KVCache::write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, con
         std::copy(k, k + d_head_, f32(false) + at);
         std::copy(v, v + d_head_, f32(true) + at);
       } else {
+        const auto round = type_ == CacheType::bf16 ? float_to_bf16 : float_to_half;
         for (int64_t d = 0; d < d_head_; ++d) {
-          bf16(false)[at + d] = float_to_bf16(k[d]);
-          bf16(true)[at + d] = float_to_bf16(v[d]);
+          bits16(false)[at + d] = round(k[d]);
+          bits16(true)[at + d] = round(v[d]);
         }
       }
     }
@@ -93,10 +101,12 @@ void KVCache::write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, con
 
 StoredKV KVCache::stored(int64_t layer, int64_t seq, int64_t length) const {
   StoredKV kv;
-  kv.type = type_ == CacheType::f32 ? TensorType::f32 : TensorType::bf16;
+  kv.type = type_ == CacheType::f32    ? TensorType::f32
+            : type_ == CacheType::bf16 ? TensorType::bf16
+                                       : TensorType::f16;
   const int64_t at = offset(layer, seq, 0, 0);
-  kv.k = type_ == CacheType::f32 ? static_cast<const void*>(f32(false) + at) : bf16(false) + at;
-  kv.v = type_ == CacheType::f32 ? static_cast<const void*>(f32(true) + at) : bf16(true) + at;
+  kv.k = type_ == CacheType::f32 ? static_cast<const void*>(f32(false) + at) : bits16(false) + at;
+  kv.v = type_ == CacheType::f32 ? static_cast<const void*>(f32(true) + at) : bits16(true) + at;
   kv.batch_stride = kv_heads_ * slots_ * d_head_;
   kv.head_stride = slots_ * d_head_;
   kv.row_stride = d_head_;
