@@ -40,7 +40,8 @@ test: build asan models
 	$(MAKE) test-python
 
 # The Python package as a user gets it: `pip install .` into a fresh virtual environment (with
-# Debian's NumPy, PyTorch, pytest and hypothesis), its tests run from outside the source tree.
+# Debian's NumPy, PyTorch, pytest and hypothesis; ml_dtypes from PyPI), its tests run from outside
+# the source tree.
 # CXX as the release build has it (scikit-build-core would take Python's, another name for the
 # same g++), so that ccache hands over the library's objects.
 VENV := build/venv
@@ -48,6 +49,7 @@ test-python: deps
 	rm -rf $(VENV) && /usr/bin/python3 -m venv --system-site-packages $(VENV)
 	CXX=$${CXX:-c++} $(VENV)/bin/pip install -q . \
 	  --config-settings=cmake.define.CMAKE_COMPILE_WARNING_AS_ERROR=$(WERROR)
+	$(VENV)/bin/pip install -q "ml_dtypes<0.5"  # NumPy bfloat16; 0.5 on would pull NumPy 2
 	mkdir -p build/pytest && cd build/pytest && QKV_SOURCE_DIR=$(CURDIR) ../venv/bin/python -m pytest -q \
 	  -p no:cacheprovider $(CURDIR)/python/tests
 

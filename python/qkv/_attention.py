@@ -6,12 +6,18 @@ from . import _qkv
 _LAYOUTS = ("bhtd", "bthd")
 
 
-def _empty(like, shape):
-    """A float32 array of `shape`, of the same kind as `like` (NumPy or torch)."""
+def _empty(like, shape, float32=False):
+    """An array of `shape` of the same kind as `like` (NumPy or torch), in like's dtype or
+    float32."""
     if not isinstance(like, np.ndarray) and hasattr(like, "new_empty"):
         import torch
-        return like.new_empty(shape, dtype=torch.float32)
-    return np.empty(shape, dtype=np.float32)
+        return like.new_empty(shape, dtype=torch.float32 if float32 else like.dtype)
+    return np.empty(shape, dtype=np.float32 if float32 else like.dtype)
+
+
+def _is_numpy_bfloat16(a):
+    """ml_dtypes.bfloat16 (JAX's, and others'): NumPy knows it only as a user dtype."""
+    return isinstance(a, np.ndarray) and a.dtype.name == "bfloat16" and a.dtype.itemsize == 2
 
 
 def _arrays(**arrays):
@@ -19,6 +25,17 @@ def _arrays(**arrays):
     for name, a in arrays.items():
         if not hasattr(a, "shape") or not hasattr(a, "dtype"):
             raise TypeError(f"{name} must be a NumPy array or a torch tensor, got {type(a).__name__}")
+        # Named before any output is allocated in its dtype. (uint16 is how the binding
+        # receives ml_dtypes' bfloat16 bits: refused from callers.)
+        dtype = str(a.dtype).replace("torch.", "")
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise TypeError(f"{name} must be float32, bfloat16 or float16, got {dtype}")
+
+
+def _bits(a):
+    """What the binding reads: the array itself, or an ml_dtypes bfloat16 array's bits as a
+    uint16 view of the same memory (NumPy exports no bfloat16 through DLPack or buffers)."""
+    return a.view(np.uint16) if _is_numpy_bfloat16(a) else a
 
 
 def _writable(a, name):
@@ -91,6 +108,9 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
     [B, T, H, D] for "bthd" (flash-attn's); with cu_seqlens_q/k (a packed batch) each is 3-D,
     [total, H, D] ("bthd") or [H, total, D]. float32 NumPy arrays or torch CPU tensors, any
     strides, read in place. Hq must be a multiple of Hkv (grouped-query attention).
+    Element types: float32, bfloat16 (torch.bfloat16, ml_dtypes.bfloat16) or float16; k and v
+    share one, q may be any, out is q's dtype (the default) or float32. Computed in float32, the
+    output rounded to nearest even.
 
     causal: bottom-right aligned (query i sits at key position i + Tk - Tq), as flash-attn.
     window: (left, right) keys visible around that position, -1 for no limit.
@@ -106,11 +126,11 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
     if out is None:
         out = _empty(q, tuple(q.shape[:-1]) + (v.shape[-1],))
     if lse is None and return_lse:
-        lse = _empty(q, _lse_shape(q, layout, cu_seqlens_q is not None))
+        lse = _empty(q, _lse_shape(q, layout, cu_seqlens_q is not None), float32=True)
     _writable(out, "out")
     if lse is not None:
         _writable(lse, "lse")
-    _qkv._attention(q, k, v, out, lse, o)
+    _qkv._attention(_bits(q), _bits(k), _bits(v), _bits(out), lse, o)
     return (out, lse) if return_lse else out
 
 
@@ -121,7 +141,8 @@ def attention_backward(q, k, v, out, lse, dout, *, causal=False, window=(-1, -1)
 
     q, k, v and every option as the forward saw them, with the forward's out and lse
     (``attention(..., return_lse=True)``). dq, dk, dv are written into the arrays given, or into
-    new ones of q's, k's and v's shapes; with grouped-query heads dk and dv sum over each group.
+    new ones of q's, k's and v's shapes and dtypes (a given one may be float32 instead); with
+    grouped-query heads dk and dv sum over each group. dout is in out's dtype or float32.
     """
     _arrays(q=q, k=k, v=v, out=out, lse=lse, dout=dout)
     o = _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
@@ -131,5 +152,6 @@ def attention_backward(q, k, v, out, lse, dout, *, causal=False, window=(-1, -1)
     dv = _empty(v, tuple(v.shape)) if dv is None else dv
     for a, name in ((dq, "dq"), (dk, "dk"), (dv, "dv"), (lse, "lse")):
         _writable(a, name)
-    _qkv._attention_backward(q, k, v, out, lse, dout, dq, dk, dv, o)
+    _qkv._attention_backward(_bits(q), _bits(k), _bits(v), _bits(out), lse, _bits(dout),
+                             _bits(dq), _bits(dk), _bits(dv), o)
     return dq, dk, dv

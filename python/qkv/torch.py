@@ -5,10 +5,11 @@
     from qkv.torch import scaled_dot_product_attention     # torch.nn.functional's signature
     from qkv.torch import flash_attn_func, flash_attn_varlen_func   # flash-attn's, on a CPU
 
-The kernels compute in float32 and read and write the tensors in place. qkv.torch.attention
-takes float32 only (a TypeError names any other dtype); the drop-ins accept what the originals
-accept on a CPU (float16, bfloat16, float64 too: converted to float32 and back) . CPU tensors
-only. Gradients flow to q, k and v; an additive mask or bias is a constant (no gradient).
+The kernels read and write float32, bfloat16 and float16 tensors in place (no conversion copy),
+computing in float32 and rounding 16-bit outputs to nearest even; outputs and gradients come
+back in their inputs' dtype. The drop-ins also take float64, as the originals do (converted to
+float32 and back). CPU tensors only. Gradients flow to q, k and v; an additive mask or bias is
+a constant (no gradient).
 """
 import math
 
@@ -22,7 +23,7 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, options, lse_shape):
-        out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],), dtype=torch.float32)
+        out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
         lse = torch.empty(lse_shape, dtype=torch.float32)
         _qkv._attention(q.detach(), k.detach(), v.detach(), out, lse, options)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -48,11 +49,13 @@ def _check_cpu(*tensors):
 def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None, alibi=None,
               softcap=0.0, scale=None, cu_seqlens_q=None, cu_seqlens_k=None, layout="bhtd",
               return_lse=False):
-    """qkv.attention on torch tensors, differentiable in q, k and v (float32, CPU)."""
+    """qkv.attention on torch tensors, differentiable in q, k and v (float32, bfloat16 or
+    float16; k and v of one dtype; CPU)."""
     _check_cpu(q, k, v)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dtype != torch.float32:
-            raise TypeError(f"{name} must be float32, got {str(t.dtype).replace('torch.', '')}")
+        if t.dtype not in _KERNEL_DTYPES:
+            raise TypeError(f"{name} must be float32, bfloat16 or float16, got "
+                            f"{str(t.dtype).replace('torch.', '')}")
     if bias is not None:
         bias = bias.detach()
     o = _attention._options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
@@ -62,18 +65,20 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
     return (out, lse) if return_lse else out
 
 
-_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_FLOATS = _KERNEL_DTYPES + (torch.float64,)
 
 
-def _as_float32(*tensors):
-    """The drop-ins take the dtypes the originals take: computed in float32."""
+def _as_kernel_dtype(*tensors):
+    """The drop-ins take the dtypes the originals take: float32, bfloat16 and float16 as they
+    are (read in place), float64 through a float32 copy (the kernels have no float64)."""
     dtype = tensors[0].dtype
     for t in tensors:
         if t.dtype not in _FLOATS:
             raise TypeError(f"attention needs floating-point tensors, got {str(t.dtype).replace('torch.', '')}")
         if t.dtype != dtype:
             raise TypeError(f"q, k and v must have the same dtype, got {tensors[0].dtype}, {t.dtype}")
-    return dtype, [t if t.dtype == torch.float32 else t.float() for t in tensors]
+    return dtype, [t.float() if t.dtype == torch.float64 else t for t in tensors]
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
@@ -93,7 +98,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     _check_cpu(query, key, value, attn_mask)
     if query.dim() != key.dim() or query.dim() != value.dim() or query.dim() not in (3, 4):
         raise ValueError(f"query, key and value must all have 3 or 4 dims, got {query.dim()}, {key.dim()}, {value.dim()}")
-    dtype, (q, k, v) = _as_float32(query, key, value)
+    dtype, (q, k, v) = _as_kernel_dtype(query, key, value)
     squeeze = q.dim() == 3
     if squeeze:  # [N, L, E]: one head
         q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
@@ -126,7 +131,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                     bias=bias, scale=scale)
     if squeeze:
         out = out.squeeze(1)
-    return out if dtype == torch.float32 else out.to(dtype)
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 def _alibi_slopes(alibi_slopes, heads):
@@ -147,11 +152,11 @@ def _flash(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alib
     if dropout_p > 0:
         raise ValueError("qkv.torch.flash_attn_func: dropout_p > 0 is not supported (qkv has no dropout)")
     _check_cpu(q, k, v)
-    dtype, (q32, k32, v32) = _as_float32(q, k, v)
-    out, lse = attention(q32, k32, v32, causal=causal, window=window_size, softcap=softcap,
+    dtype, (qk, kk, vk) = _as_kernel_dtype(q, k, v)
+    out, lse = attention(qk, kk, vk, causal=causal, window=window_size, softcap=softcap,
                          scale=softmax_scale, alibi=_alibi_slopes(alibi_slopes, q.shape[heads_dim]),
                          cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, layout="bthd", return_lse=True)
-    out = out if dtype == torch.float32 else out.to(dtype)
+    out = out if out.dtype == dtype else out.to(dtype)
     return (out, lse, None) if return_attn_probs else out
 
 

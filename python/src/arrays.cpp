@@ -1,5 +1,7 @@
 #include "arrays.h"
 
+#include <optional>
+
 #include "qkv/error.h"
 
 namespace qkv::python {
@@ -34,15 +36,35 @@ std::string dtype_name(const nb::dlpack::dtype& t) {
 
 namespace {
 
+// The element type of an array attention may read: float32, float16, bfloat16 (or its bits
+// as uint16); nullopt for anything else.
+std::optional<TensorType> element_type(const nb::dlpack::dtype& t) {
+  using code = nb::dlpack::dtype_code;
+  if (t == nb::dtype<float>()) return TensorType::f32;
+  if (t.bits == 16 && t.lanes == 1) {
+    if (t.code == static_cast<uint8_t>(code::Float)) return TensorType::f16;
+    if (t.code == static_cast<uint8_t>(code::Bfloat)) return TensorType::bf16;
+    if (t.code == static_cast<uint8_t>(code::UInt)) return TensorType::bf16;
+  }
+  return std::nullopt;
+}
+
 template <typename Array>
-View to_view(const Array& a, const char* what) {
+View to_view(const Array& a, const char* what, bool any_element_type) {
   const auto t = a.dtype();
-  if (t != nb::dtype<float>())
-    throw nb::type_error((std::string(what) + " must be float32, got " + dtype_name(t)).c_str());
+  const std::optional<TensorType> type = element_type(t);
+  if (!type || (!any_element_type && *type != TensorType::f32))
+    throw nb::type_error((std::string(what) + " must be " +
+                          (any_element_type ? "float32, bfloat16 or float16" : "float32") +
+                          ", got " + dtype_name(t))
+                             .c_str());
   check(a.ndim() >= 1 && a.ndim() <= kMaxDims, what, " must have 1 to ", kMaxDims, " dims, got ",
         a.ndim());
   View v;
-  v.data = static_cast<float*>(const_cast<void*>(static_cast<const void*>(a.data())));
+  v.type = *type;
+  void* address = const_cast<void*>(static_cast<const void*>(a.data()));
+  if (v.type == TensorType::f32) v.data = static_cast<float*>(address);
+  else v.elements = address;
   v.ndim = static_cast<int>(a.ndim());
   for (int d = 0; d < v.ndim; ++d) {
     v.shape[d] = static_cast<int64_t>(a.shape(d));
@@ -51,17 +73,23 @@ View to_view(const Array& a, const char* what) {
   return v;
 }
 
-}  // namespace
-
-View float_view(const InArray& a, const char* what) { return to_view(a, what); }
-
-View float_view(const OutArray& a, const char* what) {
-  View v = to_view(a, what);
-  // Two elements at one address would be written by two threads at once.
+// Two elements at one address would be written by two threads at once.
+View checked_output(View v, const char* what) {
   for (int d = 0; d < v.ndim && v.numel() > 0; ++d)  // (an empty array has zero strides)
     check(v.stride[d] != 0 || v.shape[d] <= 1, what, " has a zero stride in dim ", d,
           " (a broadcast view); outputs need their own memory");
   return v;
+}
+
+}  // namespace
+
+View float_view(const InArray& a, const char* what) { return to_view(a, what, false); }
+View float_view(const OutArray& a, const char* what) {
+  return checked_output(to_view(a, what, false), what);
+}
+View element_view(const InArray& a, const char* what) { return to_view(a, what, true); }
+View element_view(const OutArray& a, const char* what) {
+  return checked_output(to_view(a, what, true), what);
 }
 
 const int32_t* int32_data(const InArray& a, const char* what) {

@@ -1,6 +1,6 @@
 // NumPy arrays and torch tensors (anything with the buffer protocol or DLPack) as qkv Views:
-// the caller's memory with its own strides, never a copy. Anything but float32 on the CPU is
-// a TypeError that names what was passed.
+// the caller's memory with its own strides, never a copy. A dtype the function does not take
+// is a TypeError that names what was passed.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -24,6 +24,12 @@ std::string dtype_name(const nb::dlpack::dtype& t);
 // argument in errors.
 View float_view(const nb::ndarray<nb::ro, nb::device::cpu>& a, const char* what);
 View float_view(const OutArray& a, const char* what);
+// The same for attention's tensors, of any element type attention takes: float32, float16, or
+// bfloat16 (torch's, through DLPack; NumPy's ml_dtypes.bfloat16 arrives as a uint16 view of
+// its bits, made by qkv/_attention.py, since NumPy's buffer protocol and DLPack export have no
+// code for it: uint16 here always means bf16 bits).
+View element_view(const InArray& a, const char* what);
+View element_view(const OutArray& a, const char* what);
 
 // Checks `a` is int32 and contiguous (index arrays: kv_len, cu_seqlens).
 const int32_t* int32_data(const InArray& a, const char* what);

@@ -22,9 +22,9 @@ View as_bhtd(View v, const Options& o, const char* what) {
         packed ? (o.layout == "bthd" ? "[total, heads, dim]" : "[heads, total, dim]")
                : (o.layout == "bthd" ? "[batch, seq, heads, dim]" : "[batch, heads, seq, dim]"),
         "), got ", shape_of(v));
-  if (packed) {
-    v = View(v.data, {1, v.shape[0], v.shape[1], v.shape[2]},
-             {0, v.stride[0], v.stride[1], v.stride[2]});
+  if (packed) {  // [1, …] in front, keeping the element type
+    for (int d = 3; d >= 1; --d) v.shape[d] = v.shape[d - 1], v.stride[d] = v.stride[d - 1];
+    v.shape[0] = 1, v.stride[0] = 0, v.ndim = 4;
   }
   return o.layout == "bthd" ? v.transpose(1, 2) : v;
 }
@@ -32,9 +32,9 @@ View as_bhtd(View v, const Options& o, const char* what) {
 AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, const View& out,
                         const std::optional<OutArray>& lse, const Options& o) {
   AttentionArgs a;
-  a.q = as_bhtd(float_view(q, "q"), o, "q");
-  a.k = as_bhtd(float_view(k, "k"), o, "k");
-  a.v = as_bhtd(float_view(v, "v"), o, "v");
+  a.q = as_bhtd(element_view(q, "q"), o, "q");
+  a.k = as_bhtd(element_view(k, "k"), o, "k");
+  a.v = as_bhtd(element_view(v, "v"), o, "v");
   a.out = as_bhtd(out, o, "out");
   const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tq = a.q.shape[2];
   if (lse) {
@@ -79,7 +79,7 @@ void bind_attention(nb::module_& m) {
       "_attention",
       [](const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
          const std::optional<OutArray>& lse, const Options& o) {
-        const AttentionArgs a = make_args(q, k, v, float_view(out, "out"), lse, o);
+        const AttentionArgs a = make_args(q, k, v, element_view(out, "out"), lse, o);
         nb::gil_scoped_release unlocked;
         attention(a);
       },
@@ -90,11 +90,11 @@ void bind_attention(nb::module_& m) {
       [](const InArray& q, const InArray& k, const InArray& v, const InArray& out,
          const OutArray& lse, const InArray& dout, const OutArray& dq, const OutArray& dk,
          const OutArray& dv, const Options& o) {
-        const AttentionArgs a = make_args(q, k, v, float_view(out, "out"), lse, o);
-        const View g = as_bhtd(float_view(dout, "dout"), o, "dout");
-        const View gq = as_bhtd(float_view(dq, "dq"), o, "dq"),
-                   gk = as_bhtd(float_view(dk, "dk"), o, "dk"),
-                   gv = as_bhtd(float_view(dv, "dv"), o, "dv");
+        const AttentionArgs a = make_args(q, k, v, element_view(out, "out"), lse, o);
+        const View g = as_bhtd(element_view(dout, "dout"), o, "dout");
+        const View gq = as_bhtd(element_view(dq, "dq"), o, "dq"),
+                   gk = as_bhtd(element_view(dk, "dk"), o, "dk"),
+                   gv = as_bhtd(element_view(dv, "dv"), o, "dv");
         nb::gil_scoped_release unlocked;
         attention_backward(a, g, gq, gk, gv);
       },

@@ -115,6 +115,35 @@ def test_output_aliases_the_callers_buffer_and_inputs_are_not_copied(rng):
     np.testing.assert_array_equal(base.transpose(0, 2, 1, 3), check)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_sixteen_bit_numpy_arrays_in_place(rng, dtype):
+    """ml_dtypes' bfloat16 (JAX's) and NumPy's float16: read in place (nothing allocated but the
+    output), out in the inputs' dtype, within the rounding bound of float64 math over the same
+    16-bit inputs (the float32 kernel's error plus half an ulp of the output)."""
+    if dtype == "bfloat16":
+        ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes (pip) brings NumPy bfloat16")
+        dt, u = ml_dtypes.bfloat16, 2.0**-8
+    else:
+        dt, u = np.float16, 2.0**-11
+    q, k, v = (rand(rng, 1, 4, 256, 32).astype(dt) for _ in range(3))
+    out = np.zeros_like(q)
+    tracemalloc.start()
+    got = qkv.attention(q, k, v, causal=True, out=out)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert got is out and out.dtype == dt
+    assert peak < 16 * 1024, f"{peak} bytes allocated by Python: an input was copied"
+    ref, _ = reference(*(torch.from_numpy(x.astype(np.float64)) for x in (q, k, v)), causal=True)
+    err = np.abs(out.astype(np.float64) - ref.numpy()).max()
+    assert err <= 1e-5 + u * np.abs(ref.numpy()).max(), err
+    # The default output is in q's dtype; lse stays float32.
+    o2, lse = qkv.attention(q, k, v, causal=True, return_lse=True)
+    assert o2.dtype == dt and lse.dtype == np.float32
+    np.testing.assert_array_equal(o2.view(np.uint16), out.view(np.uint16))
+    with pytest.raises(TypeError, match="got uint16"):
+        qkv.attention(q.view(np.uint16), k, v)
+
+
 def test_two_threads_at_once(rng):
     problems = [tuple(rand(rng, 2, 4, 256, 32) for _ in range(3)) for _ in range(2)]
     serial = [qkv.attention(*p, causal=True) for p in problems]
@@ -169,11 +198,11 @@ def test_an_output_over_an_input_is_refused(rng):
 
 def test_bad_input_is_an_exception(rng):
     q, k, v = rand(rng, 1, 2, 4, 8), rand(rng, 1, 2, 4, 8), rand(rng, 1, 2, 4, 8)
-    with pytest.raises(TypeError, match="q must be float32, got float64"):
+    with pytest.raises(TypeError, match="q must be float32, bfloat16 or float16, got float64"):
         qkv.attention(q.astype(np.float64), k, v)
-    with pytest.raises(TypeError, match="v must be float32, got int32"):
+    with pytest.raises(TypeError, match="v must be float32, bfloat16 or float16, got int32"):
         qkv.attention(q, k, v.astype(np.int32))
-    with pytest.raises(TypeError, match="float32, got float16"):
+    with pytest.raises(ValueError, match="k is fp16 but v is fp32"):
         qkv.attention(q, k.astype(np.float16), v)
     with pytest.raises(ValueError, match="head dim"):
         qkv.attention(q, k[..., :4], v)

@@ -118,8 +118,49 @@ def test_sdpa_drop_in_takes_other_float_dtypes_and_refuses_what_it_cannot_do():
         qt.scaled_dot_product_attention(q, q[:, :1], q[:, :1])
     with pytest.raises(TypeError, match="floating-point"):
         qt.scaled_dot_product_attention(q.long(), q.long(), q.long())
-    with pytest.raises(TypeError, match="q must be float32, got float64"):
+    with pytest.raises(TypeError, match="q must be float32, bfloat16 or float16, got float64"):
         qt.attention(q.double(), q.double(), q.double())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_sixteen_bit_tensors_in_place_and_back_in_their_dtype(dtype):
+    """bfloat16 and float16 tensors are read where they lie (strided views too), outputs and
+    gradients come back in their dtype, within the rounding bound of float64 math over the same
+    16-bit inputs: the float32 kernel's error plus half an ulp of the output."""
+    u = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}[dtype]
+    base = randn(1, 24, 2, 16, seed=4).to(dtype)  # [B, T, H, D] storage, read as [B, H, T, D]
+    q = base.transpose(1, 2).requires_grad_()
+    k = randn(1, 2, 24, 16, seed=5).to(dtype).requires_grad_()
+    v = randn(1, 2, 24, 16, seed=6).to(dtype).requires_grad_()
+    out = qt.attention(q, k, v, causal=True)
+    assert out.dtype == dtype
+    ref, _ = reference(q.detach().double(), k.detach().double(), v.detach().double(), causal=True)
+    assert (out.double() - ref).abs().max() <= 1e-5 + u * ref.abs().max()
+    out.backward(torch.ones_like(out))
+    assert q.grad.dtype == k.grad.dtype == v.grad.dtype == dtype
+    # The drop-ins too, in place and in the dtype.
+    sdpa = qt.scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), is_causal=True)
+    assert sdpa.dtype == dtype
+    torch.testing.assert_close(sdpa, out.detach(), rtol=0, atol=0)
+
+
+def test_sixteen_bit_tensors_take_no_conversion_copies():
+    """No float32 copy of a bfloat16 or float16 q, k, v, out or dout, in the autograd Function
+    and the drop-ins, forward and backward: PyTorch's profiler sees no conversion or copy."""
+    for dtype in (torch.bfloat16, torch.float16):
+        q, k, v = (randn(1, 4, 64, 32, seed=s).to(dtype).requires_grad_() for s in (1, 2, 3))
+        calls = [lambda: qt.attention(q, k, v, causal=True),
+                 lambda: qt.scaled_dot_product_attention(q, k, v, is_causal=True),
+                 lambda: qt.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                            causal=True)]
+        for call in calls:
+            with torch.autograd.profiler.profile() as prof:
+                out = call()
+                out.backward(torch.ones_like(out))
+            copies = [e.name for e in prof.function_events
+                      if e.name in ("aten::to", "aten::_to_copy", "aten::copy_", "aten::contiguous")]
+            assert out.dtype == dtype and not copies, f"{dtype}: {copies}"
+            q.grad = k.grad = v.grad = None
 
 
 def flash_reference(q, k, v, causal=False, window=(-1, -1), softcap=0.0, alibi=None, scale=None):
