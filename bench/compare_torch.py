@@ -52,6 +52,7 @@ def qkv_bench(shape, threads, min_time, target):
         cmd.append("--backward")
     if target:
         cmd += ["--target", target]
+    cmd += ["--dtype", shape.get("dtype") or "fp32"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -89,6 +90,9 @@ def torch_time(shape, threads, min_time):
     if backward:
         q.requires_grad_(True), k.requires_grad_(True), v.requires_grad_(True)
     dout = torch.rand(1, H, Tq, D, generator=g)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[
+        shape.get("dtype") or "fp32"]
+    q, k, v, dout = (x.detach().to(dtype).requires_grad_(x.requires_grad) for x in (q, k, v, dout))
 
     plain_causal = causal and Tq == T and not window and not kv_len
 
@@ -106,7 +110,7 @@ def torch_time(shape, threads, min_time):
 
     additive = None
     if keep is not None:
-        additive = torch.zeros(Tq, T).masked_fill(~keep, float("-inf"))
+        additive = torch.zeros(Tq, T, dtype=dtype).masked_fill(~keep, float("-inf"))
 
     kx = k.repeat_interleave(H // Hkv, dim=1) if gqa else k
     vx = v.repeat_interleave(H // Hkv, dim=1) if gqa else v
@@ -162,16 +166,16 @@ def mask_text(r):
 
 def markdown(r):
     kind = "decode" if r["queries"] == 1 else ("fwd+bwd" if r["backward"] else "fwd")
-    return (f"| {r['target']} | {kind} | {r['heads']}/{r['kv_heads']} | {r['queries']} | {r['seq']} | {r['dim']} "
+    return (f"| {r['target']} | {r.get('dtype', 'fp32')} | {kind} | {r['heads']}/{r['kv_heads']} | {r['queries']} | {r['seq']} | {r['dim']} "
             f"| {mask_text(r)} | {r['threads']} | {r['ms']:.2f} "
             f"| {r['gflops']:.0f} | {100 * r['fraction_of_peak']:.0f}% "
             f"| {r['kv_gbps']:.1f} ({100 * r['fraction_of_read']:.0f}%) "
             f"| {r['torch_ms']:.2f} ({r['torch_path']}) | {r['ratio_to_torch']:.1f}x |")
 
 
-HEADER = ("| target | kind | Hq/Hkv | Tq | Tk | D | mask | threads | qkv ms | qkv GFLOP/s "
+HEADER = ("| target | dtype | kind | Hq/Hkv | Tq | Tk | D | mask | threads | qkv ms | qkv GFLOP/s "
           "| of FMA peak | K+V GB/s (of read loop) | PyTorch ms (path) | qkv speed-up |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def cpu_model():
@@ -200,6 +204,17 @@ def table_shapes(quick):
     for heads, kv_heads in ((32, 8), (64, 8)):
         shapes.append(dict(heads=heads, kv_heads=kv_heads, seq=32768, dim=128, causal=False,
                            backward=False, queries=1, threads=[2]))
+    # bf16 and fp16 (q, k, v, out and the gradients) against PyTorch in the same dtype, beside
+    # the fp32 rows above: the arithmetic is fp32 in qkv, half the bytes.
+    for dtype in ("bf16", "fp16"):
+        for backward in (False, True):
+            for dim in (64, 128):
+                for causal in (False, True):
+                    shapes.append(dict(heads=8, seq=2048, dim=dim, causal=causal,
+                                       backward=backward, threads=[2], dtype=dtype))
+        for heads, kv_heads in ((8, 8), (32, 8), (64, 8)):
+            shapes.append(dict(heads=heads, kv_heads=kv_heads, seq=32768, dim=128, causal=False,
+                               backward=False, queries=1, threads=[2], dtype=dtype))
     # The masks and GQA, against the plain forward of the same size (2 threads).
     for dim in (64, 128):
         for extra in (dict(causal=True, window=512), dict(causal=False, kv_len=1536),
@@ -219,6 +234,8 @@ def main():
     ap.add_argument("--window", type=int, help="sliding window: keys at most N positions back")
     ap.add_argument("--kv-len", type=int, help="padding: only the first N keys count")
     ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="of q, k, v, out (and the gradients), in qkv and in PyTorch")
     ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--quick", action="store_true")
@@ -240,7 +257,7 @@ def main():
     if a.seq:
         shapes = [dict(heads=a.heads, kv_heads=a.kv_heads, seq=a.seq, dim=a.dim,
                        causal=a.causal, backward=a.backward, queries=a.queries,
-                       window=a.window, kv_len=a.kv_len)]
+                       window=a.window, kv_len=a.kv_len, dtype=a.dtype)]
     else:
         shapes = table_shapes(a.quick)
     cap = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
