@@ -23,6 +23,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QKV = os.path.join(ROOT, "build", "release", "qkv")
 
 
+
+def causal_sdpa(q, k, v):
+    """PyTorch's fused causal attention: scaled_dot_product_attention (PyTorch 2), or the
+    private function of 1.13 that preceded it."""
+    import torch.nn.functional as F
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+
+
 def load_llama2c(path):
     """The checkpoint as a dict of torch tensors (layout: src/io/llama2c.cpp)."""
     import numpy as np
@@ -100,8 +110,7 @@ class TorchLlama:
             keys = self.k[l, :, :p0 + T].repeat_interleave(H // KVH, 0)
             values = self.v[l, :, :p0 + T].repeat_interleave(H // KVH, 0)
             if T > 1 and p0 == 0:
-                att = F._scaled_dot_product_attention(q.transpose(0, 1), keys, values,
-                                                      is_causal=True)[0]
+                att = causal_sdpa(q.transpose(0, 1), keys, values)
             else:  # T queries at the end of the cache
                 s = q.transpose(0, 1) @ keys.transpose(1, 2) / hs ** 0.5
                 mask = torch.ones(T, p0 + T, dtype=torch.bool).tril(p0)

@@ -32,6 +32,16 @@ SHAPES = [
 ]
 
 
+
+def causal_sdpa(q, k, v):
+    """PyTorch's fused causal attention: scaled_dot_product_attention (PyTorch 2), or the
+    private function of 1.13 that preceded it."""
+    import torch.nn.functional as F
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+
+
 def torch_worker(shape, threads, steps):
     import torch
     import torch.nn.functional as F
@@ -61,7 +71,7 @@ def torch_worker(shape, threads, steps):
             h = F.layer_norm(x, (C,), P[f"ln1w{l}"], P[f"ln1b{l}"])
             q, k, v = F.linear(h, P[f"qkvw{l}"], P[f"qkvb{l}"]).split(C, dim=-1)
             q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
-            att, _ = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)
+            att = causal_sdpa(q, k, v)
             x = x + F.linear(att.transpose(1, 2).reshape(B, T, C), P[f"ow{l}"], P[f"ob{l}"])
             h = F.layer_norm(x, (C,), P[f"ln2w{l}"], P[f"ln2b{l}"])
             x = x + F.linear(F.gelu(F.linear(h, P[f"fcw{l}"], P[f"fcb{l}"]), approximate="tanh"),

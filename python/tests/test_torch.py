@@ -218,3 +218,34 @@ def test_the_output_is_a_torch_tensor_in_qkvs_numpy_api_too():
     got = qkv.attention(q, q, q, out=out)
     assert got is out and out.abs().sum() > 0
     assert torch.is_tensor(qkv.attention(q, q, q))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_sixteen_bit_error_no_larger_than_pytorchs(dtype):
+    """On the same 16-bit inputs, qkv's error against float64 math over them is no larger than
+    PyTorch's own attention in that dtype (its SDPA where it has one, else the math form), in
+    the median and the worst over a grid of shapes."""
+    def torch_attention16(q, k, v, causal):
+        if HAS_SDPA:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        s = (q @ k.transpose(-1, -2)) * (1 / math.sqrt(q.shape[-1]))
+        if causal:
+            T = q.shape[-2]
+            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -math.inf)
+        return torch.softmax(s, -1) @ v
+
+    ours, theirs = [], []
+    for seed, (T, D, causal) in enumerate([(64, 32, False), (64, 32, True), (200, 64, True),
+                                           (300, 128, False), (129, 16, True), (512, 64, False)]):
+        q, k, v = (randn(2, 4, T, D, seed=10 * seed + i).to(dtype) for i in range(3))
+        ref, _ = reference(q, k, v, causal=causal)
+        try:
+            t_out = torch_attention16(q, k, v, causal)
+        except RuntimeError as e:  # PyTorch 1.13 has no float16 matmul on the CPU
+            pytest.skip(f"this PyTorch ({torch.__version__}) cannot compute {dtype} attention on "
+                        f"the CPU: {e}")
+        ours.append((qt.attention(q, k, v, causal=causal).double() - ref).abs().max().item())
+        theirs.append((t_out.double() - ref).abs().max().item())
+    median = lambda x: sorted(x)[len(x) // 2]
+    assert median(ours) <= median(theirs), (ours, theirs)
+    assert max(ours) <= max(theirs), (ours, theirs)
