@@ -232,7 +232,8 @@ def section_mpi(peer_py, quick, args):
 
 def section_ggml(peer_py, quick, args):
     """ggml's own decoding cases (one query against an f16 cache, 8 kv heads, GQA 1 and 4) beside
-    qkv's fp32 decoding of the same shape, alternating, the best of each."""
+    qkv's decoding of the same shape from an fp16 cache (the same bytes) and from an fp32 one,
+    alternating, the best of each."""
     if not args.ggml:
         return ("## Decoding against ggml\n\nNot measured in this run: give `--ggml PATH` "
                 "(ggml's `test-backend-ops`, built outside the repository).\n")
@@ -240,7 +241,7 @@ def section_ggml(peer_py, quick, args):
     pattern = rf"hsk=(64|128),hsv=(64|128),nh=8,nr23=\[[14],1\],kv=({kvs}),nb=1,"
     case = re.compile(r"hsk=(\d+),hsv=\d+,nh=(\d+),nr23=\[(\d+),1\],kv=(\d+),nb=1,.*"
                       r"type_K=(\w+).*?(\d[\d.]*) us/run")
-    ggml_us, qkv_us = {}, {}
+    ggml_us, qkv_us = {}, {"fp16": {}, "fp32": {}}
     for _ in range(2 if quick else 3):
         out = run([args.ggml, "perf", "-o", "FLASH_ATTN_EXT", "-b", "CPU", "-p", pattern],
                   timeout=3600)
@@ -253,23 +254,27 @@ def section_ggml(peer_py, quick, args):
             ggml_us[key] = min(ggml_us.get(key, 1e30), float(us))
         for key in ggml_us:
             d, nh, nr, kv, _ = key
-            r = json.loads(run([QKV, "bench", "attention", "--heads", str(nh * nr), "--kv-heads",
-                                str(nh), "--seq", str(kv), "--queries", "1", "--dim", str(d),
-                                "--min-time", "0.5", "--no-reference", "--json"]))
-            qkv_us[key] = min(qkv_us.get(key, 1e30), r["ms"] * 1e3)
+            for dtype, best in qkv_us.items():
+                r = json.loads(run([QKV, "bench", "attention", "--heads", str(nh * nr),
+                                    "--kv-heads", str(nh), "--seq", str(kv), "--queries", "1",
+                                    "--dim", str(d), "--dtype", dtype, "--min-time", "0.5",
+                                    "--no-reference", "--json"]))
+                best[key] = min(best.get(key, 1e30), r["ms"] * 1e3)
     if not ggml_us:
         raise RuntimeError("ggml printed no FLASH_ATTN_EXT decoding cases")
-    rows = ["| head dim | query heads / kv heads | keys | ggml µs (cache) | qkv µs (fp32 cache) "
-            "| qkv ÷ ggml time |", "|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| head dim | query heads / kv heads | keys | ggml µs (cache) | qkv µs (fp16 cache) "
+            "| qkv ÷ ggml time | qkv µs (fp32 cache) |", "|---:|---:|---:|---:|---:|---:|---:|"]
     for key in sorted(ggml_us):
         d, nh, nr, kv, kv_type = key
+        half, full = qkv_us["fp16"][key], qkv_us["fp32"][key]
         rows.append(f"| {d} | {nh * nr} / {nh} | {kv} | {ggml_us[key]:,.0f} ({kv_type}) | "
-                    f"{qkv_us[key]:,.0f} | {qkv_us[key] / ggml_us[key]:.2f} |")
+                    f"{half:,.0f} | {half / ggml_us[key]:.2f} | {full:,.0f} |")
     return ("## Decoding against ggml\n\n"
             "ggml's `test-backend-ops perf -o FLASH_ATTN_EXT -b CPU` decoding cases (one query "
             "row per query head, a mask, its default threads) and `qkv bench attention "
-            "--queries 1` on the same shapes, alternating, the best of each. ggml reads an f16 "
-            "cache, qkv an fp32 one (twice the bytes): below 1 qkv is faster.\n\n"
+            "--queries 1 --dtype fp16` (q and the cache in fp16, the bytes ggml reads) on the "
+            "same shapes, alternating, the best of each; below 1 qkv is faster. qkv from an fp32 "
+            "cache (twice the bytes) beside it.\n\n"
             + "\n".join(rows) + "\n")
 
 
