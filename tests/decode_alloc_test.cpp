@@ -25,7 +25,14 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
+// The nothrow form too (std::stable_sort's buffer): it is freed by the operator delete below.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  ++allocations;
+  allocated_bytes += static_cast<long>(n);
+  return std::malloc(n ? n : 1);
+}
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace qkv {
