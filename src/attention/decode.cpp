@@ -609,9 +609,7 @@ void decode_forward(const AttentionArgs& a) {
                     a.v.stride[2]};
     decode(a, K, V, a.k.shape[1], a.k.shape[2], a.v.shape[3]);
   };
-  if (a.k.type == TensorType::bf16) run(Bf16{});
-  else if (a.k.type == TensorType::f16) run(F16{});
-  else run(float{});
+  tiles::with_element_type(a.k.type, run);
 }
 
 }  // namespace HWY_NAMESPACE

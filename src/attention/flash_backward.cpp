@@ -60,22 +60,7 @@ using tiles::kQueryVectors;
 using tiles::Shape;
 using tiles::TileMask;
 using tiles::VisibleBlocks;
-using simd::Bf16;
-using simd::F16;
-
-// f(p) with p the address of element (b, h, i, d) of a view, typed as its elements.
-template <class F>
-HWY_INLINE auto with_typed(const View& v, int64_t b, int64_t h, int64_t i, int64_t d, F&& f) {
-  const int64_t at = b * v.stride[0] + h * v.stride[1] + i * v.stride[2] + d * v.stride[3];
-  switch (v.type) {
-    case TensorType::bf16:
-      return f(static_cast<Bf16*>(v.elements) + at);
-    case TensorType::f16:
-      return f(static_cast<F16*>(v.elements) + at);
-    default:
-      return f(v.data + at);
-  }
-}
+using tiles::with_typed;
 
 int64_t padded(int64_t n) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -381,9 +366,7 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
     for (int64_t u = 0; u < whole_rounds; ++u) unit(element, u, false);
     for (int64_t u = whole_rounds; u < units; ++u) unit(element, u, true);
   };
-  if (a.k.type == TensorType::bf16) run(Bf16{});
-  else if (a.k.type == TensorType::f16) run(F16{});
-  else run(float{});
+  tiles::with_element_type(a.k.type, run);
 }
 
 }  // namespace HWY_NAMESPACE

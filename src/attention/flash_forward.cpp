@@ -56,23 +56,6 @@ namespace hn = simd::hn;
 using simd::df;
 using simd::Vf;
 using namespace tiles;
-using simd::Bf16;
-using simd::F16;
-
-// f(p) with p the address of element (b, h, i, d) of a view, typed as its elements: fp32,
-// bf16 or fp16 (hwy's types, whose bits qkv::bf16 and qkv::f16 share).
-template <class F>
-HWY_INLINE auto with_typed(const View& v, int64_t b, int64_t h, int64_t i, int64_t d, F&& f) {
-  const int64_t at = b * v.stride[0] + h * v.stride[1] + i * v.stride[2] + d * v.stride[3];
-  switch (v.type) {
-    case TensorType::bf16:
-      return f(static_cast<Bf16*>(v.elements) + at);
-    case TensorType::f16:
-      return f(static_cast<F16*>(v.elements) + at);
-    default:
-      return f(v.data + at);
-  }
-}
 
 inline constexpr int64_t kTilesPerGroup = 8;
 
@@ -301,9 +284,7 @@ void flash_forward(const AttentionArgs& args) {
                           stream_out);
     }
   };
-  if (a.k.type == TensorType::bf16) group(Bf16{});
-  else if (a.k.type == TensorType::f16) group(F16{});
-  else group(float{});
+  with_element_type(a.k.type, group);
 }
 
 

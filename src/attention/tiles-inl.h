@@ -20,6 +20,7 @@
 #include "attention/masks.h"
 #include "attention/products-inl.h"
 #include "qkv/attention.h"
+#include "simd/convert-inl.h"
 #include "simd/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -30,6 +31,31 @@ namespace tiles {
 
 inline constexpr int kQueryVectors = 4;  // Mq = 4 N: 64 rows on AVX-512 (Qt of D = 128 is 32 KiB)
 inline constexpr int64_t kKeyTile = 64;  // S is Kt × Mq = 16 KiB: stays in L1 between uses
+
+// f(p) with p the address of element (b, h, i, d) of a view, typed as its elements: fp32,
+// bf16 or fp16 (hwy's types, whose bits qkv::bf16 and qkv::f16 share).
+template <class F>
+HWY_INLINE auto with_typed(const View& v, int64_t b, int64_t h, int64_t i, int64_t d, F&& f) {
+  const int64_t at = b * v.stride[0] + h * v.stride[1] + i * v.stride[2] + d * v.stride[3];
+  switch (v.type) {
+    case TensorType::bf16:
+      return f(static_cast<simd::Bf16*>(v.elements) + at);
+    case TensorType::f16:
+      return f(static_cast<simd::F16*>(v.elements) + at);
+    default:
+      return f(v.data + at);
+  }
+}
+
+// f(T{}) with T the element type of `type` (float, bf16, fp16): how a kernel instantiates its
+// inner loops for the type of K and V.
+template <class F>
+HWY_INLINE void with_element_type(TensorType type, F&& f) {
+  if (type == TensorType::bf16) f(simd::Bf16{});
+  else if (type == TensorType::f16) f(simd::F16{});
+  else f(float{});
+}
+
 
 struct Shape {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv, Mq;
