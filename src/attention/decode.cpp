@@ -96,10 +96,6 @@ struct Rows {
 
 using simd::Bf16;
 using simd::F16;
-template <typename T>
-HWY_INLINE Vf load(const T* p) {
-  return simd::load_widened(p);
-}
 HWY_INLINE float scalar(float x) { return x; }
 HWY_INLINE float scalar(Bf16 x) { return hwy::F32FromBF16(x); }
 HWY_INLINE float scalar(F16 x) { return hn::GetLane(simd::broadcast_widened(&x)); }
@@ -318,7 +314,7 @@ HWY_INLINE void key_dots(const float* q, int64_t D, const T* k, int64_t ks, int6
     for (int j = 0; j < KG; ++j) acc[r][j] = hn::Zero(df);
   for (int64_t d = 0; d < whole; d += N) {
     simd::VfSlot kv[KG];
-    for (int j = 0; j < KG; ++j) kv[j] = load(k + j * ks + d);
+    for (int j = 0; j < KG; ++j) kv[j] = simd::load_widened(k + j * ks + d);
     for (int r = 0; r < RG; ++r) {
       const Vf qv = hn::LoadU(df, q + r * D + d);
       for (int j = 0; j < KG; ++j) acc[r][j] = hn::MulAdd(qv, kv[j], acc[r][j]);
@@ -386,7 +382,7 @@ void block_values(const float* p, int64_t p_stride, const T* v, int64_t vs, int6
   for (int64_t jj = 0; jj < nk; ++jj) {
     if (jj < ahead_rows) prefetch_row(ahead + jj * vs, vs, Dv);
     simd::VfSlot x[W];
-    for (int w = 0; w < W; ++w) x[w] = load(v + jj * vs + e0 + w * N);
+    for (int w = 0; w < W; ++w) x[w] = simd::load_widened(v + jj * vs + e0 + w * N);
     for (int r = 0; r < RG; ++r) {
       const Vf pr = hn::Set(df, p[r * p_stride + jj]);
       for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(pr, x[w], acc[r][w]);
