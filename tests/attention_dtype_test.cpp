@@ -152,6 +152,8 @@ std::vector<Case> option_grid() {
           [](Case& c) { c.dim_strided = true; },
           [](Case& c) { c.D = 19, c.Dv = 7, c.scale = 0.5f; },
           [](Case& c) { c.Tq = 1, c.Tk = 600; },                      // decode, rows in registers
+          // … with dims of whole pairs of vectors, then a vector, then single elements
+          [](Case& c) { c.Tq = 1, c.Tk = 600, c.D = 56, c.Dv = 40; },
           [](Case& c) { c.Hq = 16, c.Hkv = 1, c.Tq = 2, c.Tk = 600; },  // decode, rows in lanes
           [](Case& c) { c.Tq = 1, c.Tk = 600, c.D = 8, c.Dv = 8; },    // decode, keys in lanes
           [](Case& c) { c.Tq = 3, c.Tk = 600, c.causal = true, c.bias = BiasKind::batch_key; },

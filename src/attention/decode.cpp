@@ -100,6 +100,35 @@ HWY_INLINE float scalar(float x) { return x; }
 HWY_INLINE float scalar(Bf16 x) { return hwy::F32FromBF16(x); }
 HWY_INLINE float scalar(F16 x) { return hn::GetLane(simd::broadcast_widened(&x)); }
 
+// bf16 rows are widened 2N elements at a time into an even and an odd vector
+// (simd::load_pair_widened: half the widening work of load_widened), so the kernels that sum
+// over the elements keep their other operand in that order: the first paired_span(D) elements
+// of the scaled queries, and of the partial outputs while a unit runs, are stored as blocks of
+// 2N, even elements first. (Rows of 4 query rows per key/value head, dim 128, bf16 cache on
+// Zen 4: the widening took as many instructions as the FMAs it fed.)
+template <typename T>
+constexpr bool kPaired = std::is_same_v<T, Bf16>;
+template <typename T>
+int64_t paired_span(int64_t D) {
+  const auto N2 = 2 * static_cast<int64_t>(simd::lanes());
+  return kPaired<T> ? D / N2 * N2 : 0;
+}
+// x[0, span) from natural order into blocks of 2N, evens first; `back` undoes it.
+void pair_order(float* x, int64_t span, bool back) {
+  const auto N = static_cast<int64_t>(simd::lanes());
+  float tmp[2 * hn::MaxLanes(df)];
+  for (int64_t blk = 0; blk < span; blk += 2 * N) {
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t odd = 0; odd < 2; ++odd) {
+        float& natural = x[blk + 2 * i + odd];
+        float& paired = x[blk + odd * N + i];
+        if (back) tmp[2 * i + odd] = paired;
+        else tmp[odd * N + i] = natural;
+      }
+    std::copy(tmp, tmp + 2 * N, x + blk);
+  }
+}
+
 // Rows this far ahead are asked for early, one row per row processed: with the hardware
 // prefetcher alone the kernels read K and V at ~72% of a plain read loop; 1–4 rows ahead gave
 // ~87–98%, 8 or more less again, and 16 or 64 rows ahead into L2 only no better (8 heads and
@@ -222,9 +251,9 @@ struct UnitRows {
   float* q;
 };
 // The calling thread's UnitRows for unit (b, hkv, c), with each row's partial result started
-// as "no key seen".
+// as "no key seen" and the first `paired` elements of each query in pair order.
 const UnitRows& start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t b,
-                           int64_t hkv, int64_t c, float* parts) {
+                           int64_t hkv, int64_t c, float* parts, int64_t paired = 0) {
   thread_local UnitRows u;
   u.c0 = c * n.chunk, u.c1 = std::min(u.c0 + n.chunk, n.Tk);
   u.unit = (b * n.Hkv + hkv) * n.chunks + c;
@@ -239,7 +268,13 @@ const UnitRows& start_unit(const AttentionArgs& a, float scale, const Shape& n, 
     range.end = std::max(std::min(k.end, u.c1), range.begin);
     if (range.begin < range.end)
       u.lo = std::min(u.lo, range.begin), u.hi = std::max(u.hi, range.end);
-    for (int64_t d = 0; d < n.D; ++d) u.q[r * n.D + d] = scale * a.q.get(b, h, i, d);
+    tiles::with_element_type(a.q.type, [&](auto element) {
+      using Q = decltype(element);
+      const Q* row = static_cast<const Q*>(a.q.address()) + b * a.q.stride[0] +
+                     h * a.q.stride[1] + i * a.q.stride[2];
+      for (int64_t d = 0; d < n.D; ++d) u.q[r * n.D + d] = scale * scalar(row[d * a.q.stride[3]]);
+    });
+    pair_order(u.q + r * n.D, paired, false);
     float* out = partial(parts, n, u.unit, r);
     out[0] = simd::kMinusInf, out[1] = 0;
     std::fill(out + 2, out + 2 + n.Dv, 0.0f);
@@ -305,14 +340,30 @@ using PartialDots =
 // apart) and KG key rows k_j (ks apart): each q vector loaded once for KG keys. (Pairs of keys
 // read K at 8 rows per kv head 5–7% faster than one key with two chains per row; four keys
 // at a time were slower from memory.)
+// The first `paired` elements of q are in pair order.
 template <int RG, int KG, typename T>
-HWY_INLINE void key_dots(const float* q, int64_t D, const T* k, int64_t ks, int64_t whole,
-                         PartialDots* part, int64_t jj) {
+HWY_INLINE void key_dots(const float* q, int64_t D, const T* k, int64_t ks, int64_t paired,
+                         int64_t whole, PartialDots* part, int64_t jj) {
   constexpr int64_t N = hn::MaxLanes(df);
   simd::VfSlot acc[RG][KG];
   for (int r = 0; r < RG; ++r)
     for (int j = 0; j < KG; ++j) acc[r][j] = hn::Zero(df);
-  for (int64_t d = 0; d < whole; d += N) {
+  int64_t d = 0;
+  if constexpr (kPaired<T>)
+    for (; d < paired; d += 2 * N) {
+      simd::VfSlot even[KG], odd[KG];
+      for (int j = 0; j < KG; ++j) {
+        Vf e, o;
+        simd::load_pair_widened(k + j * ks + d, e, o);
+        even[j] = e, odd[j] = o;
+      }
+      for (int r = 0; r < RG; ++r) {
+        const Vf qe = hn::LoadU(df, q + r * D + d), qo = hn::LoadU(df, q + r * D + d + N);
+        for (int j = 0; j < KG; ++j)
+          acc[r][j] = hn::MulAdd(qo, odd[j], hn::MulAdd(qe, even[j], acc[r][j]));
+      }
+    }
+  for (; d < whole; d += N) {
     simd::VfSlot kv[KG];
     for (int j = 0; j < KG; ++j) kv[j] = simd::load_widened(k + j * ks + d);
     for (int r = 0; r < RG; ++r) {
@@ -333,7 +384,7 @@ template <typename T>
 void block_scores(const float* q, int64_t R, int64_t D, const T* k, int64_t ks, int64_t nk,
                   const T* ahead, int64_t ahead_rows, float* s, int64_t s_stride) {
   constexpr int64_t N = hn::MaxLanes(df);
-  const int64_t whole = D / N * N;
+  const int64_t whole = D / N * N, paired = paired_span<T>(D);
   PartialDots part[kTiledDecodeMinRows];
   // All rows for KG keys from jj on.
   const auto keys_from = [&](int64_t jj, auto keys) {
@@ -343,7 +394,8 @@ void block_scores(const float* q, int64_t R, int64_t D, const T* k, int64_t ks, 
     for (int64_t r = 0; r < R; r += kGroupRows)
       simd::with_count<kGroupRows>(
           static_cast<int>(std::min<int64_t>(kGroupRows, R - r)), [&](auto rows) {
-            key_dots<decltype(rows)::value, KG>(q + r * D, D, k + jj * ks, ks, whole, part + r, jj);
+            key_dots<decltype(rows)::value, KG>(q + r * D, D, k + jj * ks, ks, paired, whole,
+                                                part + r, jj);
           });
   };
   int64_t jj = 0;
@@ -356,7 +408,7 @@ void block_scores(const float* q, int64_t R, int64_t D, const T* k, int64_t ks, 
   for (int64_t d = whole; d < D; ++d)  // a head dim that is not whole vectors
     for (int64_t key = 0; key < nk; ++key)
       for (int64_t r = 0; r < R; ++r)
-        s[r * s_stride + key] += q[r * D + d] * scalar(k[key * ks + d]);
+        s[r * s_stride + key] += q[r * D + d] * scalar(k[key * ks + d]);  // past `paired`
 }
 
 // Value vectors per pass of block_values: RG × W accumulators, W value vectors and a
@@ -371,8 +423,8 @@ inline constexpr int kValueVectors = simd::kVectorRegisters >= 32 ? (RG <= 2 ? 8
 
 // o_r[e0, e0 + W N) += Σ_jj p_r[jj] v_jj[e0, e0 + W N) over nk value rows v, for RG rows
 // (p_r = p + r · p_stride), the sums in registers across the rows; asks for ahead_rows rows of
-// `ahead` (Dv wide), one per value row.
-template <int RG, int W, typename T>
+// `ahead` (Dv wide), one per value row. Paired: those columns of o are in pair order (W even).
+template <int RG, int W, bool Paired, typename T>
 void block_values(const float* p, int64_t p_stride, const T* v, int64_t vs, int64_t nk, int64_t e0,
                   float* const* o, const T* ahead, int64_t ahead_rows, int64_t Dv) {
   constexpr int64_t N = hn::MaxLanes(df);
@@ -382,7 +434,16 @@ void block_values(const float* p, int64_t p_stride, const T* v, int64_t vs, int6
   for (int64_t jj = 0; jj < nk; ++jj) {
     if (jj < ahead_rows) prefetch_row(ahead + jj * vs, vs, Dv);
     simd::VfSlot x[W];
-    for (int w = 0; w < W; ++w) x[w] = simd::load_widened(v + jj * vs + e0 + w * N);
+    if constexpr (Paired) {
+      static_assert(W % 2 == 0, "pairs of vectors");
+      for (int w = 0; w < W; w += 2) {
+        Vf even, odd;
+        simd::load_pair_widened(v + jj * vs + e0 + w * N, even, odd);
+        x[w] = even, x[w + 1] = odd;
+      }
+    } else {
+      for (int w = 0; w < W; ++w) x[w] = simd::load_widened(v + jj * vs + e0 + w * N);
+    }
     for (int r = 0; r < RG; ++r) {
       const Vf pr = hn::Set(df, p[r * p_stride + jj]);
       for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(pr, x[w], acc[r][w]);
@@ -403,7 +464,7 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
                       float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
                       float* parts) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
+  const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts, paired_span<T>(n.D));
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
   const int64_t stride = n.chunk + N;  // a row of scores, and room for a whole vector past it
@@ -426,7 +487,8 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
     finish_scores(a, bias, n, b, hkv, r, u.ranges[r], lo, hi, s + r * stride, out);
     o[r] = out + 2;
   }
-  const int64_t whole = n.Dv / N * N;
+  const int64_t whole = n.Dv / N * N, paired = paired_span<T>(n.Dv);
+  // (o starts at zero: already in pair order.)
   for (int64_t j = lo; j < hi; j += kValueBlock) {
     const int64_t nk = std::min(kValueBlock, hi - j), vs = V.row_stride;
     const T* v = V.row(b, hkv, j);
@@ -438,12 +500,23 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
           static_cast<int>(std::min<int64_t>(kGroupRows, n.R - r)), [&](auto rows) {
             constexpr int RG = decltype(rows)::value, W = kValueVectors<RG>;
             int64_t e = 0;
+            if constexpr (kPaired<T>) {
+              constexpr int WP = W < 2 ? 2 : W / 2 * 2;  // pairs of vectors
+              for (; e + WP * N <= paired; e += WP * N, next = nullptr, ahead_rows = 0)
+                block_values<RG, WP, true>(p, stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
+              if (e < paired)
+                simd::with_count<WP / 2>(static_cast<int>((paired - e) / (2 * N)), [&](auto w) {
+                  block_values<RG, 2 * decltype(w)::value, true>(p, stride, v, vs, nk, e, o + r,
+                                                                 next, ahead_rows, n.Dv);
+                });
+              if (e < paired) e = paired, next = nullptr, ahead_rows = 0;
+            }
             for (; e + W * N <= whole; e += W * N, next = nullptr, ahead_rows = 0)
-              block_values<RG, W>(p, stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
+              block_values<RG, W, false>(p, stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
             if (e < whole)
               simd::with_count<W>(static_cast<int>((whole - e) / N), [&](auto w) {
-                block_values<RG, decltype(w)::value>(p, stride, v, vs, nk, e, o + r, next,
-                                                     ahead_rows, n.Dv);
+                block_values<RG, decltype(w)::value, false>(p, stride, v, vs, nk, e, o + r, next,
+                                                            ahead_rows, n.Dv);
               });
             next = nullptr, ahead_rows = 0;
           });
@@ -453,6 +526,7 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
         for (int64_t r = 0; r < n.R; ++r)
           o[r][e] += s[r * stride + (j - lo) + jj] * scalar(v[jj * vs + e]);
   }
+  for (int64_t r = 0; r < n.R; ++r) pair_order(o[r], paired, true);
 }
 
 // Many rows per key/value head (a large GQA group, several queries each): up to 64 rows per

@@ -112,6 +112,16 @@ HWY_INLINE Vf load_widened(const F16* p) {
 #endif
 }
 
+// 2N bf16 elements at p (unaligned) as two fp32 vectors without reordering lanes: `even`
+// holds p[0], p[2], …, `odd` p[1], p[3], … (one load, a shift and a mask for 2N elements,
+// where load_widened takes a widening load and a shift for N). For sums over the elements
+// (dot products, P·V accumulated per column) whose other operand is laid out to match.
+HWY_INLINE void load_pair_widened(const Bf16* p, Vf& even, Vf& odd) {
+  const auto u = hn::LoadU(du32, reinterpret_cast<const uint32_t*>(p));
+  even = hn::BitCast(df, hn::ShiftLeft<16>(u));
+  odd = hn::BitCast(df, hn::And(u, hn::Set(du32, 0xffff0000u)));
+}
+
 // v rounded to nearest even into N elements at p (unaligned).
 HWY_INLINE void store_rounded(Vf v, float* p) { hn::StoreU(v, df, p); }
 HWY_INLINE void store_rounded(Vf v, Bf16* p) {
