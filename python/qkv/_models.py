@@ -56,24 +56,27 @@ class Model:
             raise ValueError("the prompt needs at least one token")
         return ids
 
-    def tokens(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0):
+    def tokens(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0,
+               cache="f32"):
         """The generated token ids, one at a time (a generator); see generate()."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         ids = self._ids(prompt)
         g = self._file._generator(ids, len(ids) + max_tokens - 1, float(temperature), float(top_p),
-                                  int(top_k), int(seed))
+                                  int(top_k), int(seed), str(cache))
         while (token := g.next()) >= 0:
             yield token
 
-    def generate(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0):
+    def generate(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0,
+                 cache="f32"):
         """Text after `prompt` (a string, or token ids), streamed piece by piece.
 
         A KV cache holds the keys and values: the prompt runs once, then each step runs one
         token. temperature 0 is greedy; otherwise sampling as llama2.c's run.c (the same seed
         gives the same text), with top_p (nucleus) and top_k (0 = off). Ends at max_tokens new
         tokens, at the model's context, or at the model's stop token (a llama2.c model starting a
-        new story with BOS, a GGUF model's EOS).
+        new story with BOS, a GGUF model's EOS). cache: how the KV cache stores keys and values,
+        "f32", "bf16" or "f16" (half the memory; attention reads them in place).
         """
         tok = self.tokenizer
         if tok is None:
@@ -81,7 +84,7 @@ class Model:
         ids = self._ids(prompt)
         utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span tokens
         prev = ids[-1]
-        for token in self.tokens(ids, max_tokens, temperature, top_p, seed, top_k):
+        for token in self.tokens(ids, max_tokens, temperature, top_p, seed, top_k, cache):
             text = utf8.decode(tok.decode_bytes(prev, token))
             prev = token
             if text:
@@ -126,11 +129,12 @@ class Chat:
 
     system: the system prompt (None: the one the template writes, "" for none); max_reply:
     tokens per answer at most; context: positions for all turns together (0: the model's);
-    temperature (0: greedy), top_p, top_k and seed sample as generate() does.
+    temperature (0: greedy), top_p, top_k and seed sample as generate() does; cache: the KV
+    cache's storage, "f32", "bf16" or "f16", as in generate().
     """
 
     def __init__(self, model, system=None, *, max_reply=1024, context=0, temperature=0.7,
-                 top_p=0.9, top_k=0, seed=1):
+                 top_p=0.9, top_k=0, seed=1, cache="f32"):
         self.model = model
         if model._file.format != "gguf":
             raise ValueError(f"Chat needs a GGUF model with a chat template; {model.path} is "
@@ -139,7 +143,8 @@ class Chat:
             system = _qkv._default_system_prompt(model._file.chat_template)
         self.system = str(system)
         self._chat = _qkv._Chat(model._file, self.system, int(max_reply), int(context),
-                                float(temperature), float(top_p), int(top_k), int(seed))
+                                float(temperature), float(top_p), int(top_k), int(seed),
+                                str(cache))
         self.reset()
 
     def reset(self):

@@ -116,16 +116,17 @@ void bind_models(nb::module_& m) {
       .def(
           "_generator",
           [](ModelFile& f, std::vector<int32_t> prompt, int64_t steps, float temperature,
-             float top_p, int64_t top_k, uint64_t seed) {
+             float top_p, int64_t top_k, uint64_t seed, const std::string& cache) {
             GenerateOptions o{
                 .steps = steps,
                 .sampling = {
-                    .temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed}};
+                    .temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed},
+                .cache = cache_type(cache)};
             o.stop_tokens = stop_tokens(f);
             return Generator(*f.model, std::move(prompt), o);
           },
           nb::keep_alive<0, 1>(), nb::arg("prompt"), nb::arg("steps"), nb::arg("temperature"),
-          nb::arg("top_p"), nb::arg("top_k"), nb::arg("seed"))
+          nb::arg("top_p"), nb::arg("top_k"), nb::arg("seed"), nb::arg("cache"))
       .def(
           "logits",
           [](ModelFile& f, const std::vector<int32_t>& tokens) {
@@ -171,7 +172,8 @@ void bind_models(nb::module_& m) {
       .def(
           "__init__",
           [](Chat* chat, ModelFile& f, const std::string& system, int64_t max_reply,
-             int64_t context, float temperature, float top_p, int64_t top_k, uint64_t seed) {
+             int64_t context, float temperature, float top_p, int64_t top_k, uint64_t seed,
+             const std::string& cache) {
             check(f.tokenizer.has_value(), "Chat: the model has no tokenizer");
             const ChatFormat format = chat_format(f.chat_template);
             ChatOptions o{.system = system,
@@ -180,12 +182,13 @@ void bind_models(nb::module_& m) {
                                        .top_p = top_p,
                                        .seed = seed},
                           .max_reply = max_reply,
-                          .context = context};
+                          .context = context,
+                          .cache = cache_type(cache)};
             new (chat) Chat(*f.model, *f.tokenizer, format, o);
           },
           nb::keep_alive<1, 2>(), nb::arg("file"), nb::arg("system"), nb::arg("max_reply"),
           nb::arg("context"), nb::arg("temperature"), nb::arg("top_p"), nb::arg("top_k"),
-          nb::arg("seed"))
+          nb::arg("seed"), nb::arg("cache"))
       .def("add", &Chat::add, nb::arg("role"), nb::arg("content"))
       .def(
           "respond",

@@ -158,6 +158,20 @@ def test_smollm2_generates_with_its_own_tokenizer():
     np.testing.assert_allclose(a, b, atol=1e-4 * np.abs(b).max())
 
 
+def test_smollm2_generates_and_chats_from_16_bit_caches():
+    m = qkv.load_gguf(smollm2_path())
+    for cache in ("bf16", "f16"):
+        text = "".join(m.generate("The capital of France is", max_tokens=8, temperature=0,
+                                  cache=cache))
+        assert text.startswith(" Paris"), (cache, text)
+    chat = qkv.Chat(m, temperature=0, max_reply=16, cache="bf16")
+    assert "Paris" in chat.reply("What is the capital of France?")
+    with pytest.raises(ValueError, match="f32, bf16 or f16"):
+        next(m.generate("x", cache="fp8"))
+    with pytest.raises(ValueError, match="f32, bf16 or f16"):
+        qkv.Chat(m, cache="int4")
+
+
 def chatml(messages):
     """The ChatML text of `messages`, then the assistant's opening, as the template writes it."""
     return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + \

@@ -61,6 +61,16 @@ HWY_INLINE void rows_times_packed(const T* HWY_RESTRICT a, int64_t a_stride,
       else acc[j][v] = hn::Mul(hn::Load(df, c + j * Mq + v * N), hn::Load(df, alpha + v * N));
     }
   int64_t d = 0;
+  if constexpr (kBroadcastFours<T>) {
+    for (; d + 4 <= depth; d += 4)
+      for (int j = 0; j < NK; ++j) {
+        Vf x[4];
+        broadcast_four(a + j * a_stride + d, x);
+        for (int i = 0; i < 4; ++i)
+          for (int v = 0; v < NQV; ++v)
+            acc[j][v] = hn::MulAdd(x[i], hn::Load(df, bt + (d + i) * Mq + v * N), acc[j][v]);
+      }
+  }
   if constexpr (!std::is_same_v<T, float>) {
     for (; d + 2 <= depth; d += 2) {
       VfSlot b0[NQV], b1[NQV];
@@ -105,7 +115,15 @@ HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int
     VfSlot x[NQV];
     for (int v = 0; v < NQV; ++v) x[v] = hn::Load(df, p + j * Mq + v * N);
     const T* brow = b + j * b_stride + e0;
-    for (int e = 0; e < NE; ++e) {
+    int e = 0;
+    if constexpr (kBroadcastFours<T>)
+      for (; e + 4 <= NE; e += 4) {
+        Vf y[4];
+        broadcast_four(brow + e, y);
+        for (int i = 0; i < 4; ++i)
+          for (int v = 0; v < NQV; ++v) acc[e + i][v] = hn::MulAdd(y[i], x[v], acc[e + i][v]);
+      }
+    for (; e < NE; ++e) {
       const Vf y = broadcast_widened(brow + e);
       for (int v = 0; v < NQV; ++v) acc[e][v] = hn::MulAdd(y, x[v], acc[e][v]);
     }
