@@ -15,10 +15,13 @@
 // tiled kernels' pieces (decode_unit_tiled), and head dims below a vector with the keys in
 // the lanes (decode_unit_keys_in_lanes).
 // Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
+// Compiled once more for the bf16 units (decode_bf16.cpp, src/simd/units.h), where bf16 rows
+// are multiplied as pairs by vdpbf16ps instead of widened.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/decode.cpp"
 #include <hwy/foreach_target.h>
 #include <hwy/highway.h>
+#include "simd/units-inl.h"
 
 #include <algorithm>
 #include <type_traits>
@@ -37,7 +40,9 @@
 #include "qkv/error.h"
 #include "util/scratch.h"
 #include "simd/dispatch.h"
+#include "simd/units.h"
 
+#if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
 namespace HWY_NAMESPACE {
@@ -626,6 +631,207 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
   }
 }
 
+#if defined(QKV_BF16_UNITS)
+// ---- bf16 rows on the bf16 units (AVX512-BF16) ---------------------------------------------
+//
+// vdpbf16ps adds to each fp32 lane the two products of a pair of bf16 lanes: 32 products per
+// instruction, where widening a bf16 vector and an fp32 FMA gave 16 for three. The scores take
+// the query as bf16 (an fp32 query as a sum of two bf16, hi + lo, which keeps 16 of its 24
+// bits) against 32 key elements per instruction, reduced as in block_scores. P·V takes P
+// rounded to bf16 (the one rounding this path adds: |P − P̃| ≤ 2^-8 P) against pairs of value
+// rows interleaved (vpunpck{l,h}wd), so each lane sums two keys; the interleave orders the
+// columns of a 32-column block as lanes_to_column says, undone once per unit. Used where the
+// head dims are whole multiples of 32 and up to 15 rows share a kv head.
+
+constexpr int64_t kUnitBlock = 32;  // bf16 elements per vector
+
+HWY_INLINE __m512bh as_pairs(__m512i x) { return (__m512bh)x; }
+HWY_INLINE __m512bh load_pairs(const void* p) { return as_pairs(_mm512_loadu_si512(p)); }
+
+bool fits_units(const Shape& n) {
+  return n.D % kUnitBlock == 0 && n.Dv % kUnitBlock == 0 && n.R < kTiledDecodeMinRows;
+}
+
+// The column of a 32-column block that storage position p holds while P·V runs: the low
+// interleave covers columns 0–3 of each 8 (per 128-bit lane), the high one columns 4–7.
+int64_t lanes_to_column(int64_t p) {
+  const int64_t half = p / 16, i = p % 16;
+  return (i / 4) * 8 + half * 4 + i % 4;
+}
+void columns_from_lanes(float* o, int64_t Dv) {
+  float tmp[kUnitBlock];
+  for (int64_t e0 = 0; e0 < Dv; e0 += kUnitBlock) {
+    for (int64_t p = 0; p < kUnitBlock; ++p) tmp[lanes_to_column(p)] = o[e0 + p];
+    std::copy(tmp, tmp + kUnitBlock, o + e0);
+  }
+}
+
+// Each row's query q (fp32, R × D) as bf16 hi and, with `two`, lo = q − hi.
+void split_queries(const float* q, int64_t count, bool two, uint16_t* hi, uint16_t* lo) {
+  for (int64_t i = 0; i < count; ++i) {
+    hi[i] = float_to_bf16(q[i]);
+    if (two) lo[i] = float_to_bf16(q[i] - bf16_to_float(hi[i]));
+  }
+}
+
+// part[r][jj + j] ← the partial dot products of RG query rows with KG key rows.
+template <int RG, int KG, bool kTwo>
+HWY_INLINE void key_dots_units(const uint16_t* qh, const uint16_t* ql, int64_t D, const Bf16* k,
+                               int64_t ks, PartialDots* part, int64_t jj) {
+  __m512 acc[RG][KG];
+  for (int r = 0; r < RG; ++r)
+    for (int j = 0; j < KG; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; d += kUnitBlock) {
+    __m512bh kv[KG];
+    for (int j = 0; j < KG; ++j) kv[j] = load_pairs(k + j * ks + d);
+    for (int r = 0; r < RG; ++r) {
+      const __m512bh h = load_pairs(qh + r * D + d);
+      for (int j = 0; j < KG; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], h, kv[j]);
+      if constexpr (kTwo) {
+        const __m512bh l = load_pairs(ql + r * D + d);
+        for (int j = 0; j < KG; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], l, kv[j]);
+      }
+    }
+  }
+  for (int r = 0; r < RG; ++r)
+    for (int j = 0; j < KG; ++j) part[r][jj + j] = Vf{acc[r][j]};
+}
+
+// block_scores on the units: s[r · s_stride + jj] ← scale · q_r · k_jj for nk ≤ 16 keys.
+template <bool kTwo>
+void block_scores_units(const uint16_t* qh, const uint16_t* ql, int64_t R, int64_t D, float scale,
+                        const Bf16* k, int64_t ks, int64_t nk, const Bf16* ahead,
+                        int64_t ahead_rows, float* s, int64_t s_stride) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  PartialDots part[kTiledDecodeMinRows];
+  const auto keys_from = [&](int64_t jj, auto keys) {
+    constexpr int KG = decltype(keys)::value;
+    for (int j = 0; j < KG; ++j)
+      if (jj + j < ahead_rows) prefetch_row(ahead + (jj + j) * ks, ks, D);
+    for (int64_t r = 0; r < R; r += kGroupRows)
+      simd::with_count<kGroupRows>(
+          static_cast<int>(std::min<int64_t>(kGroupRows, R - r)), [&](auto rows) {
+            key_dots_units<decltype(rows)::value, KG, kTwo>(qh + r * D, ql + r * D, D,
+                                                            k + jj * ks, ks, part + r, jj);
+          });
+  };
+  int64_t jj = 0;
+  for (; jj + 2 <= nk; jj += 2) keys_from(jj, std::integral_constant<int, 2>{});
+  if (jj < nk) keys_from(jj, std::integral_constant<int, 1>{});
+  const Vf vscale = hn::Set(df, scale);
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t lane = nk; lane < N; ++lane) part[r][lane] = hn::Zero(df);
+    hn::StoreU(hn::Mul(lane_sums(part[r]), vscale), df, s + r * s_stride);
+  }
+}
+
+// o_r[e0, e0 + 32 W) += Σ_jj p̃_r[jj] v_jj over nk value rows, two rows per instruction: pp
+// holds each row's P̃ as pairs (bf16 p̃[2t] in the low half of word t, p̃[2t + 1] in the
+// high), o the columns in lane order.
+template <int RG, int W>
+void block_values_units(const uint32_t* pp, int64_t pp_stride, const Bf16* v, int64_t vs,
+                        int64_t nk, int64_t e0, float* const* o, const Bf16* ahead,
+                        int64_t ahead_rows, int64_t Dv) {
+  __m512 lo[RG][W], hi[RG][W];
+  for (int r = 0; r < RG; ++r)
+    for (int w = 0; w < W; ++w) {
+      lo[r][w] = _mm512_loadu_ps(o[r] + e0 + w * kUnitBlock);
+      hi[r][w] = _mm512_loadu_ps(o[r] + e0 + w * kUnitBlock + 16);
+    }
+  for (int64_t jj = 0; jj < nk; jj += 2) {
+    const bool second = jj + 1 < nk;  // an odd count: the last row pairs with zeros
+    for (int64_t t = jj; t < std::min(jj + 2, ahead_rows); ++t)
+      prefetch_row(ahead + t * vs, vs, Dv);
+    __m512bh x_lo[W], x_hi[W];
+    for (int w = 0; w < W; ++w) {
+      const __m512i a = _mm512_loadu_si512(v + jj * vs + e0 + w * kUnitBlock);
+      const __m512i b =
+          second ? _mm512_loadu_si512(v + (jj + 1) * vs + e0 + w * kUnitBlock) : _mm512_setzero_si512();
+      x_lo[w] = as_pairs(_mm512_unpacklo_epi16(a, b));
+      x_hi[w] = as_pairs(_mm512_unpackhi_epi16(a, b));
+    }
+    for (int r = 0; r < RG; ++r) {
+      const __m512bh p = as_pairs(_mm512_set1_epi32(static_cast<int>(pp[r * pp_stride + jj / 2])));
+      for (int w = 0; w < W; ++w) {
+        lo[r][w] = _mm512_dpbf16_ps(lo[r][w], x_lo[w], p);
+        hi[r][w] = _mm512_dpbf16_ps(hi[r][w], x_hi[w], p);
+      }
+    }
+  }
+  for (int r = 0; r < RG; ++r)
+    for (int w = 0; w < W; ++w) {
+      _mm512_storeu_ps(o[r] + e0 + w * kUnitBlock, lo[r][w]);
+      _mm512_storeu_ps(o[r] + e0 + w * kUnitBlock + 16, hi[r][w]);
+    }
+}
+
+// decode_unit_rows on the units (fits_units).
+void decode_unit_rows_units(const AttentionArgs& a, const Rows<Bf16>& K, const Rows<Bf16>& V,
+                            const View& bias, float scale, const Shape& n, int64_t b, int64_t hkv,
+                            int64_t c, float* parts) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  const UnitRows& u = start_unit(a, 1.0f, n, b, hkv, c, parts);  // scaled after the products
+  const int64_t lo = u.lo, hi = u.hi;
+  if (lo >= hi) return;
+  const bool two = a.q.type != TensorType::bf16;  // a bf16 query is exact in one term
+  thread_local std::vector<uint16_t> q16;
+  q16.resize(2 * n.R * n.D);
+  uint16_t *qh = q16.data(), *ql = qh + n.R * n.D;
+  split_queries(u.q, n.R * n.D, two, qh, ql);
+  const int64_t stride = n.chunk + N;
+  float* s = thread_scratch(ForwardSlot::scores, n.R * stride);
+  const auto ahead = [&](const Rows<Bf16>& rows, int64_t j, int64_t count, int64_t& ahead_rows) {
+    ahead_rows = std::clamp<int64_t>(hi - (j + kPrefetchRows), 0, count);
+    return ahead_rows > 0 ? rows.row(b, hkv, j + kPrefetchRows) : nullptr;
+  };
+  for (int64_t j = lo; j < hi; j += N) {
+    const int64_t nk = std::min(N, hi - j);
+    int64_t ahead_rows;
+    const Bf16* next = ahead(K, j, nk, ahead_rows);
+    (two ? block_scores_units<true> : block_scores_units<false>)(
+        qh, ql, n.R, n.D, scale, K.row(b, hkv, j), K.row_stride, nk, next, ahead_rows,
+        s + (j - lo), stride);
+  }
+  // Each row's softmax, then P̃ as bf16 pairs (rounded to nearest even by vcvtne2ps2bf16).
+  const int64_t pairs = (hi - lo + 1) / 2, pp_stride = (pairs + 15) / 16 * 16;
+  thread_local std::vector<uint32_t> pp_store;
+  pp_store.resize(n.R * pp_stride);
+  uint32_t* pp = pp_store.data();
+  float* o[kTiledDecodeMinRows];
+  for (int64_t r = 0; r < n.R; ++r) {
+    float* out = partial(parts, n, u.unit, r);
+    finish_scores(a, bias, n, b, hkv, r, u.ranges[r], lo, hi, s + r * stride, out);
+    o[r] = out + 2;
+    const float* p = s + r * stride;  // p, then 0 to the next whole vector past hi
+    for (int64_t t = 0; t < pairs; t += 16) {
+      const int64_t j = 2 * t;
+      const __m512 x0 = _mm512_loadu_ps(p + j);
+      const __m512 x1 = j + 16 < hi - lo ? _mm512_loadu_ps(p + j + 16) : _mm512_setzero_ps();
+      _mm512_storeu_si512(pp + r * pp_stride + t, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+    }
+  }
+  for (int64_t j = lo; j < hi; j += kValueBlock) {
+    const int64_t nk = std::min(kValueBlock, hi - j), vs = V.row_stride;
+    const Bf16* v = V.row(b, hkv, j);
+    int64_t ahead_rows;
+    const Bf16* next = ahead(V, j, nk, ahead_rows);
+    for (int64_t r = 0; r < n.R; r += kGroupRows) {
+      const uint32_t* p = pp + r * pp_stride + (j - lo) / 2;
+      simd::with_count<kGroupRows>(
+          static_cast<int>(std::min<int64_t>(kGroupRows, n.R - r)), [&](auto rows) {
+            constexpr int RG = decltype(rows)::value, W = RG <= 2 ? 4 : 2;
+            int64_t e = 0;
+            for (; e + W * kUnitBlock <= n.Dv; e += W * kUnitBlock, next = nullptr, ahead_rows = 0)
+              block_values_units<RG, W>(p, pp_stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
+            for (; e < n.Dv; e += kUnitBlock, next = nullptr, ahead_rows = 0)
+              block_values_units<RG, 1>(p, pp_stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
+          });
+    }
+  }
+  for (int64_t r = 0; r < n.R; ++r) columns_from_lanes(o[r], n.Dv);
+}
+#endif  // QKV_BF16_UNITS
+
 // The split-KV driver for either element type; Tk, Hkv and Dv come from the rows' caller.
 template <typename T>
 void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t Hkv, int64_t Tk,
@@ -643,6 +849,10 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
   parallel_for(units, threads, [&](int64_t u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
     if (keys_in_lanes(n)) return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
+#if defined(QKV_BF16_UNITS)
+    if constexpr (std::is_same_v<T, Bf16>)
+      if (fits_units(n)) return decode_unit_rows_units(a, K, V, bias, scale, n, b, hkv, c, parts);
+#endif
     if (n.R >= kTiledDecodeMinRows) decode_unit_tiled(a, K, V, bias, scale, n, b, hkv, c, parts);
     else decode_unit_rows(a, K, V, bias, scale, n, b, hkv, c, parts);
   });
@@ -685,13 +895,25 @@ void decode_forward(const AttentionArgs& a) {
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv::detail
 HWY_AFTER_NAMESPACE();
+#endif  // QKV_KERNEL_PASS
 
 #if HWY_ONCE
 namespace qkv::detail {
 
+#if defined(QKV_BF16_UNITS)
+void decode_forward_on_bf16_units(const AttentionArgs& a) { N_AVX3_BF16::decode_forward(a); }
+#else
+void decode_forward_on_bf16_units(const AttentionArgs& a);  // decode_bf16.cpp
+
 HWY_EXPORT(decode_forward);
 
-void decode_forward(const AttentionArgs& a) { QKV_DISPATCH(decode_forward)(a); }
+void decode_forward(const AttentionArgs& a) {
+#if QKV_HAVE_BF16_UNITS
+  if (a.k.type == TensorType::bf16 && simd::bf16_units()) return decode_forward_on_bf16_units(a);
+#endif
+  QKV_DISPATCH(decode_forward)(a);
+}
+#endif
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

@@ -1,8 +1,10 @@
-// Compiled once per SIMD target (see src/simd/dispatch.h).
+// Compiled once per SIMD target (see src/simd/dispatch.h), and for the bf16 units
+// (tiles_bf16.cpp).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/tiles.cpp"
 #include <hwy/foreach_target.h>
 #include <hwy/highway.h>
+#include "simd/units-inl.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +12,7 @@
 
 #include "attention/tiles-inl.h"
 
+#if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
 namespace HWY_NAMESPACE {
@@ -159,3 +162,4 @@ View contiguous_rows(const View& t, std::vector<char>& storage) {
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv::detail
 HWY_AFTER_NAMESPACE();
+#endif  // QKV_KERNEL_PASS

@@ -3,6 +3,12 @@
 // by hwy::SupportedTargets(). Forcing target T narrows what SupportedTargets reports to T and
 // the targets below it (hwy::SetSupportedTargetsForTest), checked first against what the CPU
 // really supports, read before any narrowing.
+//
+// avx512_bf16 is qkv's own target above Highway's (Highway 1.0.3 has none for AVX512-BF16):
+// a bit Highway reserves and never sets, present when the CPU has AVX512-BF16 beside AVX-512
+// and the library was built with the kernels that use it (src/simd/units.h). With it in force,
+// the kernels with a bf16-unit version run that one for bf16 elements; everything else runs
+// Highway's best target below it.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/targets.cpp"
 #include <hwy/foreach_target.h>
@@ -22,6 +28,7 @@ int vector_registers() { return kVectorRegisters; }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -30,10 +37,20 @@ HWY_AFTER_NAMESPACE();
 #include "qkv/error.h"
 #include "qkv/targets.h"
 #include "simd/dispatch.h"
+#include "simd/units.h"
 
 namespace qkv {
 namespace simd {
 namespace {
+
+#if HWY_ARCH_X86 && QKV_HAVE_BF16_UNITS
+constexpr int64_t kBf16Units = 1LL << 6;  // reserved by Highway 1.0.3 (detect_targets.h)
+static_assert((kBf16Units & (HWY_TARGETS | HWY_AVX3_DL)) == 0, "a bit Highway does not use");
+#else
+constexpr int64_t kBf16Units = 0;
+#endif
+// Whether set_target allows the bf16 units (avx512_bf16 or best forced, or nothing forced).
+std::atomic<bool> units_allowed{true};
 
 struct NamedTarget {
   const char* name;
@@ -43,6 +60,7 @@ struct NamedTarget {
 // Best first (Highway: a lower bit is a better target).
 constexpr NamedTarget kNames[] = {
 #if HWY_ARCH_X86
+    {"avx512_bf16", kBf16Units},
     {"avx512_dl", HWY_AVX3_DL}, {"avx512", HWY_AVX3},   {"avx2", HWY_AVX2},
     {"sse4", HWY_SSE4},         {"ssse3", HWY_SSSE3},
 #elif HWY_ARCH_ARM
@@ -63,16 +81,32 @@ int64_t supported_now() {
   return targets;
 }
 
+// Whether the CPU has AVX512-BF16 (CPUID leaf 7, sub-leaf 1, EAX bit 5) beside AVX-512.
+bool cpu_has_bf16_units(int64_t hwy_targets) {
+#if HWY_ARCH_X86 && QKV_HAVE_BF16_UNITS
+  return (hwy_targets & (HWY_AVX3 | HWY_AVX3_DL)) && __builtin_cpu_supports("avx512bf16");
+#else
+  (void)hwy_targets;
+  return false;
+#endif
+}
+
 // What this CPU supports, before any narrowing by set_target.
 int64_t cpu_targets() {
-  static const int64_t cpu = supported_now();
+  static const int64_t cpu = [] {
+    const int64_t hwy_targets = supported_now();
+    return hwy_targets | (cpu_has_bf16_units(hwy_targets) ? kBf16Units : 0);
+  }();
   return cpu;
 }
+
+// The targets compiled into this build.
+constexpr int64_t kCompiled = HWY_TARGETS | kBf16Units;
 
 std::vector<std::string> names_of(int64_t bits) {
   std::vector<std::string> names;
   for (const NamedTarget& t : kNames)
-    if (bits & t.bits) names.push_back(t.name);
+    if (t.bits && (bits & t.bits)) names.push_back(t.name);
   return names;
 }
 
@@ -86,29 +120,38 @@ std::string joined(const std::vector<std::string>& names) {
 
 void force_target(const std::string& name, const char* where) {
   const int64_t cpu = cpu_targets();
-  const std::string choices = joined(names_of(cpu & HWY_TARGETS));
+  const std::string choices = joined(names_of(cpu & kCompiled));
   if (name.empty() || name == "best") {
     hwy::SetSupportedTargetsForTest(0);
     hwy::GetChosenTarget().DeInit();
+    units_allowed = true;
     return;
   }
+  bool known = false;
   int64_t bits = 0;
   for (const NamedTarget& t : kNames)
-    if (name == t.name) bits = t.bits;
-  check(bits != 0, where, ": unknown SIMD target '", name, "' (this CPU and build: ", choices,
+    if (name == t.name) known = true, bits = t.bits;
+  check(known, where, ": unknown SIMD target '", name, "' (this CPU and build: ", choices,
         ", or best)");
-  check((bits & HWY_TARGETS) != 0, where, ": SIMD target '", name,
+  check((bits & kCompiled) != 0, where, ": SIMD target '", name,
         "' is not compiled into this build (compiled: ", joined(compiled_targets()), ")");
   check((bits & cpu) != 0, where, ": this CPU does not support SIMD target '", name,
         "' (it supports: ", choices, ")");
-  hwy::SetSupportedTargetsForTest(cpu & ~(bits - 1));  // the target and those below it
-  hwy::GetChosenTarget().DeInit();                     // the next dispatch chooses again
+  // The target and those below it (for the bf16 units: every Highway target the CPU has).
+  hwy::SetSupportedTargetsForTest(cpu & ~kBf16Units & ~(bits - 1));
+  hwy::GetChosenTarget().DeInit();  // the next dispatch chooses again
+  units_allowed = bits == kBf16Units;
+}
+
+bool bf16_units() {
+  ensure_target();
+  return kBf16Units != 0 && units_allowed && (cpu_targets() & kBf16Units);
 }
 
 namespace {
 
 int64_t current_bits() {
-  ensure_target();
+  if (bf16_units()) return kBf16Units;
   const int64_t t = supported_now() & HWY_TARGETS;
   return t & -t;  // the best (lowest) bit: what HWY_DYNAMIC_DISPATCH runs
 }
@@ -132,10 +175,10 @@ void ensure_target() {
 
 }  // namespace simd
 
-std::vector<std::string> compiled_targets() { return simd::names_of(HWY_TARGETS); }
+std::vector<std::string> compiled_targets() { return simd::names_of(simd::kCompiled); }
 
 std::vector<std::string> supported_targets() {
-  return simd::names_of(simd::cpu_targets() & HWY_TARGETS);
+  return simd::names_of(simd::cpu_targets() & simd::kCompiled);
 }
 
 std::string current_target() {
