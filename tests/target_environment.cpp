@@ -20,7 +20,8 @@ class TargetEnvironment : public testing::Environment {
     const auto compiled = qkv::compiled_targets();
     const bool built = std::find(compiled.begin(), compiled.end(), name) != compiled.end();
     if (built && std::find(supported.begin(), supported.end(), name) == supported.end())
-      GTEST_SKIP() << "this CPU does not run SIMD target " << name;
+      GTEST_SKIP() << "this CPU does not run SIMD target " << name
+                   << (std::string(name) == "avx512_bf16" ? " (no avx512_bf16 in its CPUID flags)" : "");
   }
 };
 

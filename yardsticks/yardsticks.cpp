@@ -68,7 +68,52 @@ float read_sum(const float* data, size_t begin, size_t end) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <immintrin.h>
+
+#include "qkv/targets.h"
+
 namespace qkv::detail {
+
+#if HWY_ARCH_X86 && QKV_HAVE_BF16_UNITS
+// 16 chains of vdpbf16ps, each adding two bf16 products to 16 fp32 lanes (64 flops); returns
+// their sum so that nothing is optimised away.
+constexpr int kBf16Chains = 16;
+__attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) double bf16_dot_loop(
+    int64_t iterations) {
+  __m512 acc[kBf16Chains];
+  for (int c = 0; c < kBf16Chains; ++c) acc[c] = _mm512_set1_ps(1.0f + c * 1e-3f);
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1, 1)
+  const __m512bh y = (__m512bh)_mm512_set1_epi32(0x35803580);  // (2^-20, 2^-20)
+  for (int64_t i = 0; i < iterations; ++i)
+    for (int c = 0; c < kBf16Chains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], x, y);
+  __m512 sum = acc[0];
+  for (int c = 1; c < kBf16Chains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  return _mm512_reduce_add_ps(sum);
+}
+#endif
+
+double measure_bf16_peak_gflops(int threads, double seconds) {
+#if HWY_ARCH_X86 && QKV_HAVE_BF16_UNITS
+  if (current_target() != "avx512_bf16") return 0;
+  const int64_t chunk = 1 << 20;
+  const double flops_per_chunk = 64.0 * kBf16Chains * chunk;
+  double flops = 0;
+  volatile double sink = 0;
+  bf16_dot_loop(chunk);  // warm up the clock
+  const double start = now_seconds();
+  while (now_seconds() - start < seconds) {
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+    {
+      sink = sink + bf16_dot_loop(chunk);
+      flops += flops_per_chunk;
+    }
+  }
+  return flops / (now_seconds() - start) / 1e9;
+#else
+  (void)threads, (void)seconds;
+  return 0;
+#endif
+}
 
 HWY_EXPORT(fma_flops);
 HWY_EXPORT(fma_loop);

@@ -88,22 +88,31 @@ struct Timing {
   double fraction;       // median of the rounds' fractions of peak
   double read;           // median of the rounds' read-loop speeds, GB/s
   double read_fraction;  // median of the rounds' (bytes / time) / read-loop speed
+  double bf16_peak = 0;  // with bf16_units: the median bf16 dot peak, GFLOP/s
+  double bf16_fraction = 0;
 };
 
 // `read_gbps()` measures the read yardstick over the `bytes` the kernel must read.
+// With `bf16_units`, the bf16 dot peak of the current target too (the kernels' bf16 unit).
 template <typename F, typename Read>
 Timing time_against_peak(F&& f, double flops, int threads, double min_time, double bytes,
-                         Read&& read_gbps) {
+                         Read&& read_gbps, bool bf16_units = false) {
   f();  // warm-up
-  std::vector<double> seconds, peaks, fractions, reads, read_fractions;
+  std::vector<double> seconds, peaks, fractions, reads, read_fractions, bf16_peaks, bf16_fractions;
   for (int r = 0; r < kPeakRounds; ++r) {
     seconds.push_back(time_median(f, min_time / kPeakRounds, 1));
     peaks.push_back(detail::measure_fma_peak_gflops(threads));
     fractions.push_back(flops / seconds.back() / 1e9 / peaks.back());
+    if (bf16_units) {
+      bf16_peaks.push_back(detail::measure_bf16_peak_gflops(threads));
+      bf16_fractions.push_back(flops / seconds.back() / 1e9 / bf16_peaks.back());
+    }
     reads.push_back(read_gbps());
     read_fractions.push_back(bytes / seconds.back() / 1e9 / reads.back());
   }
-  return {median(seconds), median(peaks), median(fractions), median(reads), median(read_fractions)};
+  Timing t{median(seconds), median(peaks), median(fractions), median(reads), median(read_fractions)};
+  if (bf16_units) t.bf16_peak = median(bf16_peaks), t.bf16_fraction = median(bf16_fractions);
+  return t;
 }
 
 void bench_attention(const BenchOptions& o) {
@@ -175,7 +184,8 @@ void bench_attention(const BenchOptions& o) {
         attention(a);
         if (o.backward) attention_backward(a, dout_view, dq_view, dk_view, dv_view);
       },
-      flops, threads, o.min_time, kv_bytes, read_kv);
+      flops, threads, o.min_time, kv_bytes, read_kv,
+      type == TensorType::bf16 && detail::measure_bf16_peak_gflops(threads, 0.01) > 0);
   const double seconds = timing.seconds, peak = timing.peak;
 
   // Memory of the kernel itself, before the checks and yardsticks below add their own.
@@ -232,6 +242,9 @@ void bench_attention(const BenchOptions& o) {
                  {"kv_gbps", kv_bytes / seconds / 1e9},
                  {"peak_gflops", peak},
                  {"fraction_of_peak", timing.fraction},
+                 {"bf16_peak_gflops", timing.bf16_peak > 0 ? json(timing.bf16_peak) : json(nullptr)},
+                 {"fraction_of_bf16_peak",
+                  timing.bf16_peak > 0 ? json(timing.bf16_fraction) : json(nullptr)},
                  {"read_gbps", read_gbps},
                  {"fraction_of_read", timing.read_fraction},
                  {"reference_ms", reference_ms},
@@ -245,8 +258,11 @@ void bench_attention(const BenchOptions& o) {
               << current_target() << "\n"
               << "  " << seconds * 1e3 << " ms, " << gflops
               << " GFLOP/s = " << 100 * timing.fraction << "% of the measured fp32 FMA peak ("
-              << peak << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n"
-              << "  K and V read at " << result["kv_gbps"].get<double>()
+              << peak << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n";
+    if (timing.bf16_peak > 0)
+      std::cout << "  = " << 100 * timing.bf16_fraction << "% of the measured bf16 dot peak ("
+                << timing.bf16_peak << " GFLOP/s, vdpbf16ps; split-KV decoding of bf16 runs on it)\n";
+    std::cout << "  K and V read at " << result["kv_gbps"].get<double>()
               << " GB/s = " << 100 * timing.read_fraction
               << "% of a plain read loop over the same bytes (" << read_gbps
               << " GB/s; medians over the rounds)\n"
@@ -296,7 +312,7 @@ void add_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-reference", o->no_reference, "Skip timing the reference kernel");
   cmd->add_option("--dtype", o->dtype, "Element type of q, k, v, out and the gradients: fp32, "
-                  "bf16 or fp16 (fractions stay of the fp32 FMA peak: the arithmetic is fp32)")
+                  "bf16 or fp16 (fractions of the fp32 FMA peak, and on avx512_bf16 of the bf16 dot peak too)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print only the JSON result line");

@@ -79,6 +79,7 @@ void info(const InfoOptions& o) {
 #endif
   const std::string target = current_target();
   const double peak = detail::measure_fma_peak_gflops(threads, 0.3);
+  const double bf16_peak = detail::measure_bf16_peak_gflops(threads, 0.3);  // 0: no bf16 unit
   const double read = detail::measure_read_gbps(size_t{256} << 20, threads);
   const json result = {
       {"cpu", model},
@@ -92,6 +93,7 @@ void info(const InfoOptions& o) {
       {"vector_bits", target_vector_bits()},
       {"vector_registers", target_vector_registers()},
       {"fma_peak_gflops", peak},
+      {"bf16_peak_gflops", bf16_peak > 0 ? json(bf16_peak) : json(nullptr)},
       {"read_gbps", read},
   };
   if (o.json) {
@@ -108,7 +110,13 @@ void info(const InfoOptions& o) {
             << target_vector_bits() << "-bit vectors, " << target_vector_registers()
             << " registers)\n"
             << std::fixed << std::setprecision(1) << "fp32 FMA peak, " << threads << " thread(s), "
-            << target << ": " << peak << " GFLOP/s (measured now)\n"
+            << target << ": " << peak << " GFLOP/s (measured now)\n";
+  if (bf16_peak > 0)
+    std::cout << "bf16 dot peak (vdpbf16ps), " << threads << " thread(s), " << target << ": "
+              << bf16_peak << " GFLOP/s (measured now)\n";
+  else
+    std::cout << "bf16 dot peak: no bf16 unit in use (" << target << " widens bf16 to fp32)\n";
+  std::cout
             << "read bandwidth, " << threads << " thread(s), 256 MiB: " << read
             << " GB/s (measured now)\n"
             << result.dump() << "\n";

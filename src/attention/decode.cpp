@@ -666,11 +666,20 @@ void columns_from_lanes(float* o, int64_t Dv) {
   }
 }
 
-// Each row's query q (fp32, R × D) as bf16 hi and, with `two`, lo = q − hi.
+// The queries q (fp32, `count` a multiple of 32) as bf16 hi and, with `two`, lo = q − hi
+// (exact in fp32), each rounded to nearest even.
 void split_queries(const float* q, int64_t count, bool two, uint16_t* hi, uint16_t* lo) {
-  for (int64_t i = 0; i < count; ++i) {
-    hi[i] = float_to_bf16(q[i]);
-    if (two) lo[i] = float_to_bf16(q[i] - bf16_to_float(hi[i]));
+  for (int64_t i = 0; i < count; i += kUnitBlock) {
+    const __m512 x0 = _mm512_loadu_ps(q + i), x1 = _mm512_loadu_ps(q + i + 16);
+    const __m512bh h = _mm512_cvtne2ps_pbh(x1, x0);
+    _mm512_storeu_si512(hi + i, (__m512i)h);
+    if (!two) continue;
+    // hi back in fp32: each bf16 in the high half of a 32-bit lane.
+    const __m512i bits = (__m512i)h;
+    const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(bits)), 16));
+    const __m512 h1 = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(bits, 1)), 16));
+    _mm512_storeu_si512(lo + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(x1, h1), _mm512_sub_ps(x0, h0)));
   }
 }
 
