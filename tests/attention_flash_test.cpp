@@ -10,6 +10,7 @@
 
 #include "attention_problem.h"
 #include "qkv/attention.h"
+#include "qkv/targets.h"
 #include "qkv/threads.h"
 
 namespace qkv {
@@ -444,8 +445,15 @@ TEST(DecodeBf16, MatchesReferenceOnRoundedRows) {
                {c.Hkv * slots * c.Dv, slots * c.Dv, c.Dv, 1});
     a.out = got;
     attention(a);
+    // The widening kernels: fp32 rounding only. The bf16 units' kernel (avx512_bf16, head dims
+    // of whole 32s, under 16 rows per kv head) rounds P to bf16 (≤ 2^-8 max|v|) and takes the
+    // fp32 query as two bf16 terms (scores within 2^-16 · scale · Σ|q k| ≤ 2^-16 √D, moving
+    // an output by about twice that): see attention_dtype_test.
+    const bool units = current_target() == "avx512_bf16" && c.D % 32 == 0 && c.Dv % 32 == 0 &&
+                       c.Hq / c.Hkv * c.Tq < 16;
+    const double tol = 2e-6 + (units ? 0x1p-8 + 2.01 * 0x1p-16 * std::sqrt(double(c.D)) : 0);
     for (int64_t i = 0; i < got.numel(); ++i)
-      ASSERT_NEAR(got.data()[i], expected.data()[i], 2e-6) << "D " << c.D << " Tk " << c.Tk;
+      ASSERT_NEAR(got.data()[i], expected.data()[i], tol) << "D " << c.D << " Tk " << c.Tk;
   }
 }
 
