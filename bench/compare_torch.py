@@ -164,11 +164,19 @@ def mask_text(r):
     return text
 
 
+def peak_text(r):
+    """The fraction of the fp32 FMA peak, and of the bf16 dot peak where the target has one."""
+    text = f"{100 * r['fraction_of_peak']:.0f}%"
+    if r.get("fraction_of_bf16_peak") is not None:
+        text += f" (bf16 dot: {100 * r['fraction_of_bf16_peak']:.0f}%)"
+    return text
+
+
 def markdown(r):
     kind = "decode" if r["queries"] == 1 else ("fwd+bwd" if r["backward"] else "fwd")
     return (f"| {r['target']} | {r.get('dtype', 'fp32')} | {kind} | {r['heads']}/{r['kv_heads']} | {r['queries']} | {r['seq']} | {r['dim']} "
             f"| {mask_text(r)} | {r['threads']} | {r['ms']:.2f} "
-            f"| {r['gflops']:.0f} | {100 * r['fraction_of_peak']:.0f}% "
+            f"| {r['gflops']:.0f} | {peak_text(r)} "
             f"| {r['kv_gbps']:.1f} ({100 * r['fraction_of_read']:.0f}%) "
             f"| {r['torch_ms']:.2f} ({r['torch_path']}) | {r['ratio_to_torch']:.1f}x |")
 
@@ -215,12 +223,27 @@ def table_shapes(quick):
         for heads, kv_heads in ((8, 8), (32, 8), (64, 8)):
             shapes.append(dict(heads=heads, kv_heads=kv_heads, seq=32768, dim=128, causal=False,
                                backward=False, queries=1, threads=[2], dtype=dtype))
+            # Where the bf16 units run decoding (avx512_bf16), the widening kernels beside them.
+            if dtype == "bf16" and "avx512_bf16" in supported_targets():
+                shapes.append(dict(shapes[-1], target="avx512_dl"))
     # The masks and GQA, against the plain forward of the same size (2 threads).
     for dim in (64, 128):
         for extra in (dict(causal=True, window=512), dict(causal=False, kv_len=1536),
                       dict(causal=False, kv_heads=2), dict(causal=True, kv_heads=2)):
             shapes.append(dict(heads=8, seq=2048, dim=dim, backward=False, threads=[2], **extra))
     return shapes
+
+
+def supported_targets():
+    """The SIMD targets qkv runs on this CPU (from `qkv info --json`)."""
+    global _supported
+    if _supported is None:
+        out = subprocess.run([QKV, "info", "--json"], capture_output=True, text=True, check=True)
+        _supported = json.loads(out.stdout.strip().splitlines()[-1])["targets_supported"]
+    return _supported
+
+
+_supported = None
 
 
 def main():
@@ -266,7 +289,7 @@ def main():
     print(HEADER)
     for shape in shapes:
         for threads in shape.get("threads") or a.threads:
-            r = row(shape, threads, a.min_time, a.target)
+            r = row(shape, threads, a.min_time, shape.get("target") or a.target)
             print(markdown(r), flush=True)
             if a.json:
                 print(json.dumps(r), flush=True)

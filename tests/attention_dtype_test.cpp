@@ -7,8 +7,8 @@
 // 16-bit output, its rounding to nearest even, at most half an ulp: |x| · 2^-8 in bf16,
 // |x| · 2^-11 in fp16. In the backward, a 16-bit out also enters Di = rowsum(dO ∘ O) rounded;
 // its effect is bounded from the data below. The widening kernels round nothing else; the
-// decode kernel on the bf16 units (avx512_bf16, a bf16 cache) rounds P to bf16 for P·V and
-// takes an fp32 query as two bf16 terms: units_rounding() adds those.
+// kernels on the bf16 units (avx512_bf16, bf16 keys and values) round P to bf16 for P·V and
+// take an fp32 query as two bf16 terms: units_rounding() adds those.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "attention/kernels.h"
 #include "attention_problem.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
@@ -113,7 +112,7 @@ double excess(const View& actual, const std::vector<double>& expected, double to
   return worst;
 }
 
-// What the bf16-unit decode kernel adds to the error of a score and of an output: an fp32
+// What the bf16-unit kernels add to the error of a score and of an output: an fp32
 // query as hi + lo bf16 is off by at most 2^-16 |q| per element, so a score by 2^-16 · scale ·
 // Σ_d |q_d k_d| ≤ 2^-16 · scale · D · m² (inputs within ±m); scores off by at most δ move an
 // output by at most (e^(2δ) − 1) · max|v| ≈ 2δ m; and P rounded to bf16 (|P̃ − P| ≤ 2^-8 P)
@@ -122,9 +121,11 @@ struct UnitsRounding {
   double score = 0, out = 0;
 };
 UnitsRounding units_rounding(const Case& c, const Types& t) {
-  const bool on_units = current_target() == "avx512_bf16" && t.kv == TensorType::bf16 &&
-                        detail::decodes(c.Tq, c.Tk, c.Hq / c.Hkv) && c.D % 32 == 0 &&
-                        c.Dv % 32 == 0;
+  // (The units run the tiled forward for even head dims, and decoding for dims of whole 32s;
+  // the bound is taken for every even dim on that target: the avx512_dl run holds the
+  // widening kernels to theirs.)
+  const bool on_units =
+      current_target() == "avx512_bf16" && t.kv == TensorType::bf16 && c.D % 2 == 0;
   if (!on_units) return {};
   const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D)), m = c.magnitude;
   UnitsRounding u;
@@ -379,9 +380,13 @@ TEST(DtypeConversions, EveryPatternWidensExactly) {
       Tensor out({1, 1, Tq, n});
       attention({.q = view(q, {1, 1, Tq, 4}), .k = view(k, {1, 1, 1, 4}),
                  .v = view(v, {1, 1, 1, n}), .out = out});
+      // vdpbf16ps reads subnormal bf16 inputs as zero: on the bf16 units (which take this
+      // forward, not this decoding: its dim is no multiple of 32) they may come out ±0.
+      const bool flushes = current_target() == "avx512_bf16" && type == TensorType::bf16;
       for (int64_t r = 0; r < Tq; ++r)
         for (int64_t i = 0; i < n; ++i) {
           const float want = widen(type, static_cast<uint16_t>(i)), got = out.view()(0, 0, r, i);
+          if (flushes && std::fpclassify(want) == FP_SUBNORMAL && got == 0) continue;
           if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << i;
           else if (want == 0) ASSERT_EQ(got, 0.0f) << i;  // −0: the sum from +0 gives +0
           else ASSERT_EQ(std::memcmp(&want, &got, 4), 0)

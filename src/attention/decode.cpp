@@ -41,6 +41,7 @@
 #include "util/scratch.h"
 #include "simd/dispatch.h"
 #include "simd/units.h"
+#include "attention/bf16_products-inl.h"
 
 #if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
@@ -101,9 +102,7 @@ struct Rows {
 
 using simd::Bf16;
 using simd::F16;
-HWY_INLINE float scalar(float x) { return x; }
-HWY_INLINE float scalar(Bf16 x) { return hwy::F32FromBF16(x); }
-HWY_INLINE float scalar(F16 x) { return hn::GetLane(simd::broadcast_widened(&x)); }
+using simd::widen_one;
 
 // bf16 rows are widened 2N elements at a time into an even and an odd vector
 // (simd::load_pair_widened: half the widening work of load_widened), so the kernels that sum
@@ -193,7 +192,7 @@ HWY_INLINE Vf column(const T* row0, int64_t stride, int64_t last, int64_t e) {
   } else {
     alignas(64) float x[hn::MaxLanes(df)];
     for (int64_t l = 0; l < static_cast<int64_t>(simd::lanes()); ++l)
-      x[l] = scalar(row0[std::min(l, last) * stride + e]);
+      x[l] = widen_one(row0[std::min(l, last) * stride + e]);
     return hn::Load(df, x);
   }
 }
@@ -277,7 +276,7 @@ const UnitRows& start_unit(const AttentionArgs& a, float scale, const Shape& n, 
       using Q = decltype(element);
       const Q* row = static_cast<const Q*>(a.q.address()) + b * a.q.stride[0] +
                      h * a.q.stride[1] + i * a.q.stride[2];
-      for (int64_t d = 0; d < n.D; ++d) u.q[r * n.D + d] = scale * scalar(row[d * a.q.stride[3]]);
+      for (int64_t d = 0; d < n.D; ++d) u.q[r * n.D + d] = scale * widen_one(row[d * a.q.stride[3]]);
     });
     pair_order(u.q + r * n.D, paired, false);
     float* out = partial(parts, n, u.unit, r);
@@ -413,7 +412,7 @@ void block_scores(const float* q, int64_t R, int64_t D, const T* k, int64_t ks, 
   for (int64_t d = whole; d < D; ++d)  // a head dim that is not whole vectors
     for (int64_t key = 0; key < nk; ++key)
       for (int64_t r = 0; r < R; ++r)
-        s[r * s_stride + key] += q[r * D + d] * scalar(k[key * ks + d]);  // past `paired`
+        s[r * s_stride + key] += q[r * D + d] * widen_one(k[key * ks + d]);  // past `paired`
 }
 
 // Value vectors per pass of block_values: RG × W accumulators, W value vectors and a
@@ -529,7 +528,7 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
     for (int64_t e = whole; e < n.Dv; ++e)  // a value dim that is not whole vectors
       for (int64_t jj = 0; jj < nk; ++jj)
         for (int64_t r = 0; r < n.R; ++r)
-          o[r][e] += s[r * stride + (j - lo) + jj] * scalar(v[jj * vs + e]);
+          o[r][e] += s[r * stride + (j - lo) + jj] * widen_one(v[jj * vs + e]);
   }
   for (int64_t r = 0; r < n.R; ++r) pair_order(o[r], paired, true);
 }
@@ -645,8 +644,8 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
 
 constexpr int64_t kUnitBlock = 32;  // bf16 elements per vector
 
-HWY_INLINE __m512bh as_pairs(__m512i x) { return (__m512bh)x; }
-HWY_INLINE __m512bh load_pairs(const void* p) { return as_pairs(_mm512_loadu_si512(p)); }
+using simd::as_pairs;
+using simd::load_pairs;
 
 bool fits_units(const Shape& n) {
   return n.D % kUnitBlock == 0 && n.Dv % kUnitBlock == 0 && n.R < kTiledDecodeMinRows;

@@ -27,13 +27,19 @@
 // and made groups of 8 pay (+1–3% at dim 128 over 4; 16 lost again: Qt and Ot of 16 tiles
 // crowd K and V out of L2).
 // Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
+// Compiled once more for the bf16 units (flash_forward_bf16.cpp, src/simd/units.h): there
+// bf16 K and V go through the bf16 tile products (attention/bf16_products-inl.h), with Q and
+// P packed as bf16 pairs and V transposed in bf16.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/flash_forward.cpp"
 #include <hwy/foreach_target.h>
 #include <hwy/highway.h>
+#include "simd/units-inl.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "attention/kernels.h"
@@ -45,7 +51,10 @@
 #include "qkv/threads.h"
 #include "util/scratch.h"
 #include "simd/dispatch.h"
+#include "simd/units.h"
+#include "attention/bf16_products-inl.h"
 
+#if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
 namespace HWY_NAMESPACE {
@@ -59,18 +68,63 @@ using namespace tiles;
 
 inline constexpr int64_t kTilesPerGroup = 8;
 
+// Whether K and V of type T go through the bf16 units here.
+template <class T>
+#if defined(QKV_BF16_UNITS)
+inline constexpr bool kOnUnits = std::is_same_v<T, simd::Bf16>;
+#else
+inline constexpr bool kOnUnits = false;
+#endif
+
 // One query tile of a group: where it lies, what it sees, and its running state.
 struct QueryTile {
   int64_t i0, rows;
   int nqv;  // vectors of Mq that hold real rows
   float *Qt, *Ot, *m, *l, *alpha;
   TileMask tm;
+  float scale;  // on the bf16 units, applied to the scores (Qt holds q itself)
+  bool two;     // on the bf16 units: Qt holds q as hi + lo pairs (q not bf16)
 };
 
+#if defined(QKV_BF16_UNITS)
+// On the bf16 units, Qt holds Q[tile]ᵀ as bf16 pairs Qt2[D/2][Mq] (32-bit lanes; zero in
+// padded lanes), unscaled; a query that is not bf16 as hi + lo (lo at Qt2 + D/2 · Mq), each
+// rounded to nearest even. (D is even here: the entry point sends odd dims elsewhere.)
+void pack_query_pairs(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, QueryTile& t) {
+  const int64_t Mq = n.Mq, pairs = n.D / 2;
+  t.two = a.q.type != TensorType::bf16;
+  uint32_t* hi = reinterpret_cast<uint32_t*>(t.Qt);
+  uint32_t* lo = hi + pairs * Mq;
+  std::fill(hi, hi + (t.two ? 2 : 1) * pairs * Mq, 0u);
+  with_element_type(a.q.type, [&](auto element) {
+    using Q = decltype(element);
+    const Q* q = static_cast<const Q*>(a.q.address()) + b * a.q.stride[0] + h * a.q.stride[1] +
+                 t.i0 * a.q.stride[2];
+    for (int64_t r = 0; r < t.rows; ++r)
+      for (int64_t p = 0; p < pairs; ++p) {
+        uint32_t word_hi = 0, word_lo = 0;
+        for (int64_t e = 0; e < 2; ++e) {
+          const float x = simd::widen_one(q[r * a.q.stride[2] + (2 * p + e) * a.q.stride[3]]);
+          const uint16_t x_hi = float_to_bf16(x);
+          word_hi |= uint32_t{x_hi} << (16 * e);
+          if (t.two) word_lo |= uint32_t{float_to_bf16(x - bf16_to_float(x_hi))} << (16 * e);
+        }
+        hi[p * Mq + r] = word_hi;
+        if (t.two) lo[p * Mq + r] = word_lo;
+      }
+  });
+}
+#endif
+
 void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, int64_t h,
-                QueryTile& t) {
+                QueryTile& t, bool units) {
   const int64_t Mq = n.Mq;
   t.tm.init(a.mask, b, t.i0, t.rows, n);
+  t.scale = scale, t.two = false;
+#if defined(QKV_BF16_UNITS)
+  if (units) pack_query_pairs(a, n, b, h, t);
+  else
+#endif
   // Qt ← scale · Q[tile]ᵀ, zero in padded lanes.
   if (a.q.stride[3] == 1) {
     with_typed(a.q, b, h, t.i0, 0, [&](auto* q) {
@@ -86,12 +140,71 @@ void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, 
   std::fill(t.l, t.l + Mq, 0.0f);
 }
 
+#if defined(QKV_BF16_UNITS)
+// key_step on the bf16 units: S = scale · K Qt2 over whole tiles (a masked one too: its hidden
+// blocks get P = 0 after the softmax), then P rounded into bf16 pairs in place and
+// Ot ← alpha Ot + Vt2 P2 over the whole tile. Vt2: V[j0:j1]ᵀ in bf16, zero past j1 to an even
+// count.
+template <int NQV>
+void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b,
+                    int64_t h, const simd::Bf16* k0, const uint16_t* Vt2, int64_t j0, int64_t j1,
+                    QueryTile& t, float* S, simd::PrefetchQueue& prefetch) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  const int64_t Mq = n.Mq, nk = j1 - j0, ks = a.k.stride[2];
+  const auto* q2 = reinterpret_cast<const uint32_t*>(t.Qt);
+  simd::rows_times_pairs_tile<NQV, false>(reinterpret_cast<const uint16_t*>(k0 + j0 * ks), ks, nk,
+                                          q2, t.two ? q2 + n.D / 2 * Mq : nullptr, n.D / 2, Mq, S,
+                                          t.scale, nullptr, &prefetch);
+  const bool masked = !t.tm.covers(j0, j1, t.rows);
+  VisibleBlocks blocks;
+  if (masked) blocks.find(t.tm, NQV, t.rows, j0, j1);
+  if (has_score_transforms(a))
+    transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
+  else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
+  auto for_visible = [&](auto&& f) {
+    if (!masked) return every_score<NQV>(nk)(f);
+    for (int c = 0; c < blocks.chunks; ++c)
+      for (int v = 0; v < NQV; ++v)
+        if (v >= blocks.first[c] && v < blocks.last[c])
+          for (int64_t jj = c * kKeyChunk; jj < c * kKeyChunk + blocks.keys_in(c, nk); ++jj)
+            f(jj, v);
+  };
+  online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha, for_visible);
+  if (masked)
+    for (int v = 0; v < NQV; ++v) {
+      int first, last;
+      blocks.chunks_seen_by(v, first, last);
+      for (int64_t jj = 0; jj < nk; ++jj)
+        if (jj < first * kKeyChunk || jj >= last * kKeyChunk)
+          hn::Store(hn::Zero(df), df, S + jj * Mq + v * N);
+    }
+  simd::pairs_of_rows<NQV>(S, nk, Mq);
+  simd::rows_times_pairs_tile<NQV, true>(Vt2, kKeyTile, n.Dv, reinterpret_cast<const uint32_t*>(S),
+                                         nullptr, (nk + 1) / 2, Mq, t.Ot, 1.0f, t.alpha, &prefetch);
+}
+
+// Vt2[e][jj] ← V[j0 + jj][e] for jj < nk, 0 up to the next even jj.
+void pack_values_transposed(const simd::Bf16* v, int64_t vs, int64_t nk, int64_t Dv,
+                            uint16_t* Vt2) {
+  const int64_t padded = (nk + 1) / 2 * 2;
+  for (int64_t e = 0; e < Dv; ++e) {
+    for (int64_t jj = 0; jj < nk; ++jj) std::memcpy(Vt2 + e * kKeyTile + jj, v + jj * vs + e, 2);
+    for (int64_t jj = nk; jj < padded; ++jj) Vt2[e * kKeyTile + jj] = 0;
+  }
+}
+#endif  // QKV_BF16_UNITS
+
 // One key tile [j0, j1) for one query tile: scores, online softmax, P V. K's elements are
 // fp32, bf16 or fp16.
 template <int NQV, class T>
 void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
               const T* k0, const float* Vt, int64_t j0, int64_t j1, QueryTile& t, float* S,
               simd::PrefetchQueue& prefetch) {
+#if defined(QKV_BF16_UNITS)
+  if constexpr (kOnUnits<T>)
+    return key_step_units<NQV>(a, bias, n, b, h, k0, reinterpret_cast<const uint16_t*>(Vt), j0,
+                               j1, t, S, prefetch);
+#endif
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq, nk = j1 - j0;
   const int64_t ks = a.k.stride[2];
@@ -200,7 +313,7 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
     t.Qt = Qt + g * n.D * Mq;
     t.Ot = Ot + g * n.Dv * Mq;
     t.m = state + g * 3 * Mq, t.l = t.m + Mq, t.alpha = t.l + Mq;
-    start_tile(a, scale, n, b, h, t);
+    start_tile(a, scale, n, b, h, t, kOnUnits<T>);
     if (t.tm.lo < t.tm.hi) lo = std::min(lo, t.tm.lo), hi = std::max(hi, t.tm.hi);
   }
 
@@ -215,6 +328,12 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
     const int64_t next = j0 + kKeyTile, next_rows = std::min(kKeyTile, hi - next);
     prefetch.reset(k0 + next * ks, ks, n.D, v0 + next * vs, vs, n.Dv,
                    std::max<int64_t>(next_rows, 0));
+#if defined(QKV_BF16_UNITS)
+    if constexpr (kOnUnits<T>)
+      pack_values_transposed(v0 + j0 * vs, vs, std::min(kKeyTile, hi - j0), n.Dv,
+                             reinterpret_cast<uint16_t*>(Vt));
+    else
+#endif
     simd::pack_transposed(v0 + j0 * vs, vs, std::min(kKeyTile, hi - j0), n.Dv, 1.0f, Vt, kKeyTile);
     for (QueryTile& t : group) {
       // The same key tiles, clipped the same way, as if the tile were alone.
@@ -291,12 +410,26 @@ void flash_forward(const AttentionArgs& args) {
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv::detail
 HWY_AFTER_NAMESPACE();
+#endif  // QKV_KERNEL_PASS
 
 #if HWY_ONCE
 namespace qkv::detail {
 
+#if defined(QKV_BF16_UNITS)
+void flash_forward_on_bf16_units(const AttentionArgs& a) { N_AVX3_BF16::flash_forward(a); }
+#else
+void flash_forward_on_bf16_units(const AttentionArgs& a);  // flash_forward_bf16.cpp
+
 HWY_EXPORT(flash_forward);
-void flash_forward(const AttentionArgs& a) { QKV_DISPATCH(flash_forward)(a); }
+void flash_forward(const AttentionArgs& a) {
+#if QKV_HAVE_BF16_UNITS
+  // bf16 K and V on the bf16 units, when the head dim is whole pairs.
+  if (a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0 && simd::bf16_units())
+    return flash_forward_on_bf16_units(a);
+#endif
+  QKV_DISPATCH(flash_forward)(a);
+}
+#endif
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

@@ -180,6 +180,11 @@ HWY_INLINE Vf broadcast_widened(const F16* p) {
 #endif
 }
 
+// One element as fp32.
+HWY_INLINE float widen_one(float x) { return x; }
+HWY_INLINE float widen_one(Bf16 x) { return hwy::F32FromBF16(x); }
+HWY_INLINE float widen_one(F16 x) { return hn::GetLane(broadcast_widened(&x)); }
+
 // Elements p[0] and p[1] broadcast into x0 and x1: for bf16 one 32-bit load serves both (a
 // shift and a mask), as cheap as two fp32 broadcasts.
 template <class T>
