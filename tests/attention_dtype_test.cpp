@@ -182,6 +182,9 @@ std::vector<Case> option_grid() {
           [](Case& c) { c.Tq = 1, c.Tk = 600; },                      // decode, rows in registers
           // … with dims of whole pairs of vectors, then a vector, then single elements
           [](Case& c) { c.Tq = 1, c.Tk = 600, c.D = 56, c.Dv = 40; },
+          // the forward with value dims of whole 32s (the bf16 units interleave V's rows), an
+          // odd number of keys
+          [](Case& c) { c.Tk = 81, c.D = 64, c.Dv = 32, c.causal = true; },
           // … with dims the bf16 units take, an odd number of keys in a window, 6 rows
           [](Case& c) { c.Tq = 3, c.Tk = 601, c.D = 64, c.Dv = 32, c.window_left = 200; },
           [](Case& c) { c.Tq = 2, c.Tk = 600, c.D = 32, c.Dv = 64, c.bias = BiasKind::full; },

@@ -68,7 +68,9 @@ float read_sum(const float* data, size_t begin, size_t end) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#if HWY_ARCH_X86
 #include <immintrin.h>
+#endif
 
 #include "qkv/targets.h"
 

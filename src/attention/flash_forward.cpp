@@ -96,6 +96,14 @@ void pack_query_pairs(const AttentionArgs& a, const Shape& n, int64_t b, int64_t
   uint32_t* hi = reinterpret_cast<uint32_t*>(t.Qt);
   uint32_t* lo = hi + pairs * Mq;
   std::fill(hi, hi + (t.two ? 2 : 1) * pairs * Mq, 0u);
+  if (!t.two && a.q.stride[3] == 1) {  // bf16 pairs as they lie: 32-bit words transposed
+    const auto* q = static_cast<const uint16_t*>(a.q.address()) + b * a.q.stride[0] +
+                    h * a.q.stride[1] + t.i0 * a.q.stride[2];
+    for (int64_t r = 0; r < t.rows; ++r)
+      for (int64_t p = 0; p < pairs; ++p)
+        std::memcpy(hi + p * Mq + r, q + r * a.q.stride[2] + 2 * p, 4);
+    return;
+  }
   with_element_type(a.q.type, [&](auto element) {
     using Q = decltype(element);
     const Q* q = static_cast<const Q*>(a.q.address()) + b * a.q.stride[0] + h * a.q.stride[1] +
@@ -152,9 +160,9 @@ void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, in
   const int64_t N = static_cast<int64_t>(simd::lanes());
   const int64_t Mq = n.Mq, nk = j1 - j0, ks = a.k.stride[2];
   const auto* q2 = reinterpret_cast<const uint32_t*>(t.Qt);
-  simd::rows_times_pairs_tile<NQV, false>(reinterpret_cast<const uint16_t*>(k0 + j0 * ks), ks, nk,
-                                          q2, t.two ? q2 + n.D / 2 * Mq : nullptr, n.D / 2, Mq, S,
-                                          t.scale, nullptr, &prefetch);
+  simd::rows_times_pairs_tile<NQV, false>(reinterpret_cast<const uint16_t*>(k0 + j0 * ks), ks, 2,
+                                          nk, q2, t.two ? q2 + n.D / 2 * Mq : nullptr, n.D / 2, Mq,
+                                          S, t.scale, nullptr, &prefetch);
   const bool masked = !t.tm.covers(j0, j1, t.rows);
   VisibleBlocks blocks;
   if (masked) blocks.find(t.tm, NQV, t.rows, j0, j1);
@@ -179,13 +187,22 @@ void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, in
           hn::Store(hn::Zero(df), df, S + jj * Mq + v * N);
     }
   simd::pairs_of_rows<NQV>(S, nk, Mq);
-  simd::rows_times_pairs_tile<NQV, true>(Vt2, kKeyTile, n.Dv, reinterpret_cast<const uint32_t*>(S),
-                                         nullptr, (nk + 1) / 2, Mq, t.Ot, 1.0f, t.alpha, &prefetch);
+  // Vt2: V's rows interleaved in pairs (interleave_row_pairs), or transposed (odd dims).
+  const bool interleaved = n.Dv % 32 == 0;
+  simd::rows_times_pairs_tile<NQV, true>(Vt2, interleaved ? 2 : kKeyTile,
+                                         interleaved ? 2 * n.Dv : 2, n.Dv,
+                                         reinterpret_cast<const uint32_t*>(S), nullptr, (nk + 1) / 2,
+                                         Mq, t.Ot, 1.0f, t.alpha, &prefetch);
 }
 
-// Vt2[e][jj] ← V[j0 + jj][e] for jj < nk, 0 up to the next even jj.
+// The value tile for P·V on the units: with Dv a multiple of 32, its rows interleaved in
+// pairs (simd::interleave_row_pairs); otherwise Vt2[e][jj] ← V[j0 + jj][e] for jj < nk, 0 up
+// to the next even jj (element by element).
 void pack_values_transposed(const simd::Bf16* v, int64_t vs, int64_t nk, int64_t Dv,
                             uint16_t* Vt2) {
+  if (Dv % 32 == 0)
+    return simd::interleave_row_pairs(reinterpret_cast<const uint16_t*>(v), vs, nk, Dv,
+                                      reinterpret_cast<uint32_t*>(Vt2));
   const int64_t padded = (nk + 1) / 2 * 2;
   for (int64_t e = 0; e < Dv; ++e) {
     for (int64_t jj = 0; jj < nk; ++jj) std::memcpy(Vt2 + e * kKeyTile + jj, v + jj * vs + e, 2);
