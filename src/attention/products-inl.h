@@ -64,7 +64,7 @@ HWY_INLINE void rows_times_packed(const T* HWY_RESTRICT a, int64_t a_stride,
   if constexpr (kBroadcastFours<T>) {
     for (; d + 4 <= depth; d += 4)
       for (int j = 0; j < NK; ++j) {
-        Vf x[4];
+        VfSlot x[4];
         broadcast_four(a + j * a_stride + d, x);
         for (int i = 0; i < 4; ++i)
           for (int v = 0; v < NQV; ++v)
@@ -118,7 +118,7 @@ HWY_INLINE void packed_times_rows(const float* HWY_RESTRICT p, int64_t rows, int
     int e = 0;
     if constexpr (kBroadcastFours<T>)
       for (; e + 4 <= NE; e += 4) {
-        Vf y[4];
+        VfSlot y[4];
         broadcast_four(brow + e, y);
         for (int i = 0; i < 4; ++i)
           for (int v = 0; v < NQV; ++v) acc[e + i][v] = hn::MulAdd(y[i], x[v], acc[e + i][v]);

@@ -206,7 +206,7 @@ HWY_INLINE void broadcast_pair(const T* p, Vf& x0, Vf& x1) {
 // instructions: per element it made the fp16 tiled forward 2.4× slower than fp32); elsewhere
 // as two broadcast_pair.
 template <class T>
-HWY_INLINE void broadcast_four(const T* p, Vf* x) {
+HWY_INLINE void broadcast_four(const T* p, VfSlot* x) {
 #if QKV_SOFTWARE_F16
   if constexpr (std::is_same_v<T, F16>) {
     static_assert(hn::MaxLanes(df) == 4, "software fp16 is the SSE4 target's");
@@ -217,8 +217,10 @@ HWY_INLINE void broadcast_four(const T* p, Vf* x) {
     return;
   }
 #endif
-  broadcast_pair(p, x[0], x[1]);
-  broadcast_pair(p + 2, x[2], x[3]);
+  Vf x0, x1, x2, x3;
+  broadcast_pair(p, x0, x1);
+  broadcast_pair(p + 2, x2, x3);
+  x[0] = x0, x[1] = x1, x[2] = x2, x[3] = x3;
 }
 
 // Whether broadcast_four is cheaper than two broadcast_pair for T on this target.
