@@ -143,6 +143,15 @@ void pair_order(float* x, int64_t span, bool back) {
 // GB/s) at 70–75% either way.
 constexpr int64_t kPrefetchRows = 4, kFarRows = 32;
 
+// The row kPrefetchRows ahead of the first row of [j, j + count) of head (b, hkv), and in
+// ahead_rows how many rows from it to ask for (clipped to hi); null when none.
+template <typename T>
+const T* rows_ahead(const Rows<T>& rows, int64_t b, int64_t hkv, int64_t j, int64_t count,
+                    int64_t hi, int64_t& ahead_rows) {
+  ahead_rows = std::clamp<int64_t>(hi - (j + kPrefetchRows), 0, count);
+  return ahead_rows > 0 ? rows.row(b, hkv, j + kPrefetchRows) : nullptr;
+}
+
 // Asks for `row` (n elements) into L1 and the row kFarRows rows of `stride` past it into L2
 // (a prefetch past the end of the cache is harmless: prefetches never fault).
 template <typename T>
@@ -473,10 +482,8 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
   if (lo >= hi) return;
   const int64_t stride = n.chunk + N;  // a row of scores, and room for a whole vector past it
   float* s = thread_scratch(ForwardSlot::scores, n.R * stride);
-  // Rows kPrefetchRows ahead of the first row of [j, j + count), clipped to hi.
   const auto ahead = [&](const Rows<T>& rows, int64_t j, int64_t count, int64_t& ahead_rows) {
-    ahead_rows = std::clamp<int64_t>(hi - (j + kPrefetchRows), 0, count);
-    return ahead_rows > 0 ? rows.row(b, hkv, j + kPrefetchRows) : nullptr;
+    return rows_ahead(rows, b, hkv, j, count, hi, ahead_rows);
   };
   for (int64_t j = lo; j < hi; j += N) {
     const int64_t nk = std::min(N, hi - j);
@@ -885,8 +892,7 @@ void decode_unit_rows_units(const AttentionArgs& a, const Rows<Bf16>& K, const R
   const int64_t stride = n.chunk + N;
   float* s = thread_scratch(ForwardSlot::scores, n.R * stride);
   const auto ahead = [&](const Rows<Bf16>& rows, int64_t j, int64_t count, int64_t& ahead_rows) {
-    ahead_rows = std::clamp<int64_t>(hi - (j + kPrefetchRows), 0, count);
-    return ahead_rows > 0 ? rows.row(b, hkv, j + kPrefetchRows) : nullptr;
+    return rows_ahead(rows, b, hkv, j, count, hi, ahead_rows);
   };
   for (int64_t j = lo; j < hi; j += N) {
     const int64_t nk = std::min(N, hi - j);

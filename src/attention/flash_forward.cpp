@@ -148,6 +148,19 @@ void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, 
   std::fill(t.l, t.l + Mq, 0.0f);
 }
 
+// f(jj, v) for every key row jj and query vector v holding scores: the whole tile of nk keys,
+// or block by block the visible blocks of a masked one (its hidden blocks are never written or
+// read: the softmax over only the visible blocks took a window of 512 1.2% faster).
+template <int NQV, class F>
+void for_visible_scores(bool masked, const VisibleBlocks& blocks, int64_t nk, F&& f) {
+  if (!masked) return every_score<NQV>(nk)(f);
+  for (int c = 0; c < blocks.chunks; ++c)
+    for (int v = 0; v < NQV; ++v)
+      if (v >= blocks.first[c] && v < blocks.last[c])
+        for (int64_t jj = c * kKeyChunk; jj < c * kKeyChunk + blocks.keys_in(c, nk); ++jj)
+          f(jj, v);
+}
+
 #if defined(QKV_BF16_UNITS)
 // key_step on the bf16 units: S = scale · K Qt2 over whole tiles (a masked one too: its hidden
 // blocks get P = 0 after the softmax), then P rounded into bf16 pairs in place and
@@ -169,15 +182,9 @@ void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, in
   if (has_score_transforms(a))
     transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
   else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
-  auto for_visible = [&](auto&& f) {
-    if (!masked) return every_score<NQV>(nk)(f);
-    for (int c = 0; c < blocks.chunks; ++c)
-      for (int v = 0; v < NQV; ++v)
-        if (v >= blocks.first[c] && v < blocks.last[c])
-          for (int64_t jj = c * kKeyChunk; jj < c * kKeyChunk + blocks.keys_in(c, nk); ++jj)
-            f(jj, v);
-  };
-  online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha, for_visible);
+  online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha, [&](auto&& f) {
+    for_visible_scores<NQV>(masked, blocks, nk, f);
+  });
   if (masked)
     for (int v = 0; v < NQV; ++v) {
       int first, last;
@@ -239,19 +246,9 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   if (has_score_transforms(a))
     transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
   else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
-  // f(jj, v) for every key row jj and query vector v holding scores: the whole tile, or
-  // block by block the visible blocks of a masked one (its hidden blocks are never written or
-  // read: the softmax over only the visible blocks took a window of 512 1.2% faster).
-  auto for_visible = [&](auto&& f) {
-    if (!masked) return every_score<NQV>(nk)(f);
-    for (int c = 0; c < blocks.chunks; ++c)
-      for (int v = 0; v < NQV; ++v)
-        if (v >= blocks.first[c] && v < blocks.last[c])
-          for (int64_t jj = c * kKeyChunk; jj < c * kKeyChunk + blocks.keys_in(c, nk); ++jj)
-            f(jj, v);
-  };
-
-  online_softmax<NQV>(S, Mq, m, l, alpha, for_visible);
+  online_softmax<NQV>(S, Mq, m, l, alpha, [&](auto&& f) {
+    for_visible_scores<NQV>(masked, blocks, nk, f);
+  });
   if (!masked) {
     simd::accumulate_tile<NQV>(S, nk, Mq, Vt, kKeyTile, n.Dv, alpha, t.Ot, &prefetch);
     return;
