@@ -15,10 +15,12 @@
 #endif
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 
 #include <hwy/highway.h>
 
+#include "attention/products-inl.h"
 #include "simd/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -38,25 +40,29 @@ HWY_INLINE __m512bh broadcast_pair_bits(const void* p) {
 }
 
 // C[j][q] ← scale · Σ_p A2[j][p] · B2[p][q] for NK rows j of A (bf16; row j's pair p at
-// a + j · a_stride + p · pair_stride) and NQV vectors of 16 queries of B2 (pairs, `Mq` lanes a
-// row), over `pairs` pairs; with `b2_lo`, a second B2 added (an fp32 operand as hi + lo). With
-// kRescaleAdd, C ← C · alpha[q] + Σ instead (no scale).
-template <int NQV, int NK, bool kRescaleAdd>
+// a + j · a_stride + p · pair_stride) and NQV vectors of 16 columns q of B2 (pairs, b_stride
+// words a row), over `pairs` pairs; with `b2_lo`, a second B2 added (an fp32 operand as
+// hi + lo). C's rows are c_stride floats apart. With Into::kRescaleAdd, C ← C · alpha[q] + Σ
+// instead; with Into::kAdd, C ← C + Σ (neither scales).
+template <int NQV, int NK, Into kInto>
 HWY_INLINE void rows_times_pairs(const uint16_t* a, int64_t a_stride, int64_t pair_stride,
-                                 const uint32_t* b2,
-                                 const uint32_t* b2_lo, int64_t pairs, int64_t Mq, float* c,
-                                 float scale, const float* alpha) {
+                                 const uint32_t* b2, const uint32_t* b2_lo, int64_t pairs,
+                                 int64_t b_stride, float* c, int64_t c_stride, float scale,
+                                 const float* alpha) {
   __m512 acc[NK][NQV];
   for (int j = 0; j < NK; ++j)
-    for (int v = 0; v < NQV; ++v)
-      acc[j][v] = kRescaleAdd ? _mm512_mul_ps(_mm512_loadu_ps(c + j * Mq + v * 16),
-                                              _mm512_loadu_ps(alpha + v * 16))
-                              : _mm512_setzero_ps();
+    for (int v = 0; v < NQV; ++v) {
+      if constexpr (kInto == Into::kStore) acc[j][v] = _mm512_setzero_ps();
+      else if constexpr (kInto == Into::kAdd) acc[j][v] = _mm512_loadu_ps(c + j * c_stride + v * 16);
+      else
+        acc[j][v] = _mm512_mul_ps(_mm512_loadu_ps(c + j * c_stride + v * 16),
+                                  _mm512_loadu_ps(alpha + v * 16));
+    }
   for (int pass = 0; pass < (b2_lo ? 2 : 1); ++pass) {
     const uint32_t* b = pass == 0 ? b2 : b2_lo;
     for (int64_t p = 0; p < pairs; ++p) {
       __m512bh x[NQV];
-      for (int v = 0; v < NQV; ++v) x[v] = load_pairs(b + p * Mq + v * 16);
+      for (int v = 0; v < NQV; ++v) x[v] = load_pairs(b + p * b_stride + v * 16);
       for (int j = 0; j < NK; ++j) {
         const __m512bh y = broadcast_pair_bits(a + j * a_stride + p * pair_stride);
         for (int v = 0; v < NQV; ++v) acc[j][v] = _mm512_dpbf16_ps(acc[j][v], x[v], y);
@@ -66,28 +72,45 @@ HWY_INLINE void rows_times_pairs(const uint16_t* a, int64_t a_stride, int64_t pa
   const __m512 s = _mm512_set1_ps(scale);
   for (int j = 0; j < NK; ++j)
     for (int v = 0; v < NQV; ++v)
-      _mm512_storeu_ps(c + j * Mq + v * 16, kRescaleAdd ? acc[j][v] : _mm512_mul_ps(acc[j][v], s));
+      _mm512_storeu_ps(c + j * c_stride + v * 16,
+                       kInto == Into::kStore ? _mm512_mul_ps(acc[j][v], s) : acc[j][v]);
 }
 
 // rows_times_pairs over `rows` rows in blocks of kProductRows (24 accumulators, NQV loads and a
 // broadcast: 29 of 32 registers), the remainder by a smaller instantiation.
-template <int NQV, bool kRescaleAdd>
+template <int NQV, Into kInto>
 void rows_times_pairs_tile(const uint16_t* a, int64_t a_stride, int64_t pair_stride, int64_t rows,
-                           const uint32_t* b2,
-                           const uint32_t* b2_lo, int64_t pairs, int64_t Mq, float* c, float scale,
+                           const uint32_t* b2, const uint32_t* b2_lo, int64_t pairs,
+                           int64_t b_stride, float* c, int64_t c_stride, float scale,
                            const float* alpha, PrefetchQueue* prefetch) {
   constexpr int NK = kProductRows<NQV>;
   int64_t j = 0;
   for (; j + NK <= rows; j += NK) {
-    rows_times_pairs<NQV, NK, kRescaleAdd>(a + j * a_stride, a_stride, pair_stride, b2, b2_lo,
-                                           pairs, Mq, c + j * Mq, scale, alpha);
+    rows_times_pairs<NQV, NK, kInto>(a + j * a_stride, a_stride, pair_stride, b2, b2_lo, pairs,
+                                     b_stride, c + j * c_stride, c_stride, scale, alpha);
     if (prefetch) prefetch->issue_per_call();
   }
   if (j < rows)
     with_count<NK - 1>(static_cast<int>(rows - j), [&](auto nk) {
-      rows_times_pairs<NQV, decltype(nk)::value, kRescaleAdd>(a + j * a_stride, a_stride,
-                                                              pair_stride, b2, b2_lo, pairs, Mq,
-                                                              c + j * Mq, scale, alpha);
+      rows_times_pairs<NQV, decltype(nk)::value, kInto>(a + j * a_stride, a_stride, pair_stride,
+                                                        b2, b2_lo, pairs, b_stride,
+                                                        c + j * c_stride, c_stride, scale, alpha);
+    });
+}
+
+// rows_times_pairs_tile over `columns` columns of B2 and C (a multiple of 16, zero-padded in
+// B2), at most kQueryVectors vectors at a time: the products whose columns are a head dim.
+template <Into kInto>
+void rows_times_pairs_wide(const uint16_t* a, int64_t a_stride, int64_t pair_stride, int64_t rows,
+                           const uint32_t* b2, const uint32_t* b2_lo, int64_t pairs,
+                           int64_t b_stride, int64_t columns, float* c, int64_t c_stride) {
+  constexpr int kMost = 4;  // vectors a call: as the tiles' query vectors
+  for (int64_t e = 0; e < columns; e += kMost * 16)
+    with_count<kMost>(static_cast<int>(std::min<int64_t>(kMost, (columns - e) / 16)), [&](auto n) {
+      rows_times_pairs_tile<decltype(n)::value, kInto>(a, a_stride, pair_stride, rows, b2 + e,
+                                                       b2_lo ? b2_lo + e : nullptr, pairs,
+                                                       b_stride, c + e, c_stride, 1.0f, nullptr,
+                                                       nullptr);
     });
 }
 
@@ -107,12 +130,12 @@ HWY_INLINE void pairs_of_rows(float* p, int64_t keys, int64_t Mq) {
     }
   }
 }
-// V2[jj/2][e] ← (V[jj][e], V[jj + 1][e]) for the `keys` rows of V (bf16, vs apart, Dv a
-// multiple of 32), a last odd row paired with 0: each pair of value rows interleaved, one
-// 32-bit word per column, the columns in order — what P·V broadcasts (the pair of column e of
-// key pair jp is word jp · Dv + e).
-HWY_INLINE void interleave_row_pairs(const uint16_t* v, int64_t vs, int64_t keys, int64_t Dv,
-                                     uint32_t* v2) {
+// R2[jj/2][e] ← (R[jj][e], R[jj + 1][e]) for the `rows` rows of R (bf16, rs apart) and
+// columns e < E, a last odd row paired with 0; R2's rows are r2_stride words apart. Each pair
+// of rows interleaved, one 32-bit word per column, the columns in order: what a product that
+// reduces over R's rows broadcasts or loads (V's rows for P·V, K's for dQ = dS K).
+HWY_INLINE void interleave_row_pairs(const uint16_t* r, int64_t rs, int64_t rows, int64_t E,
+                                     uint32_t* r2, int64_t r2_stride) {
   // The unpacks interleave within 128-bit blocks: the low one holds columns 0–3 of each 8, the
   // high one 4–7; these indices put the words back in column order.
   alignas(64) static constexpr int32_t kFirst[16] = {0, 1, 2, 3, 16, 17, 18, 19,
@@ -120,16 +143,30 @@ HWY_INLINE void interleave_row_pairs(const uint16_t* v, int64_t vs, int64_t keys
   alignas(64) static constexpr int32_t kSecond[16] = {8,  9,  10, 11, 24, 25, 26, 27,
                                                        12, 13, 14, 15, 28, 29, 30, 31};
   const __m512i first = _mm512_load_si512(kFirst), second = _mm512_load_si512(kSecond);
-  for (int64_t jj = 0; jj < keys; jj += 2)
-    for (int64_t e = 0; e < Dv; e += 32) {
-      const __m512i a = _mm512_loadu_si512(v + jj * vs + e);
-      const __m512i b = jj + 1 < keys ? _mm512_loadu_si512(v + (jj + 1) * vs + e)
-                                      : _mm512_setzero_si512();
+  const int64_t whole = E / 32 * 32;
+  for (int64_t jj = 0; jj < rows; jj += 2) {
+    const uint16_t* x = r + jj * rs;
+    const uint16_t* y = jj + 1 < rows ? x + rs : nullptr;
+    uint32_t* to = r2 + jj / 2 * r2_stride;
+    for (int64_t e = 0; e < whole; e += 32) {
+      const __m512i a = _mm512_loadu_si512(x + e);
+      const __m512i b = y ? _mm512_loadu_si512(y + e) : _mm512_setzero_si512();
       const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-      uint32_t* to = v2 + jj / 2 * Dv + e;
-      _mm512_storeu_si512(to, _mm512_permutex2var_epi32(lo, first, hi));
-      _mm512_storeu_si512(to + 16, _mm512_permutex2var_epi32(lo, second, hi));
+      _mm512_storeu_si512(to + e, _mm512_permutex2var_epi32(lo, first, hi));
+      _mm512_storeu_si512(to + e + 16, _mm512_permutex2var_epi32(lo, second, hi));
     }
+    for (int64_t e = whole; e < E; ++e) to[e] = x[e] | (y ? uint32_t{y[e]} << 16 : 0u);
+  }
+}
+
+// R[j][q] ← bf16 P[j][q] for `rows` rows of Mq floats: rounded to nearest even, in rows of Mq
+// bf16 (so that adjacent columns form the pairs of a product that reduces over them).
+template <int NQV>
+HWY_INLINE void bf16_rows(const float* p, int64_t rows, int64_t Mq, uint16_t* r) {
+  for (int64_t j = 0; j < rows; ++j)
+    for (int v = 0; v < NQV; ++v)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(r + j * Mq + v * 16),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(p + j * Mq + v * 16)));
 }
 #endif  // QKV_BF16_UNITS
 

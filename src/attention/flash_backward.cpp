@@ -28,10 +28,13 @@
 // Five tile products per (query tile, key tile), against two in the forward: the backward
 // does 2.5× the forward's flops.
 // Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
+// Compiled once more for the bf16 units (flash_backward_bf16.cpp, src/simd/units.h): there
+// the five products of bf16 K and V run as bf16 dot products (key_step_units).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/flash_backward.cpp"
 #include <hwy/foreach_target.h>
 #include <hwy/highway.h>
+#include "simd/units-inl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -45,7 +48,11 @@
 #include "qkv/threads.h"
 #include "util/scratch.h"
 #include "simd/dispatch.h"
+#include "simd/units.h"
+#include "attention/bf16_products-inl.h"
+#include "attention/bf16_packing-inl.h"
 
+#if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
 namespace HWY_NAMESPACE {
@@ -61,6 +68,7 @@ using tiles::Shape;
 using tiles::TileMask;
 using tiles::VisibleBlocks;
 using tiles::with_typed;
+using tiles::kOnUnits;
 
 int64_t padded(int64_t n) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -68,21 +76,26 @@ int64_t padded(int64_t n) {
 }
 
 // A query tile packed once, read by all its key steps: Qt [D][Mq], Qr [Mq][D_pad],
-// dOt [Dv][Mq], dOr [Mq][Dv_pad], lse and Di [Mq].
+// dOt [Dv][Mq], dOr [Mq][Dv_pad], lse and Di [Mq]. (On the bf16 units, Q and dO as bf16
+// pairs: hi + lo where q_split, dout_split.)
 struct PackedTile {
   float *Qt, *Qr, *dOt, *dOr, *lse, *Di;
+  bool q_split = false, dout_split = false;
 };
 
-// A thread's buffers for one key step: S (then P), dP (then dS), tanh, each [Kt][Mq], and
-// a masked step's part of dQ, [D][Mq].
+// A thread's buffers for one key step: S (then P), dP (then dS), tanh, each [Kt][Mq], a
+// masked step's part of dQ, [D][Mq] (on the bf16 units: K's rows interleaved in pairs), and
+// on the bf16 units P, then dS, in bf16 rows [Kt][Mq].
 struct StepBuffers {
   float *S, *dP, *tanh, *dq_part;
+  uint16_t* rows16;
 };
 
 StepBuffers step_buffers(const Shape& n) {
   const int64_t tile = kKeyTile * n.Mq;
-  float* w = thread_scratch(BackwardSlot::tile, 3 * tile + n.D * n.Mq);
-  return {w, w + tile, w + 2 * tile, w + 3 * tile};
+  float* w = thread_scratch(BackwardSlot::tile, 3 * tile + n.D * n.Mq + tile / 2);
+  return {w, w + tile, w + 2 * tile, w + 3 * tile,
+          reinterpret_cast<uint16_t*>(w + 3 * tile + n.D * n.Mq)};
 }
 
 // How a key step delivers its part of dQ, Kᵀ dS: alone (the caller sums the parts in key
@@ -142,12 +155,114 @@ double row_dot(const float* g, const View& out, int64_t b, int64_t h, int64_t i,
   return sum;
 }
 
+#if defined(QKV_BF16_UNITS)
+// key_step on the bf16 units (bf16 K and V, D and Dv even). The tile is packed as bf16 pairs
+// (bf16_packing-inl.h): Qt and dOt pairs along the head dims, Qr and dOr pairs of query rows.
+// Every product runs over the whole tile, a masked one too (its hidden blocks get P = 0, and
+// so dS = 0); P and dS are rounded to bf16 for the products that take them, as in the
+// forward's P·V, and every sum is fp32:
+//   S  ← scale · K Qt2                 dV += P̃ᵀ dO2   (pairs of queries)
+//   dP ← V dOt2                        dK += dS̃ᵀ Q2    (pairs of queries)
+//   dQt (+)= K2ᵀ dS̃2                   (pairs of keys: K's rows interleaved, dS̃'s paired)
+template <int NQV>
+void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b,
+                    int64_t h, int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p,
+                    int64_t j0, const StepBuffers& w, float* dK, float* dV, float* dQt,
+                    DqPart dq) {
+  using simd::Into;
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  const int64_t Mq = n.Mq, hkv = h / (n.Hq / n.Hkv);
+  const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
+  const auto* k0 = static_cast<const uint16_t*>(a.k.address()) + b * a.k.stride[0] +
+                   hkv * a.k.stride[1];
+  const auto* v0 = static_cast<const uint16_t*>(a.v.address()) + b * a.v.stride[0] +
+                   hkv * a.v.stride[1];
+  const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
+  const int64_t j1 = std::min(j0 + kKeyTile, tm.hi), nk = j1 - j0;
+  const bool masked = !tm.covers(j0, j1, rows);
+  VisibleBlocks blocks;
+  if (masked) blocks.find(tm, NQV, rows, j0, j1);
+  // The packed tile: hi, then lo where the tensor is not bf16 (null otherwise).
+  auto lo_of = [](const float* hi, bool split, int64_t words) {
+    return split ? reinterpret_cast<const uint32_t*>(hi) + words : nullptr;
+  };
+  const auto* qt2 = reinterpret_cast<const uint32_t*>(p.Qt);
+  const auto* q2 = reinterpret_cast<const uint32_t*>(p.Qr);
+  const auto* dot2 = reinterpret_cast<const uint32_t*>(p.dOt);
+  const auto* do2 = reinterpret_cast<const uint32_t*>(p.dOr);
+  const int64_t query_pairs = NQV * N / 2;
+
+  // S ← scale · K Qt2, transformed; P ← e^(S − lse), 0 in hidden blocks and past the rows.
+  simd::rows_times_pairs_tile<NQV, Into::kStore>(k0 + j0 * ks, ks, 2, nk, qt2,
+                                                 lo_of(p.Qt, p.q_split, n.D / 2 * Mq), n.D / 2, Mq, w.S,
+                                                 Mq, effective_scale(a), nullptr, nullptr);
+  if (has_score_transforms(a))
+    tiles::transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
+  else if (masked) blocks.apply(tm, NQV, j0, nk, Mq, w.S);
+  for (int v = 0; v < NQV; ++v) {
+    int first = 0, last = static_cast<int>(tiles::kKeyTile / tiles::kKeyChunk);
+    if (masked) blocks.chunks_seen_by(v, first, last);
+    const auto real = hn::FirstN(df, static_cast<size_t>(std::clamp<int64_t>(rows - v * N, 0, N)));
+    const Vf lse = hn::Load(df, p.lse + v * N);
+    for (int64_t jj = 0; jj < nk; ++jj) {
+      float* s = w.S + jj * Mq + v * N;
+      const bool seen = jj >= first * tiles::kKeyChunk && jj < last * tiles::kKeyChunk;
+      hn::Store(seen ? hn::IfThenElseZero(real, simd::exp_nonpositive(hn::Sub(hn::Load(df, s), lse)))
+                     : hn::Zero(df),
+                df, s);
+    }
+  }
+  // dV[j0:j1] += P̃ᵀ dO2
+  simd::bf16_rows<NQV>(w.S, nk, Mq, w.rows16);
+  simd::rows_times_pairs_wide<Into::kAdd>(w.rows16, Mq, 2, nk, do2,
+                                          lo_of(p.dOr, p.dout_split, Mq / 2 * Dvp), query_pairs, Dvp,
+                                          Dvp, dV + j0 * Dvp, Dvp);
+  // dP ← V dOt2;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP.
+  simd::rows_times_pairs_tile<NQV, Into::kStore>(v0 + j0 * vs, vs, 2, nk, dot2,
+                                                 lo_of(p.dOt, p.dout_split, n.Dv / 2 * Mq), n.Dv / 2, Mq,
+                                                 w.dP, Mq, 1.0f, nullptr, nullptr);
+  const Vf one = hn::Set(df, 1.0f);
+  for (int64_t jj = 0; jj < nk; ++jj)
+    for (int v = 0; v < NQV; ++v) {
+      const int64_t at = jj * Mq + v * N;
+      Vf ds = hn::Mul(hn::Load(df, w.S + at),
+                      hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, p.Di + v * N)));
+      if (a.softcap > 0) {
+        const Vf t = hn::Load(df, w.tanh + at);
+        ds = hn::Mul(ds, hn::NegMulAdd(t, t, one));
+      }
+      hn::Store(ds, df, w.dP + at);
+    }
+  // dK[j0:j1] += dS̃ᵀ Q2
+  simd::bf16_rows<NQV>(w.dP, nk, Mq, w.rows16);
+  simd::rows_times_pairs_wide<Into::kAdd>(w.rows16, Mq, 2, nk, q2, lo_of(p.Qr, p.q_split, Mq / 2 * Dp),
+                                          query_pairs, Dp, Dp, dK + j0 * Dp, Dp);
+  // dQt ← K2ᵀ dS̃2 (row d's pair jp is word jp · D + d of K2), or added to it.
+  simd::pairs_of_rows<NQV>(w.dP, nk, Mq);
+  auto* k2 = reinterpret_cast<uint32_t*>(w.dq_part);
+  simd::interleave_row_pairs(k0 + j0 * ks, ks, nk, n.D, k2, n.D);
+  const auto* ds2 = reinterpret_cast<const uint32_t*>(w.dP);
+  const auto* k2_rows = reinterpret_cast<const uint16_t*>(k2);
+  if (dq == DqPart::kAdd)
+    simd::rows_times_pairs_tile<NQV, Into::kAdd>(k2_rows, 2, 2 * n.D, n.D, ds2, nullptr,
+                                                 (nk + 1) / 2, Mq, dQt, Mq, 1.0f, nullptr, nullptr);
+  else
+    simd::rows_times_pairs_tile<NQV, Into::kStore>(k2_rows, 2, 2 * n.D, n.D, ds2, nullptr,
+                                                   (nk + 1) / 2, Mq, dQt, Mq, 1.0f, nullptr,
+                                                   nullptr);
+}
+#endif  // QKV_BF16_UNITS
+
 // One key tile [j0, ...) of a query tile: adds to the tile's rows of dK and dV, and delivers
 // this key tile's part of dQ, Kᵀ dS [D][Mq], into dQt as `dq` says. K and V are T.
 template <int NQV, class T>
 void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
               int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p, int64_t j0,
               const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq) {
+#if defined(QKV_BF16_UNITS)
+  if constexpr (kOnUnits<T>)
+    return key_step_units<NQV>(a, bias, n, b, h, i0, rows, tm, p, j0, w, dK, dV, dQt, dq);
+#endif
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq, hkv = h / (n.Hq / n.Hkv);
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
@@ -255,7 +370,7 @@ inline constexpr int64_t kKeyTilesPerBatch = 64;
 template <int NQV, class T>
 void query_tile(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
                 const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                bool split_keys, const PackedTile& p, float* dQt, float* dK, float* dV) {
+                bool split_keys, PackedTile& p, float* dQt, float* dK, float* dV) {
   const int64_t Mq = n.Mq;
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
   thread_local TileMask mask;
@@ -270,11 +385,29 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
   }
 
   // Pack the tile: transposed for the score-shaped products, row-major for the reductions.
-  pack_rows(a.q, b, h, i0, rows, n.D, scale, p.Qt, Mq, p.Qr, Dp);
-  pack_rows(dout, b, h, i0, rows, n.Dv, 1.0f, p.dOt, Mq, p.dOr, Dvp);
+  if constexpr (kOnUnits<T>) {  // as bf16 pairs (key_step_units), q unscaled
+#if defined(QKV_BF16_UNITS)
+    p.q_split = tiles::packs_two(a.q), p.dout_split = tiles::packs_two(dout);
+    tiles::pack_pairs_transposed(a.q, b, h, i0, rows, n.D, Mq, reinterpret_cast<uint32_t*>(p.Qt));
+    tiles::pack_row_pairs(a.q, b, h, i0, rows, n.D, Dp, Mq, reinterpret_cast<uint32_t*>(p.Qr));
+    tiles::pack_pairs_transposed(dout, b, h, i0, rows, n.Dv, Mq,
+                                 reinterpret_cast<uint32_t*>(p.dOt));
+    tiles::pack_row_pairs(dout, b, h, i0, rows, n.Dv, Dvp, Mq, reinterpret_cast<uint32_t*>(p.dOr));
+#endif
+  } else {
+    pack_rows(a.q, b, h, i0, rows, n.D, scale, p.Qt, Mq, p.Qr, Dp);
+    pack_rows(dout, b, h, i0, rows, n.Dv, 1.0f, p.dOt, Mq, p.dOr, Dvp);
+  }
+  thread_local std::vector<float> dout_row;
+  dout_row.resize(n.Dv);
   for (int64_t r = 0; r < Mq; ++r) {
     const bool real = r < rows;
-    p.Di[r] = real ? row_dot(p.dOr + r * Dvp, a.out, b, h, i0 + r, n.Dv) : 0;
+    const float* g = p.dOr + r * Dvp;
+    if (kOnUnits<T> && real) {  // dOr holds pairs: the row widened again
+      for (int64_t e = 0; e < n.Dv; ++e) dout_row[e] = dout.get(b, h, i0 + r, e);
+      g = dout_row.data();
+    }
+    p.Di[r] = real ? row_dot(g, a.out, b, h, i0 + r, n.Dv) : 0;
     // A row that saw no key has lse = -inf; any finite value works, as all its P are 0.
     const float l = real ? a.lse[(b * n.Hq + h) * n.Tq + i0 + r] : 0;
     p.lse[r] = std::isinf(l) ? 0 : l;
@@ -373,14 +506,32 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
 }  // namespace qkv::detail
 HWY_AFTER_NAMESPACE();
 
+#endif  // QKV_KERNEL_PASS
+
 #if HWY_ONCE
 namespace qkv::detail {
+
+#if defined(QKV_BF16_UNITS)
+void flash_backward_on_bf16_units(const AttentionArgs& a, const View& dout, const View& dq,
+                                  const View& dk, const View& dv) {
+  N_AVX3_BF16::flash_backward(a, dout, dq, dk, dv);
+}
+#else
+void flash_backward_on_bf16_units(const AttentionArgs& a, const View& dout, const View& dq,
+                                  const View& dk, const View& dv);  // flash_backward_bf16.cpp
 
 HWY_EXPORT(flash_backward);
 void flash_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
                     const View& dv) {
+#if QKV_HAVE_BF16_UNITS
+  // bf16 K and V on the bf16 units, when both head dims are whole pairs.
+  if (a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0 && a.v.shape[3] % 2 == 0 &&
+      simd::bf16_units())
+    return flash_backward_on_bf16_units(a, dout, dq, dk, dv);
+#endif
   QKV_DISPATCH(flash_backward)(a, dout, dq, dk, dv);
 }
+#endif
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

@@ -29,7 +29,7 @@
 // Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
 // Compiled once more for the bf16 units (flash_forward_bf16.cpp, src/simd/units.h): there
 // bf16 K and V go through the bf16 tile products (attention/bf16_products-inl.h), with Q and
-// P packed as bf16 pairs and V transposed in bf16.
+// P packed as bf16 pairs and V's rows interleaved in pairs.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/flash_forward.cpp"
 #include <hwy/foreach_target.h>
@@ -53,6 +53,7 @@
 #include "simd/dispatch.h"
 #include "simd/units.h"
 #include "attention/bf16_products-inl.h"
+#include "attention/bf16_packing-inl.h"
 
 #if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
@@ -68,13 +69,6 @@ using namespace tiles;
 
 inline constexpr int64_t kTilesPerGroup = 8;
 
-// Whether K and V of type T go through the bf16 units here.
-template <class T>
-#if defined(QKV_BF16_UNITS)
-inline constexpr bool kOnUnits = std::is_same_v<T, simd::Bf16>;
-#else
-inline constexpr bool kOnUnits = false;
-#endif
 
 // One query tile of a group: where it lies, what it sees, and its running state.
 struct QueryTile {
@@ -86,52 +80,16 @@ struct QueryTile {
   bool two;     // on the bf16 units: Qt holds q as hi + lo pairs (q not bf16)
 };
 
-#if defined(QKV_BF16_UNITS)
-// On the bf16 units, Qt holds Q[tile]ᵀ as bf16 pairs Qt2[D/2][Mq] (32-bit lanes; zero in
-// padded lanes), unscaled; a query that is not bf16 as hi + lo (lo at Qt2 + D/2 · Mq), each
-// rounded to nearest even. (D is even here: the entry point sends odd dims elsewhere.)
-void pack_query_pairs(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, QueryTile& t) {
-  const int64_t Mq = n.Mq, pairs = n.D / 2;
-  t.two = a.q.type != TensorType::bf16;
-  uint32_t* hi = reinterpret_cast<uint32_t*>(t.Qt);
-  uint32_t* lo = hi + pairs * Mq;
-  std::fill(hi, hi + (t.two ? 2 : 1) * pairs * Mq, 0u);
-  if (!t.two && a.q.stride[3] == 1) {  // bf16 pairs as they lie: 32-bit words transposed
-    const auto* q = static_cast<const uint16_t*>(a.q.address()) + b * a.q.stride[0] +
-                    h * a.q.stride[1] + t.i0 * a.q.stride[2];
-    for (int64_t r = 0; r < t.rows; ++r)
-      for (int64_t p = 0; p < pairs; ++p)
-        std::memcpy(hi + p * Mq + r, q + r * a.q.stride[2] + 2 * p, 4);
-    return;
-  }
-  with_element_type(a.q.type, [&](auto element) {
-    using Q = decltype(element);
-    const Q* q = static_cast<const Q*>(a.q.address()) + b * a.q.stride[0] + h * a.q.stride[1] +
-                 t.i0 * a.q.stride[2];
-    for (int64_t r = 0; r < t.rows; ++r)
-      for (int64_t p = 0; p < pairs; ++p) {
-        uint32_t word_hi = 0, word_lo = 0;
-        for (int64_t e = 0; e < 2; ++e) {
-          const float x = simd::widen_one(q[r * a.q.stride[2] + (2 * p + e) * a.q.stride[3]]);
-          const uint16_t x_hi = float_to_bf16(x);
-          word_hi |= uint32_t{x_hi} << (16 * e);
-          if (t.two) word_lo |= uint32_t{float_to_bf16(x - bf16_to_float(x_hi))} << (16 * e);
-        }
-        hi[p * Mq + r] = word_hi;
-        if (t.two) lo[p * Mq + r] = word_lo;
-      }
-  });
-}
-#endif
-
 void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, int64_t h,
                 QueryTile& t, bool units) {
   const int64_t Mq = n.Mq;
   t.tm.init(a.mask, b, t.i0, t.rows, n);
   t.scale = scale, t.two = false;
 #if defined(QKV_BF16_UNITS)
-  if (units) pack_query_pairs(a, n, b, h, t);
-  else
+  if (units) {  // Qt2: q unscaled, in pairs (hi + lo when q is not bf16); D is even here
+    t.two = packs_two(a.q);
+    pack_pairs_transposed(a.q, b, h, t.i0, t.rows, n.D, Mq, reinterpret_cast<uint32_t*>(t.Qt));
+  } else
 #endif
   // Qt ← scale · Q[tile]ᵀ, zero in padded lanes.
   if (a.q.stride[3] == 1) {
@@ -164,18 +122,18 @@ void for_visible_scores(bool masked, const VisibleBlocks& blocks, int64_t nk, F&
 #if defined(QKV_BF16_UNITS)
 // key_step on the bf16 units: S = scale · K Qt2 over whole tiles (a masked one too: its hidden
 // blocks get P = 0 after the softmax), then P rounded into bf16 pairs in place and
-// Ot ← alpha Ot + Vt2 P2 over the whole tile. Vt2: V[j0:j1]ᵀ in bf16, zero past j1 to an even
-// count.
+// Ot ← alpha Ot + V2ᵀ P2 over the whole tile. V2: V[j0:j1]'s rows interleaved in pairs
+// (simd::interleave_row_pairs), zero past j1 to an even count.
 template <int NQV>
 void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b,
-                    int64_t h, const simd::Bf16* k0, const uint16_t* Vt2, int64_t j0, int64_t j1,
+                    int64_t h, const simd::Bf16* k0, const uint16_t* V2, int64_t j0, int64_t j1,
                     QueryTile& t, float* S, simd::PrefetchQueue& prefetch) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
   const int64_t Mq = n.Mq, nk = j1 - j0, ks = a.k.stride[2];
   const auto* q2 = reinterpret_cast<const uint32_t*>(t.Qt);
-  simd::rows_times_pairs_tile<NQV, false>(reinterpret_cast<const uint16_t*>(k0 + j0 * ks), ks, 2,
-                                          nk, q2, t.two ? q2 + n.D / 2 * Mq : nullptr, n.D / 2, Mq,
-                                          S, t.scale, nullptr, &prefetch);
+  simd::rows_times_pairs_tile<NQV, simd::Into::kStore>(
+      reinterpret_cast<const uint16_t*>(k0 + j0 * ks), ks, 2, nk, q2,
+      t.two ? q2 + n.D / 2 * Mq : nullptr, n.D / 2, Mq, S, Mq, t.scale, nullptr, &prefetch);
   const bool masked = !t.tm.covers(j0, j1, t.rows);
   VisibleBlocks blocks;
   if (masked) blocks.find(t.tm, NQV, t.rows, j0, j1);
@@ -194,27 +152,10 @@ void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, in
           hn::Store(hn::Zero(df), df, S + jj * Mq + v * N);
     }
   simd::pairs_of_rows<NQV>(S, nk, Mq);
-  // Vt2: V's rows interleaved in pairs (interleave_row_pairs), or transposed (odd dims).
-  const bool interleaved = n.Dv % 32 == 0;
-  simd::rows_times_pairs_tile<NQV, true>(Vt2, interleaved ? 2 : kKeyTile,
-                                         interleaved ? 2 * n.Dv : 2, n.Dv,
-                                         reinterpret_cast<const uint32_t*>(S), nullptr, (nk + 1) / 2,
-                                         Mq, t.Ot, 1.0f, t.alpha, &prefetch);
-}
-
-// The value tile for P·V on the units: with Dv a multiple of 32, its rows interleaved in
-// pairs (simd::interleave_row_pairs); otherwise Vt2[e][jj] ← V[j0 + jj][e] for jj < nk, 0 up
-// to the next even jj (element by element).
-void pack_values_transposed(const simd::Bf16* v, int64_t vs, int64_t nk, int64_t Dv,
-                            uint16_t* Vt2) {
-  if (Dv % 32 == 0)
-    return simd::interleave_row_pairs(reinterpret_cast<const uint16_t*>(v), vs, nk, Dv,
-                                      reinterpret_cast<uint32_t*>(Vt2));
-  const int64_t padded = (nk + 1) / 2 * 2;
-  for (int64_t e = 0; e < Dv; ++e) {
-    for (int64_t jj = 0; jj < nk; ++jj) std::memcpy(Vt2 + e * kKeyTile + jj, v + jj * vs + e, 2);
-    for (int64_t jj = nk; jj < padded; ++jj) Vt2[e * kKeyTile + jj] = 0;
-  }
+  // Oᵀ: row e's pair jp is word jp · Dv + e of V2 (V's rows interleaved in pairs).
+  simd::rows_times_pairs_tile<NQV, simd::Into::kRescaleAdd>(
+      V2, 2, 2 * n.Dv, n.Dv, reinterpret_cast<const uint32_t*>(S), nullptr, (nk + 1) / 2, Mq,
+      t.Ot, Mq, 1.0f, t.alpha, &prefetch);
 }
 #endif  // QKV_BF16_UNITS
 
@@ -344,8 +285,9 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
                    std::max<int64_t>(next_rows, 0));
 #if defined(QKV_BF16_UNITS)
     if constexpr (kOnUnits<T>)
-      pack_values_transposed(v0 + j0 * vs, vs, std::min(kKeyTile, hi - j0), n.Dv,
-                             reinterpret_cast<uint16_t*>(Vt));
+      simd::interleave_row_pairs(reinterpret_cast<const uint16_t*>(v0 + j0 * vs), vs,
+                                 std::min(kKeyTile, hi - j0), n.Dv,
+                                 reinterpret_cast<uint32_t*>(Vt), n.Dv);
     else
 #endif
     simd::pack_transposed(v0 + j0 * vs, vs, std::min(kKeyTile, hi - j0), n.Dv, 1.0f, Vt, kKeyTile);

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <hwy/highway.h>
@@ -31,6 +32,15 @@ namespace tiles {
 
 inline constexpr int kQueryVectors = 4;  // Mq = 4 N: 64 rows on AVX-512 (Qt of D = 128 is 32 KiB)
 inline constexpr int64_t kKeyTile = 64;  // S is Kt × Mq = 16 KiB: stays in L1 between uses
+
+// Whether K and V of type T go through the bf16 units in this pass (src/simd/units-inl.h):
+// bf16 ones, in the translation units that compile a kernel for the units.
+template <class T>
+#if defined(QKV_BF16_UNITS)
+inline constexpr bool kOnUnits = std::is_same_v<T, simd::Bf16>;
+#else
+inline constexpr bool kOnUnits = false;
+#endif
 
 // f(p) with p the address of element (b, h, i, d) of a view, typed as its elements: fp32,
 // bf16 or fp16 (hwy's types, whose bits qkv::bf16 and qkv::f16 share).
