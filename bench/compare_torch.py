@@ -17,6 +17,7 @@ Run it with the Python that has the PyTorch to compare with: the newest from PyP
   $PY bench/compare_torch.py --target avx2            # qkv's AVX2 code, PyTorch's AVX2 code
   $PY bench/compare_torch.py --seq 2048 --dim 128 --causal --threads 2
   $PY bench/compare_torch.py --quick                  # a few shapes
+  $PY bench/compare_torch.py --units                  # bf16 on the bf16 units beside fp32
 
 --target runs qkv on that SIMD target (qkv --target) and PyTorch at the same level
 (ATEN_CPU_CAPABILITY for ATen's kernels, MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA for
@@ -234,6 +235,25 @@ def table_shapes(quick):
     return shapes
 
 
+def units_shapes():
+    """bf16 where the CPU's bf16 units run it (avx512_bf16), beside qkv's own fp32 on the same
+    shape, 2 threads: the forward and forward + backward at dims 128 and 64 (causal too), and
+    decoding over a 32k bf16 cache with 4 and 8 query rows per kv head on the units and on the
+    widening kernels (avx512_dl)."""
+    shapes = []
+    for backward, dim, causal in ((False, 128, False), (False, 64, False), (True, 128, False),
+                                  (True, 128, True), (True, 64, False)):
+        for dtype in ("bf16", "fp32"):
+            shapes.append(dict(heads=8, seq=2048, dim=dim, causal=causal, backward=backward,
+                               threads=[2], dtype=dtype))
+    for heads in (32, 64):
+        for target in ("avx512_bf16", "avx512_dl"):
+            shapes.append(dict(heads=heads, kv_heads=8, seq=32768, dim=128, causal=False,
+                               backward=False, queries=1, threads=[2], dtype="bf16",
+                               target=target))
+    return shapes
+
+
 def supported_targets():
     """The SIMD targets qkv runs on this CPU (from `qkv info --json`)."""
     global _supported
@@ -262,6 +282,8 @@ def main():
     ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--min-time", type=float, default=1.0)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--units", action="store_true",
+                    help="bf16 on the bf16 units beside fp32 (needs a CPU with AVX512-BF16)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--target", help="qkv's SIMD target (sse4, avx2, avx512, avx512_dl); "
                     "PyTorch runs at the matching ATEN_CPU_CAPABILITY")
@@ -277,7 +299,12 @@ def main():
     import torch.nn.functional as F
     if not os.path.exists(QKV):
         sys.exit(f"compare_torch.py: {QKV} is missing; run `make build` first")
-    if a.seq:
+    if a.units:
+        if "avx512_bf16" not in supported_targets():
+            sys.exit("compare_torch.py: --units needs the avx512_bf16 target, which this CPU "
+                     "or build does not have (qkv info)")
+        shapes = units_shapes()
+    elif a.seq:
         shapes = [dict(heads=a.heads, kv_heads=a.kv_heads, seq=a.seq, dim=a.dim,
                        causal=a.causal, backward=a.backward, queries=a.queries,
                        window=a.window, kv_len=a.kv_len, dtype=a.dtype)]

@@ -21,6 +21,7 @@ The peers:
   bench/report.py                          # every section (~30-40 minutes on 2 cores)
   bench/report.py --quick                  # fewer shapes (~10 minutes)
   bench/report.py --only attention,python  # some sections; the page keeps only those
+  bench/report.py --only units --splice    # replace those sections in the page, keep the rest
 """
 import argparse
 import datetime
@@ -38,7 +39,7 @@ QKV = os.path.join(ROOT, "build", "release", "qkv")
 PEER = os.path.join(ROOT, "build", "peer")
 SMOLLM2 = os.path.join(ROOT, "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 STORIES = os.path.join(ROOT, "models", "stories260K")
-SECTIONS = ["attention", "training", "generation", "python", "mpi", "ggml", "llama2c"]
+SECTIONS = ["attention", "units", "training", "generation", "python", "mpi", "ggml", "llama2c"]
 
 
 def run(cmd, timeout=3600, env=None):
@@ -150,6 +151,20 @@ def section_attention(peer_py, quick, args):
             "(query, key) pairs; the backward counts 2.5 forwards. \"of FMA peak\" divides by the "
             "peak loop run after each round in the same process; decoding's \"K+V GB/s\" by a "
             "read loop over as many bytes.\n\n" + out)
+
+
+def section_units(peer_py, quick, args):
+    if "avx512_bf16" not in json.loads(run([QKV, "info", "--json"]))["targets_supported"]:
+        return ("## bf16 on the bf16 units (`avx512_bf16`)\n\n"
+                "Not measured: this CPU has no AVX512-BF16 (or the build lacks the target).\n")
+    out = run([peer_py, "bench/compare_torch.py", "--units"])
+    return ("## bf16 on the bf16 units (`avx512_bf16`)\n\n"
+            "`bench/compare_torch.py --units`: qkv's bf16 kernels on the CPU's bf16 dot-product "
+            "instruction (vdpbf16ps) beside qkv's own fp32 on the same shape and PyTorch's in the "
+            "same dtype. \"of FMA peak\" divides by the fp32 FMA loop and \"bf16 dot\" by the "
+            "vdpbf16ps loop, both measured in the same process. The decode rows show the units "
+            "(`avx512_bf16`) and the widening kernels (`avx512_dl`) on the same bf16 cache.\n\n"
+            + out)
 
 
 def section_training(peer_py, quick, args):
@@ -301,6 +316,27 @@ def section_llama2c(peer_py, quick, args):
             f"{best['qkv'] / best['run.c'] if best['run.c'] else 0:.2f}x |\n")
 
 
+def splice(path, sections, info):
+    """The page at `path` with each of `sections` in place of the section of the same "## "
+    heading (or appended), each under a line naming the run it came from."""
+    with open(path, encoding="utf-8") as f:
+        parts = re.split(r"(?m)^(?=## )", f.read())
+    for new in sections:
+        heading = new.splitlines()[0]
+        title, body = new.split("\n", 1)
+        stamped = (f"{title}\n\n_(This section from a later run of `bench/report.py --only "
+                   f"... --splice` on {datetime.date.today().isoformat()}, {cpu_name()}; its "
+                   f"yardsticks at that run's start: fp32 FMA peak "
+                   f"{info['fma_peak_gflops']:.1f} GFLOP/s, read bandwidth "
+                   f"{info['read_gbps']:.1f} GB/s.)_\n" + body)
+        at = [i for i, p in enumerate(parts) if p.splitlines()[0] == heading]
+        if at:
+            parts[at[0]] = stamped + ("\n" if not stamped.endswith("\n\n") else "")
+        else:
+            parts.append(stamped)
+    return ["".join(parts).rstrip("\n") + "\n"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -312,6 +348,9 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", help="comma-separated sections: " + ",".join(SECTIONS))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
+    ap.add_argument("--splice", action="store_true",
+                    help="with --only: replace those sections of the existing page (by their "
+                    "heading) and keep the rest, each new one headed by the run it came from")
     args = ap.parse_args()
     if args.setup:
         return setup()
@@ -336,6 +375,8 @@ def main():
         except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as e:
             page.append(f"## {s}\n\nNot measured: {e}\n")
         print(f"report.py: {s} took {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    if args.splice:
+        page = splice(args.out, page[1:], info)
     with open(args.out, "w", encoding="utf-8") as f:
         f.write("\n".join(page))
     print(f"report.py: wrote {args.out}", file=sys.stderr)

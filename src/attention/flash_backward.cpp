@@ -80,6 +80,7 @@ int64_t padded(int64_t n) {
 // pairs: hi + lo where q_split, dout_split.)
 struct PackedTile {
   float *Qt, *Qr, *dOt, *dOr, *lse, *Di;
+  float *dout_row, *out_row;  // [Dv_pad] each: rows of dO and O widened for Di, where needed
   bool q_split = false, dout_split = false;
 };
 
@@ -109,6 +110,20 @@ void add_part(float* dQt, const float* part, int64_t n) {
     hn::Store(hn::Add(hn::Load(df, dQt + i), hn::Load(df, part + i)), df, dQt + i);
 }
 
+// to[0, E) ← row (b, h, i) of x, widened to fp32 (`to` padded to whole vectors).
+void widen_row(const View& x, int64_t b, int64_t h, int64_t i, int64_t E, float* to) {
+  if (x.stride[3] != 1) {
+    for (int64_t e = 0; e < E; ++e) to[e] = x.get(b, h, i, e);
+    return;
+  }
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  with_typed(x, b, h, i, 0, [&](auto* row) {
+    for (int64_t e = 0; e < E; e += N)
+      hn::Store(simd::load_first_widened(row + e, static_cast<size_t>(std::min(N, E - e))), df,
+                to + e);
+  });
+}
+
 // Rows [i0, i0 + rows) of x(b, h): t ← scale · xᵀ [E][Mq] (lanes past `rows` zero), and
 // r ← x [Mq][E_pad] row-major (zero past `rows` and past E).
 void pack_rows(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t E,
@@ -117,13 +132,8 @@ void pack_rows(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows, in
   if (x.stride[3] == 1) {
     with_typed(x, b, h, i0, 0, [&](auto* x0) {
       simd::pack_transposed(x0, x.stride[2], rows, E, scale, t, Mq);
-      const int64_t N = static_cast<int64_t>(simd::lanes());
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t e = 0; e < E; e += N)
-          hn::Store(simd::load_first_widened(x0 + i * x.stride[2] + e,
-                                             static_cast<size_t>(std::min(N, E - e))),
-                    df, r + i * E_pad + e);
     });
+    for (int64_t i = 0; i < rows; ++i) widen_row(x, b, h, i0 + i, E, r + i * E_pad);
     return;
   }
   for (int64_t i = 0; i < Mq; ++i)
@@ -134,14 +144,8 @@ void pack_rows(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows, in
     }
 }
 
-// Σ_e g[e] · out(b, h, i, e), summed in double: Di = rowsum(dO ∘ O), which dP − Di cancels.
-double row_dot(const float* g, const View& out, int64_t b, int64_t h, int64_t i, int64_t E) {
-  if (out.stride[3] != 1 || out.type != TensorType::f32) {
-    double sum = 0;
-    for (int64_t e = 0; e < E; ++e) sum += double(g[e]) * out.get(b, h, i, e);
-    return sum;
-  }
-  const float* o = &out(b, h, i, 0);
+// Σ_e g[e] · o[e], summed in double: Di = rowsum(dO ∘ O), which dP − Di cancels.
+double row_dot(const float* g, const float* o, int64_t E) {
   const hn::Repartition<double, simd::Df> dd;
   const hn::Rebind<float, decltype(dd)> dh;  // as many floats as dd has doubles
   const int64_t M = static_cast<int64_t>(hn::Lanes(dd));
@@ -398,16 +402,18 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
     pack_rows(a.q, b, h, i0, rows, n.D, scale, p.Qt, Mq, p.Qr, Dp);
     pack_rows(dout, b, h, i0, rows, n.Dv, 1.0f, p.dOt, Mq, p.dOr, Dvp);
   }
-  thread_local std::vector<float> dout_row;
-  dout_row.resize(n.Dv);
   for (int64_t r = 0; r < Mq; ++r) {
     const bool real = r < rows;
     const float* g = p.dOr + r * Dvp;
     if (kOnUnits<T> && real) {  // dOr holds pairs: the row widened again
-      for (int64_t e = 0; e < n.Dv; ++e) dout_row[e] = dout.get(b, h, i0 + r, e);
-      g = dout_row.data();
+      widen_row(dout, b, h, i0 + r, n.Dv, p.dout_row);
+      g = p.dout_row;
     }
-    p.Di[r] = real ? row_dot(g, a.out, b, h, i0 + r, n.Dv) : 0;
+    const float* o = p.out_row;
+    if (!real) o = nullptr;
+    else if (a.out.type == TensorType::f32 && a.out.stride[3] == 1) o = &a.out(b, h, i0 + r, 0);
+    else widen_row(a.out, b, h, i0 + r, n.Dv, p.out_row);
+    p.Di[r] = real ? row_dot(g, o, n.Dv) : 0;
     // A row that saw no key has lse = -inf; any finite value works, as all its P are 0.
     const float l = real ? a.lse[(b * n.Hq + h) * n.Tq + i0 + r] : 0;
     p.lse[r] = std::isinf(l) ? 0 : l;
@@ -475,9 +481,11 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
     p.Qr = thread_scratch(BackwardSlot::q_rows, Mq * Dp);
     p.dOt = thread_scratch(BackwardSlot::dout_tiles, n.Dv * Mq);
     p.dOr = thread_scratch(BackwardSlot::dout_rows, Mq * Dvp);
-    p.lse = thread_scratch(BackwardSlot::lse, 2 * Mq + n.D * Mq);
+    p.lse = thread_scratch(BackwardSlot::lse, 2 * Mq + n.D * Mq + 2 * Dvp);
     p.Di = p.lse + Mq;
     float* dQt = p.Di + Mq;
+    p.dout_row = dQt + n.D * Mq;
+    p.out_row = p.dout_row + Dvp;
     float* dK = thread_scratch(BackwardSlot::dk_dv, n.Tk * (Dp + Dvp));
     float* dV = dK + n.Tk * Dp;
     std::fill(dK, dK + n.Tk * (Dp + Dvp), 0.0f);
