@@ -124,8 +124,7 @@ UnitsRounding units_rounding(const Case& c, const Types& t) {
   // (The units run the tiled forward for even head dims, and decoding for dims of whole 32s;
   // the bound is taken for every even dim on that target: the avx512_dl run holds the
   // widening kernels to theirs.)
-  const bool on_units =
-      current_target() == "avx512_bf16" && t.kv == TensorType::bf16 && c.D % 2 == 0;
+  const bool on_units = testing::on_bf16_units_target() && t.kv == TensorType::bf16 && c.D % 2 == 0;
   if (!on_units) return {};
   const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D)), m = c.magnitude;
   UnitsRounding u;
@@ -246,7 +245,7 @@ struct UnitsBackward {
 UnitsBackward units_backward(const Case& c, const Types& t, const TypedProblem& tp,
                              const TypedGrads& g, const testing::Expected& e,
                              std::vector<double>& dDi) {
-  const bool on_units = current_target() == "avx512_bf16" && t.kv == TensorType::bf16 &&
+  const bool on_units = testing::on_bf16_units_target() && t.kv == TensorType::bf16 &&
                         c.D % 2 == 0 && c.Dv % 2 == 0;
   if (!on_units) return {};
   const UnitsRounding forward = units_rounding(c, t);
@@ -450,9 +449,9 @@ TEST(DtypeConversions, EveryPatternWidensExactly) {
       Tensor out({1, 1, Tq, n});
       attention({.q = view(q, {1, 1, Tq, 4}), .k = view(k, {1, 1, 1, 4}),
                  .v = view(v, {1, 1, 1, n}), .out = out});
-      // vdpbf16ps reads subnormal bf16 inputs as zero: on the bf16 units (which take this
-      // forward, not this decoding: its dim is no multiple of 32) they may come out ±0.
-      const bool flushes = current_target() == "avx512_bf16" && type == TensorType::bf16;
+      // vdpbf16ps (and bfdot) read subnormal bf16 inputs as zero: on the bf16 units (which take
+      // this forward, not this decoding: its dim is no multiple of 32) they may come out ±0.
+      const bool flushes = testing::on_bf16_units_target() && type == TensorType::bf16;
       for (int64_t r = 0; r < Tq; ++r)
         for (int64_t i = 0; i < n; ++i) {
           const float want = widen(type, static_cast<uint16_t>(i)), got = out.view()(0, 0, r, i);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "qkv/attention.h"
+#include "qkv/targets.h"
 #include "qkv/tensor.h"
 
 namespace qkv::testing {
@@ -317,6 +318,14 @@ inline double max_lse_error(const float* lse, const std::vector<double>& expecte
     worst = std::max(worst, std::abs(lse[i] - expected[i]) / (1 + std::abs(expected[i])));
   }
   return worst;
+}
+
+// Whether the target in force runs the tiled kernels on the CPU's bf16 units (avx512_bf16 on
+// x86-64, neon_bf16 on AArch64): they round P (and in the backward dS) to bf16 for their
+// products, and read subnormal bf16 inputs as zero.
+inline bool on_bf16_units_target() {
+  const std::string t = current_target();
+  return t == "avx512_bf16" || t == "neon_bf16";
 }
 
 }  // namespace qkv::testing

@@ -171,14 +171,15 @@ TEST(KVCache, SixteenBitStorageHalvesMemoryAndStaysClose) {
 // the bf16 rows in place; a ring's overrun chunk, through an fp32 copy of the same rounded
 // rows. All see the same numbers: the same logits up to summation order (the kernels agree to
 // ~1e-7, tests/attention_flash_test.cpp; through two layers of these large weights that grew
-// to 6.5e-5 at the sliding window's last positions). On the bf16 units (avx512_bf16) the
-// tiled forward and decoding round P differently (attention_dtype_test bounds each), so the
-// comparison runs the widening kernels.
+// to 6.5e-5 at the sliding window's last positions). On the bf16 units (avx512_bf16,
+// neon_bf16) the tiled forward and decoding round P differently (attention_dtype_test bounds
+// each), so the comparison runs the widening kernels.
 TEST(KVCache, Bf16DecodingInPlaceMatchesTheCopiedRows) {
   struct WideningKernels {
     std::string saved = current_target();
     WideningKernels() {
       if (saved == "avx512_bf16") set_target("avx512_dl");
+      if (saved == "neon_bf16") set_target("neon");
     }
     ~WideningKernels() { set_target(saved); }
   } widening;

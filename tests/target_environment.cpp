@@ -11,6 +11,13 @@
 
 namespace {
 
+// The CPU feature a target of qkv's own needs, as /proc/cpuinfo names it.
+std::string missing_flag(const std::string& target) {
+  if (target == "avx512_bf16") return " (no avx512_bf16 in its CPUID flags)";
+  if (target == "neon_bf16") return " (no bf16 in its CPU features)";
+  return "";
+}
+
 class TargetEnvironment : public testing::Environment {
  public:
   void SetUp() override {
@@ -20,8 +27,7 @@ class TargetEnvironment : public testing::Environment {
     const auto compiled = qkv::compiled_targets();
     const bool built = std::find(compiled.begin(), compiled.end(), name) != compiled.end();
     if (built && std::find(supported.begin(), supported.end(), name) == supported.end())
-      GTEST_SKIP() << "this CPU does not run SIMD target " << name
-                   << (std::string(name) == "avx512_bf16" ? " (no avx512_bf16 in its CPUID flags)" : "");
+      GTEST_SKIP() << "this CPU does not run SIMD target " << name << missing_flag(name);
   }
 };
 

@@ -21,7 +21,7 @@ struct Width {
 const std::map<std::string, Width> kWidths = {
     {"sse4", {128, 16}},      {"avx2", {256, 16}}, {"avx512", {512, 32}},
     {"avx512_dl", {512, 32}}, {"avx512_bf16", {512, 32}}, {"neon", {128, 32}},
-    {"sve", {256, 32}},
+    {"neon_bf16", {128, 32}}, {"sve", {256, 32}},
 };
 
 // Puts the target back as it was (the best, or QKV_TARGET's) when a test ends.

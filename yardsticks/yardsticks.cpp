@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <string>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -70,6 +71,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #if HWY_ARCH_X86
 #include <immintrin.h>
+#elif HWY_ARCH_ARM_A64
+#include <arm_neon.h>
 #endif
 
 #include "qkv/targets.h"
@@ -92,13 +95,30 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) double bf16_dot
   for (int c = 1; c < kBf16Chains; ++c) sum = _mm512_add_ps(sum, acc[c]);
   return _mm512_reduce_add_ps(sum);
 }
+constexpr double kBf16FlopsPerDot = 64;  // 16 lanes × 2 products × 2
+#elif HWY_ARCH_ARM_A64 && QKV_HAVE_BF16_UNITS
+// 16 chains of bfdot (4 lanes, two bf16 products each: 16 flops).
+constexpr int kBf16Chains = 16;
+__attribute__((target("arch=armv8.2-a+bf16"), noinline)) double bf16_dot_loop(int64_t iterations) {
+  float32x4_t acc[kBf16Chains];
+  for (int c = 0; c < kBf16Chains; ++c) acc[c] = vdupq_n_f32(1.0f + c * 1e-3f);
+  const bfloat16x8_t x = vreinterpretq_bf16_u32(vdupq_n_u32(0x3f803f80));  // (1, 1)
+  const bfloat16x8_t y = vreinterpretq_bf16_u32(vdupq_n_u32(0x35803580));  // (2^-20, 2^-20)
+  for (int64_t i = 0; i < iterations; ++i)
+    for (int c = 0; c < kBf16Chains; ++c) acc[c] = vbfdotq_f32(acc[c], x, y);
+  float32x4_t sum = acc[0];
+  for (int c = 1; c < kBf16Chains; ++c) sum = vaddq_f32(sum, acc[c]);
+  return vaddvq_f32(sum);
+}
+constexpr double kBf16FlopsPerDot = 16;
 #endif
 
 double measure_bf16_peak_gflops(int threads, double seconds) {
-#if HWY_ARCH_X86 && QKV_HAVE_BF16_UNITS
-  if (current_target() != "avx512_bf16") return 0;
+#if QKV_HAVE_BF16_UNITS && (HWY_ARCH_X86 || HWY_ARCH_ARM_A64)
+  const std::string target = current_target();
+  if (target != "avx512_bf16" && target != "neon_bf16") return 0;
   const int64_t chunk = 1 << 20;
-  const double flops_per_chunk = 64.0 * kBf16Chains * chunk;
+  const double flops_per_chunk = kBf16FlopsPerDot * kBf16Chains * chunk;
   double flops = 0;
   volatile double sink = 0;
   bf16_dot_loop(chunk);  // warm up the clock

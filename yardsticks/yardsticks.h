@@ -15,8 +15,8 @@ namespace qkv::detail {
 // GFLOP/s of a register-only FMA loop on `threads` threads (2 flops per FMA lane).
 double measure_fma_peak_gflops(int threads, double seconds = 0.2);
 
-// GFLOP/s of the bf16 dot-product unit of the current target (avx512_bf16: vdpbf16ps, two
-// products per fp32 lane, 4 flops) on `threads` threads, as the FMA loop measures it; 0 where
+// GFLOP/s of the bf16 dot-product unit of the current target (avx512_bf16: vdpbf16ps;
+// neon_bf16: bfdot; two products per fp32 lane, 4 flops) on `threads` threads, as the FMA loop measures it; 0 where
 // the current target has no bf16 unit.
 double measure_bf16_peak_gflops(int threads, double seconds = 0.2);
 

@@ -261,7 +261,9 @@ void bench_attention(const BenchOptions& o) {
               << peak << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n";
     if (timing.bf16_peak > 0)
       std::cout << "  = " << 100 * timing.bf16_fraction << "% of the measured bf16 dot peak ("
-                << timing.bf16_peak << " GFLOP/s, vdpbf16ps; split-KV decoding of bf16 runs on it)\n";
+                << timing.bf16_peak << " GFLOP/s, "
+                << (current_target() == "neon_bf16" ? "bfdot" : "vdpbf16ps")
+                << ", the unit the bf16 kernels run on)\n";
     std::cout << "  K and V read at " << result["kv_gbps"].get<double>()
               << " GB/s = " << 100 * timing.read_fraction
               << "% of a plain read loop over the same bytes (" << read_gbps
@@ -312,7 +314,7 @@ void add_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-reference", o->no_reference, "Skip timing the reference kernel");
   cmd->add_option("--dtype", o->dtype, "Element type of q, k, v, out and the gradients: fp32, "
-                  "bf16 or fp16 (fractions of the fp32 FMA peak, and on avx512_bf16 of the bf16 dot peak too)")
+                  "bf16 or fp16 (fractions of the fp32 FMA peak, and on avx512_bf16 and neon_bf16 of the bf16 dot peak too)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print only the JSON result line");

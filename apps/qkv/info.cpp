@@ -112,7 +112,8 @@ void info(const InfoOptions& o) {
             << std::fixed << std::setprecision(1) << "fp32 FMA peak, " << threads << " thread(s), "
             << target << ": " << peak << " GFLOP/s (measured now)\n";
   if (bf16_peak > 0)
-    std::cout << "bf16 dot peak (vdpbf16ps), " << threads << " thread(s), " << target << ": "
+    std::cout << "bf16 dot peak (" << (target == "neon_bf16" ? "bfdot" : "vdpbf16ps") << "), "
+              << threads << " thread(s), " << target << ": "
               << bf16_peak << " GFLOP/s (measured now)\n";
   else
     std::cout << "bf16 dot peak: no bf16 unit in use (" << target << " widens bf16 to fp32)\n";

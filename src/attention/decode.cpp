@@ -1012,14 +1012,16 @@ HWY_AFTER_NAMESPACE();
 namespace qkv::detail {
 
 #if defined(QKV_BF16_UNITS)
-void decode_forward_on_bf16_units(const AttentionArgs& a) { N_AVX3_BF16::decode_forward(a); }
+void decode_forward_on_bf16_units(const AttentionArgs& a) {
+  QKV_UNITS_NAMESPACE::decode_forward(a);
+}
 #else
 void decode_forward_on_bf16_units(const AttentionArgs& a);  // decode_bf16.cpp
 
 HWY_EXPORT(decode_forward);
 
 void decode_forward(const AttentionArgs& a) {
-#if QKV_HAVE_BF16_UNITS
+#if QKV_HAVE_BF16_UNITS && HWY_ARCH_X86  // (decode_bf16.cpp is x86 only so far)
   if (a.k.type == TensorType::bf16 && simd::bf16_units()) return decode_forward_on_bf16_units(a);
 #endif
   QKV_DISPATCH(decode_forward)(a);

@@ -1,6 +1,5 @@
 // Split-KV decoding on the AVX512-BF16 units: decode.cpp compiled once more, for Highway's
 // AVX3 target with AVX512-BF16 (src/simd/units-inl.h); its entry point decode_forward runs this
 // version for bf16 caches while the avx512_bf16 target is in force.
-#define QKV_BF16_UNITS 1
-#define HWY_DISABLED_TARGETS (HWY_AVX3_DL | HWY_AVX2 | HWY_SSSE3)
+#include "simd/units_pass.h"
 #include "attention/decode.cpp"

@@ -522,7 +522,7 @@ namespace qkv::detail {
 #if defined(QKV_BF16_UNITS)
 void flash_backward_on_bf16_units(const AttentionArgs& a, const View& dout, const View& dq,
                                   const View& dk, const View& dv) {
-  N_AVX3_BF16::flash_backward(a, dout, dq, dk, dv);
+  QKV_UNITS_NAMESPACE::flash_backward(a, dout, dq, dk, dv);
 }
 #else
 void flash_backward_on_bf16_units(const AttentionArgs& a, const View& dout, const View& dq,

@@ -372,7 +372,7 @@ HWY_AFTER_NAMESPACE();
 namespace qkv::detail {
 
 #if defined(QKV_BF16_UNITS)
-void flash_forward_on_bf16_units(const AttentionArgs& a) { N_AVX3_BF16::flash_forward(a); }
+void flash_forward_on_bf16_units(const AttentionArgs& a) { QKV_UNITS_NAMESPACE::flash_forward(a); }
 #else
 void flash_forward_on_bf16_units(const AttentionArgs& a);  // flash_forward_bf16.cpp
 

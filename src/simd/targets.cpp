@@ -4,11 +4,12 @@
 // the targets below it (hwy::SetSupportedTargetsForTest), checked first against what the CPU
 // really supports, read before any narrowing.
 //
-// avx512_bf16 is qkv's own target above Highway's (Highway 1.0.3 has none for AVX512-BF16):
-// a bit Highway reserves and never sets, present when the CPU has AVX512-BF16 beside AVX-512
-// and the library was built with the kernels that use it (src/simd/units.h). With it in force,
-// the kernels with a bf16-unit version run that one for bf16 elements; everything else runs
-// Highway's best target below it.
+// avx512_bf16 (x86-64) and neon_bf16 (AArch64) are qkv's own targets above Highway's (Highway
+// 1.0.3 has none for AVX512-BF16 or Arm's BF16): a bit Highway reserves and never sets,
+// present when the CPU has the bf16 dot product (beside AVX-512 on x86) and the library was
+// built with the kernels that use it (src/simd/units.h). With it in force, the kernels with a
+// bf16-unit version run that one for bf16 elements; everything else runs Highway's best
+// target below it (for neon_bf16 forced by name, NEON: the units' own width).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/targets.cpp"
 #include <hwy/foreach_target.h>
@@ -28,6 +29,9 @@ int vector_registers() { return kVectorRegisters; }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#if HWY_ARCH_ARM_A64
+#include <sys/auxv.h>
+#endif
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -46,6 +50,9 @@ namespace {
 #if HWY_ARCH_X86 && QKV_HAVE_BF16_UNITS
 constexpr int64_t kBf16Units = 1LL << 6;  // reserved by Highway 1.0.3 (detect_targets.h)
 static_assert((kBf16Units & (HWY_TARGETS | HWY_AVX3_DL)) == 0, "a bit Highway does not use");
+#elif HWY_ARCH_ARM_A64 && QKV_HAVE_BF16_UNITS
+constexpr int64_t kBf16Units = 1LL << 23;  // reserved by Highway 1.0.3, just above SVE2_128
+static_assert((kBf16Units & (HWY_TARGETS | HWY_SVE2_128)) == 0, "a bit Highway does not use");
 #else
 constexpr int64_t kBf16Units = 0;
 #endif
@@ -65,6 +72,7 @@ constexpr NamedTarget kNames[] = {
     {"sse4", HWY_SSE4},         {"ssse3", HWY_SSSE3},
 #elif HWY_ARCH_ARM
     // "sve" is SVE with 256-bit vectors, the one SVE target qkv compiles (CMakeLists.txt).
+    {"neon_bf16", kBf16Units},
     {"sve2_128", HWY_SVE2_128}, {"sve", HWY_SVE_256},   {"sve2", HWY_SVE2},
     {"sve_scalable", HWY_SVE},  {"neon", HWY_NEON},
 #endif
@@ -81,10 +89,14 @@ int64_t supported_now() {
   return targets;
 }
 
-// Whether the CPU has AVX512-BF16 (CPUID leaf 7, sub-leaf 1, EAX bit 5) beside AVX-512.
+// Whether the CPU has AVX512-BF16 (CPUID leaf 7, sub-leaf 1, EAX bit 5) beside AVX-512, or
+// on AArch64 the BF16 extension (HWCAP2_BF16) beside NEON.
 bool cpu_has_bf16_units(int64_t hwy_targets) {
 #if HWY_ARCH_X86 && QKV_HAVE_BF16_UNITS
   return (hwy_targets & (HWY_AVX3 | HWY_AVX3_DL)) && __builtin_cpu_supports("avx512bf16");
+#elif HWY_ARCH_ARM_A64 && QKV_HAVE_BF16_UNITS
+  constexpr unsigned long kHwcap2Bf16 = 1UL << 14;  // HWCAP2_BF16 (asm/hwcap.h)
+  return (hwy_targets & HWY_NEON) && (getauxval(AT_HWCAP2) & kHwcap2Bf16);
 #else
   (void)hwy_targets;
   return false;
@@ -102,6 +114,15 @@ int64_t cpu_targets() {
 
 // The targets compiled into this build.
 constexpr int64_t kCompiled = HWY_TARGETS | kBf16Units;
+
+// The best Highway target below neon_bf16 when it is forced: NEON.
+constexpr int64_t units_floor() {
+#if HWY_ARCH_ARM
+  return HWY_NEON;
+#else
+  return 1;
+#endif
+}
 
 std::vector<std::string> names_of(int64_t bits) {
   std::vector<std::string> names;
@@ -137,8 +158,10 @@ void force_target(const std::string& name, const char* where) {
         "' is not compiled into this build (compiled: ", joined(compiled_targets()), ")");
   check((bits & cpu) != 0, where, ": this CPU does not support SIMD target '", name,
         "' (it supports: ", choices, ")");
-  // The target and those below it (for the bf16 units: every Highway target the CPU has).
-  hwy::SetSupportedTargetsForTest(cpu & ~kBf16Units & ~(bits - 1));
+  // The target and those below it (for the bf16 units: every Highway target the CPU has, or
+  // on AArch64 NEON, whose width the units' kernels have).
+  const int64_t floor = bits == kBf16Units && HWY_ARCH_ARM ? units_floor() : bits;
+  hwy::SetSupportedTargetsForTest(cpu & ~kBf16Units & ~(floor - 1));
   hwy::GetChosenTarget().DeInit();  // the next dispatch chooses again
   units_allowed = bits == kBf16Units;
 }
@@ -161,7 +184,10 @@ HWY_EXPORT(vector_registers);
 
 }  // namespace
 
-int current_vector_bits() { return QKV_DISPATCH(vector_bits)(); }
+// (On AArch64 the units' kernels are NEON's width, whatever Highway's best target is.)
+int current_vector_bits() {
+  return HWY_ARCH_ARM && bf16_units() ? 128 : QKV_DISPATCH(vector_bits)();
+}
 int current_vector_registers() { return QKV_DISPATCH(vector_registers)(); }
 
 void ensure_target() {
