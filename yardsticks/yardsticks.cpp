@@ -102,8 +102,11 @@ constexpr int kBf16Chains = 16;
 __attribute__((target("arch=armv8.2-a+bf16"), noinline)) double bf16_dot_loop(int64_t iterations) {
   float32x4_t acc[kBf16Chains];
   for (int c = 0; c < kBf16Chains; ++c) acc[c] = vdupq_n_f32(1.0f + c * 1e-3f);
-  const bfloat16x8_t x = vreinterpretq_bf16_u32(vdupq_n_u32(0x3f803f80));  // (1, 1)
-  const bfloat16x8_t y = vreinterpretq_bf16_u32(vdupq_n_u32(0x35803580));  // (2^-20, 2^-20)
+  // (Read through volatile: as immediates the compiler makes them an fp16 fmov, which the
+  // BF16 extension alone does not allow.)
+  volatile uint32_t one_pair = 0x3f803f80, tiny_pair = 0x35803580;  // (1, 1), (2^-20, 2^-20)
+  const bfloat16x8_t x = vreinterpretq_bf16_u32(vdupq_n_u32(one_pair));
+  const bfloat16x8_t y = vreinterpretq_bf16_u32(vdupq_n_u32(tiny_pair));
   for (int64_t i = 0; i < iterations; ++i)
     for (int c = 0; c < kBf16Chains; ++c) acc[c] = vbfdotq_f32(acc[c], x, y);
   float32x4_t sum = acc[0];
