@@ -155,6 +155,15 @@ void rows_times_pairs_tile(const uint16_t* a, int64_t a_stride, int64_t pair_str
   constexpr int NK = kProductRows<NQV>;
   int64_t j = 0;
   for (; j + NK <= rows; j += NK) {
+    // A product that adds to C: the next block's rows of C asked for while this one runs (dK
+    // and dV outgrow L2; +2.4% of the bf16 peak in the forward + backward at dim 128).
+    if constexpr (kInto != Into::kStore) {
+      constexpr int kVectorsPerLine = 16 / kPairLanes > 1 ? 16 / kPairLanes : 1;
+      if (j + 2 * NK <= rows)
+        for (int r = 0; r < NK; ++r)
+          for (int v = 0; v < NQV; v += kVectorsPerLine)
+            hwy::Prefetch(c + (j + NK + r) * c_stride + v * kPairLanes);
+    }
     rows_times_pairs<NQV, NK, kInto>(a + j * a_stride, a_stride, pair_stride, b2, b2_lo, pairs,
                                      b_stride, c + j * c_stride, c_stride, scale, alpha);
     if (prefetch) prefetch->issue_per_call();
