@@ -7,8 +7,9 @@
 // 16-bit output, its rounding to nearest even, at most half an ulp: |x| · 2^-8 in bf16,
 // |x| · 2^-11 in fp16. In the backward, a 16-bit out also enters Di = rowsum(dO ∘ O) rounded;
 // its effect is bounded from the data below. The widening kernels round nothing else; the
-// kernels on the bf16 units (avx512_bf16, bf16 keys and values) round P to bf16 for P·V and
-// take an fp32 query as two bf16 terms: units_rounding() adds those.
+// kernels on the bf16 units (avx512_bf16, neon_bf16; bf16 keys and values) round P to bf16 for
+// P·V (and in the backward dS for its products) and take an fp32 q or dout as two bf16 terms:
+// units_rounding() and units_backward() add those.
 #include <gtest/gtest.h>
 
 #include <cfloat>

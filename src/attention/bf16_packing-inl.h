@@ -1,5 +1,5 @@
-// Query tiles packed as bf16 pairs for the tiled kernels on the bf16 units (AVX512-BF16;
-// src/attention/bf16_products-inl.h), forward and backward. A tile of rows [i0, i0 + rows) of
+// Query tiles packed as bf16 pairs for the tiled kernels on the bf16 units (AVX512-BF16, Arm
+// BF16; src/attention/bf16_products-inl.h), forward and backward. A tile of rows [i0, i0 + rows) of
 // a view x (Q or dO) is packed one of two ways, as the product that reads it reduces:
 //   over the head dim — Xt2[E/2][Mq]: word (p, r) = (x[r][2p], x[r][2p + 1]), a query a lane;
 //   over the queries  — X2[Mq/2][E_pad]: word (p, e) = (x[2p][e], x[2p + 1][e]).

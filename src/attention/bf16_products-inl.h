@@ -3,13 +3,13 @@
 // (src/simd/units-inl.h).
 //
 // vdpbf16ps (x86) and bfdot (Arm) add to each fp32 lane the two products of a pair of bf16
-// lanes. The tiled
-// kernels' products reduce over d (S = K Qᵀ) and over keys (Oᵀ += Vᵀ P); their packed operand
-// therefore holds pairs along the reduced dimension — Qt2[d/2][q] = (q[2i], q[2i + 1]) and
-// P2[j/2][q] = (p[2j], p[2j + 1]), one 32-bit lane per query — and the other operand's pair is
-// a 32-bit broadcast from where it lies (a K row; a word of V's rows interleaved in pairs). One
-// instruction does the work of two FMAs and no element is widened. The few instructions that
-// differ between the two are the primitives below; the products are written once over them.
+// lanes. The tiled kernels' products reduce over d (S = K Qᵀ), over keys (Oᵀ += Vᵀ P) or, in
+// the backward, over queries (dV += Pᵀ dO); their packed operand therefore holds pairs along
+// the reduced dimension — Qt2[d/2][q] = (q[2i], q[2i + 1]) and P2[j/2][q] = (p[2j], p[2j + 1]),
+// one 32-bit lane per query — and the other operand's pair is a 32-bit broadcast from where it
+// lies (a K row; a word of V's rows interleaved in pairs). One instruction does the work of two
+// FMAs and no element is widened. The few instructions that differ between the two are the
+// primitives below; the products are written once over them.
 #if defined(QKV_ATTENTION_BF16_PRODUCTS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_ATTENTION_BF16_PRODUCTS_INL_H_
 #undef QKV_ATTENTION_BF16_PRODUCTS_INL_H_
@@ -17,8 +17,8 @@
 #define QKV_ATTENTION_BF16_PRODUCTS_INL_H_
 #endif
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include <hwy/highway.h>

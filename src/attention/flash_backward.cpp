@@ -80,7 +80,7 @@ int64_t padded(int64_t n) {
 // pairs: hi + lo where q_split, dout_split.)
 struct PackedTile {
   float *Qt, *Qr, *dOt, *dOr, *lse, *Di;
-  float *dout_row, *out_row;  // [Dv_pad] each: rows of dO and O widened for Di, where needed
+  float *dout_row, *out_row;  // [Dv_pad] each: rows of dO and O widened for Di (row_f32)
   bool q_split = false, dout_split = false;
 };
 
@@ -124,6 +124,14 @@ void widen_row(const View& x, int64_t b, int64_t h, int64_t i, int64_t E, float*
   });
 }
 
+// Row (b, h, i) of x as fp32: where it lies when it is fp32 and contiguous, else widened into
+// `buffer` (padded to whole vectors).
+const float* row_f32(const View& x, int64_t b, int64_t h, int64_t i, int64_t E, float* buffer) {
+  if (x.type == TensorType::f32 && x.stride[3] == 1) return &x(b, h, i, 0);
+  widen_row(x, b, h, i, E, buffer);
+  return buffer;
+}
+
 // Rows [i0, i0 + rows) of x(b, h): t ← scale · xᵀ [E][Mq] (lanes past `rows` zero), and
 // r ← x [Mq][E_pad] row-major (zero past `rows` and past E).
 void pack_rows(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t E,
@@ -157,6 +165,20 @@ double row_dot(const float* g, const float* o, int64_t E) {
   double sum = hn::GetLane(hn::SumOfLanes(dd, acc));
   for (; e < E; ++e) sum += double(g[e]) * o[e];
   return sum;
+}
+
+// dS ← P ∘ (dP − Di) (∘ (1 − tanh²) under a softcap) for the vector of query vector v at
+// `at` in the step's tiles, written over dP.
+HWY_INLINE void score_gradient(const AttentionArgs& a, const PackedTile& p, const StepBuffers& w,
+                               int64_t at, int64_t v) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  Vf ds = hn::Mul(hn::Load(df, w.S + at),
+                  hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, p.Di + v * N)));
+  if (a.softcap > 0) {
+    const Vf t = hn::Load(df, w.tanh + at);
+    ds = hn::Mul(ds, hn::NegMulAdd(t, t, hn::Set(df, 1.0f)));
+  }
+  hn::Store(ds, df, w.dP + at);
 }
 
 #if defined(QKV_BF16_UNITS)
@@ -225,18 +247,8 @@ void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, in
   simd::rows_times_pairs_tile<NQV, Into::kStore>(v0 + j0 * vs, vs, 2, nk, dot2,
                                                  lo_of(p.dOt, p.dout_split, n.Dv / 2 * Mq), n.Dv / 2, Mq,
                                                  w.dP, Mq, 1.0f, nullptr, nullptr);
-  const Vf one = hn::Set(df, 1.0f);
   for (int64_t jj = 0; jj < nk; ++jj)
-    for (int v = 0; v < NQV; ++v) {
-      const int64_t at = jj * Mq + v * N;
-      Vf ds = hn::Mul(hn::Load(df, w.S + at),
-                      hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, p.Di + v * N)));
-      if (a.softcap > 0) {
-        const Vf t = hn::Load(df, w.tanh + at);
-        ds = hn::Mul(ds, hn::NegMulAdd(t, t, one));
-      }
-      hn::Store(ds, df, w.dP + at);
-    }
+    for (int v = 0; v < NQV; ++v) score_gradient(a, p, w, jj * Mq + v * N, v);
   // dK[j0:j1] += dS̃ᵀ Q2
   simd::bf16_rows<NQV>(w.dP, nk, Mq, w.rows16);
   simd::rows_times_pairs_wide<Into::kAdd>(w.rows16, Mq, 2, nk, q2, lo_of(p.Qr, p.q_split, Mq / 2 * Dp),
@@ -274,7 +286,6 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   const T* v0 = static_cast<const T*>(a.v.address()) + b * a.v.stride[0] + hkv * a.v.stride[1];
   const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
   const bool transforms = has_score_transforms(a);
-  const Vf one = hn::Set(df, 1.0f);
   const int64_t j1 = std::min(j0 + kKeyTile, tm.hi), nk = j1 - j0;
   // A masked tile computes only its visible blocks (as the forward does): each product
   // below runs over whole tiles, or over the visible chunks of keys and their queries.
@@ -318,16 +329,7 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   else simd::scores_tile<NQV>(v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, w.dP);
   chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
     for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
-      for (int64_t v = v0c; v < v0c + count; ++v) {
-        const int64_t at = jj * Mq + v * N;
-        Vf ds = hn::Mul(hn::Load(df, w.S + at),
-                        hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, p.Di + v * N)));
-        if (a.softcap > 0) {
-          const Vf t = hn::Load(df, w.tanh + at);
-          ds = hn::Mul(ds, hn::NegMulAdd(t, t, one));
-        }
-        hn::Store(ds, df, w.dP + at);
-      }
+      for (int64_t v = v0c; v < v0c + count; ++v) score_gradient(a, p, w, jj * Mq + v * N, v);
   });
   // dK[j0:j1] += dS Qr;  dQ's part Kᵀ dS.
   reduce_over_queries(w.dP, p.Qr, Dp, dK);
@@ -404,16 +406,13 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
   }
   for (int64_t r = 0; r < Mq; ++r) {
     const bool real = r < rows;
-    const float* g = p.dOr + r * Dvp;
-    if (kOnUnits<T> && real) {  // dOr holds pairs: the row widened again
-      widen_row(dout, b, h, i0 + r, n.Dv, p.dout_row);
-      g = p.dout_row;
+    if (real) {  // dO's row as packed, or on the units (where dOr holds pairs) read again
+      const float* g = kOnUnits<T> ? row_f32(dout, b, h, i0 + r, n.Dv, p.dout_row)
+                                   : p.dOr + r * Dvp;
+      p.Di[r] = row_dot(g, row_f32(a.out, b, h, i0 + r, n.Dv, p.out_row), n.Dv);
+    } else {
+      p.Di[r] = 0;
     }
-    const float* o = p.out_row;
-    if (!real) o = nullptr;
-    else if (a.out.type == TensorType::f32 && a.out.stride[3] == 1) o = &a.out(b, h, i0 + r, 0);
-    else widen_row(a.out, b, h, i0 + r, n.Dv, p.out_row);
-    p.Di[r] = real ? row_dot(g, o, n.Dv) : 0;
     // A row that saw no key has lse = -inf; any finite value works, as all its P are 0.
     const float l = real ? a.lse[(b * n.Hq + h) * n.Tq + i0 + r] : 0;
     p.lse[r] = std::isinf(l) ? 0 : l;

@@ -69,7 +69,6 @@ using namespace tiles;
 
 inline constexpr int64_t kTilesPerGroup = 8;
 
-
 // One query tile of a group: where it lies, what it sees, and its running state.
 struct QueryTile {
   int64_t i0, rows;

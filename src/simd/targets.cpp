@@ -115,15 +115,6 @@ int64_t cpu_targets() {
 // The targets compiled into this build.
 constexpr int64_t kCompiled = HWY_TARGETS | kBf16Units;
 
-// The best Highway target below neon_bf16 when it is forced: NEON.
-constexpr int64_t units_floor() {
-#if HWY_ARCH_ARM
-  return HWY_NEON;
-#else
-  return 1;
-#endif
-}
-
 std::vector<std::string> names_of(int64_t bits) {
   std::vector<std::string> names;
   for (const NamedTarget& t : kNames)
@@ -160,7 +151,10 @@ void force_target(const std::string& name, const char* where) {
         "' (it supports: ", choices, ")");
   // The target and those below it (for the bf16 units: every Highway target the CPU has, or
   // on AArch64 NEON, whose width the units' kernels have).
-  const int64_t floor = bits == kBf16Units && HWY_ARCH_ARM ? units_floor() : bits;
+  int64_t floor = bits;
+#if HWY_ARCH_ARM
+  if (bits == kBf16Units) floor = HWY_NEON;
+#endif
   hwy::SetSupportedTargetsForTest(cpu & ~kBf16Units & ~(floor - 1));
   hwy::GetChosenTarget().DeInit();  // the next dispatch chooses again
   units_allowed = bits == kBf16Units;
