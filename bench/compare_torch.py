@@ -238,15 +238,15 @@ def table_shapes(quick):
 def units_shapes():
     """bf16 where the CPU's bf16 units run it (avx512_bf16), beside qkv's own fp32 on the same
     shape, 2 threads: the forward and forward + backward at dims 128 and 64 (causal too), and
-    decoding over a 32k bf16 cache with 4 and 8 query rows per kv head on the units and on the
-    widening kernels (avx512_dl)."""
+    decoding over a 32k bf16 cache with 4, 8 and 16 query rows per kv head on the units and on
+    the widening kernels (avx512_dl)."""
     shapes = []
     for backward, dim, causal in ((False, 128, False), (False, 64, False), (True, 128, False),
                                   (True, 128, True), (True, 64, False)):
         for dtype in ("bf16", "fp32"):
             shapes.append(dict(heads=8, seq=2048, dim=dim, causal=causal, backward=backward,
                                threads=[2], dtype=dtype))
-    for heads in (32, 64):
+    for heads in (32, 64, 128):
         for target in ("avx512_bf16", "avx512_dl"):
             shapes.append(dict(heads=heads, kv_heads=8, seq=32768, dim=128, causal=False,
                                backward=False, queries=1, threads=[2], dtype="bf16",

@@ -122,9 +122,9 @@ struct UnitsRounding {
   double score = 0, out = 0;
 };
 UnitsRounding units_rounding(const Case& c, const Types& t) {
-  // (The units run the tiled forward for even head dims, and decoding for dims of whole 32s;
-  // the bound is taken for every even dim on that target: the avx512_dl run holds the
-  // widening kernels to theirs.)
+  // (The units run the tiled forward and tiled decoding for even head dims, and on x86
+  // decoding under 16 rows per kv head for dims of whole 32s; the bound is taken for every
+  // even dim on that target: the avx512_dl run holds the widening kernels to theirs.)
   const bool on_units = testing::on_bf16_units_target() && t.kv == TensorType::bf16 && c.D % 2 == 0;
   if (!on_units) return {};
   const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D)), m = c.magnitude;

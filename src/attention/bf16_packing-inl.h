@@ -50,13 +50,13 @@ void for_each_split(const View& x, int64_t b, int64_t h, int64_t i0, int64_t row
   });
 }
 
-// Xt2 (pairs along the head dim, E even), hi at `to`, lo at to + E/2 · Mq.
+// Xt2 (pairs along the head dim, E even), hi at `to`, with `two` lo at to + E/2 · Mq (an x
+// that holds bf16 values in fp32 needs no lo).
 inline void pack_pairs_transposed(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                                  int64_t E, int64_t Mq, uint32_t* to) {
+                                  int64_t E, int64_t Mq, uint32_t* to, bool two) {
   const int64_t pairs = E / 2;
-  const bool two = packs_two(x);
   std::fill(to, to + (two ? 2 : 1) * pairs * Mq, 0u);
-  if (!two && x.stride[3] == 1) {  // bf16 pairs as they lie: 32-bit words transposed
+  if (x.type == TensorType::bf16 && x.stride[3] == 1) {  // pairs as they lie: words transposed
     const auto* x0 = static_cast<const uint16_t*>(x.address()) + b * x.stride[0] +
                      h * x.stride[1] + i0 * x.stride[2];
     for (int64_t r = 0; r < rows; ++r)
@@ -67,7 +67,7 @@ inline void pack_pairs_transposed(const View& x, int64_t b, int64_t h, int64_t i
   for_each_split(x, b, h, i0, rows, E, [&](int64_t r, int64_t e, uint16_t hi, uint16_t lo) {
     const int64_t word = e / 2 * Mq + r;
     half[2 * word + e % 2] = hi;
-    half[2 * (pairs * Mq + word) + e % 2] = two ? lo : 0;
+    if (two) half[2 * (pairs * Mq + word) + e % 2] = lo;
   });
 }
 

@@ -16,7 +16,8 @@
 // the lanes (decode_unit_keys_in_lanes).
 // Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
 // Compiled once more for the bf16 units (decode_bf16.cpp, src/simd/units.h), where bf16 rows
-// are multiplied as pairs by vdpbf16ps instead of widened.
+// are multiplied as pairs (vdpbf16ps, bfdot) instead of widened: the tiled unit on both, the
+// rows in registers on x86 (on Arm those still widen).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/decode.cpp"
 #include <hwy/foreach_target.h>
@@ -42,6 +43,7 @@
 #include "simd/dispatch.h"
 #include "simd/units.h"
 #include "attention/bf16_products-inl.h"
+#include "attention/bf16_packing-inl.h"
 
 #if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
@@ -552,7 +554,12 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
                        float* parts) {
   using tiles::kKeyTile;
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
+  // On the bf16 units (tiles::kOnUnits): Qt holds the queries unscaled as bf16 pairs along
+  // the head dim (hi + lo unless q is bf16), V's rows are interleaved in pairs, and both
+  // products run as bf16 dot products (as in the tiled forward's key_step_units).
+  constexpr bool kUnits = tiles::kOnUnits<T>;
+  const UnitRows& u = start_unit(a, kUnits ? 1.0f : scale, n, b, hkv, c, parts);
+  [[maybe_unused]] const bool two = a.q.type != TensorType::bf16;  // q as hi + lo
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
   const int64_t Mq = std::min<int64_t>(tiles::kQueryVectors * N, (n.R + N - 1) / N * N);
@@ -573,6 +580,12 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
       tm.begin[lane] = static_cast<int32_t>(u.ranges[blk * Mq + lane].begin);
       tm.end[lane] = static_cast<int32_t>(u.ranges[blk * Mq + lane].end);
     }
+#if defined(QKV_BF16_UNITS)
+    if constexpr (kUnits)
+      tiles::pack_pairs_transposed(View(u.q, {1, 1, n.R, n.D}), 0, 0, blk * Mq, rows, n.D, Mq,
+                                   reinterpret_cast<uint32_t*>(Qt + blk * n.D * Mq), two);
+    else
+#endif
     simd::pack_transposed(u.q + blk * Mq * n.D, n.D, rows, n.D, 1.0f, Qt + blk * n.D * Mq, Mq);
     std::fill(Ot + blk * n.Dv * Mq, Ot + (blk + 1) * n.Dv * Mq, 0.0f);
     float* m = state + blk * 3 * Mq;
@@ -598,6 +611,12 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
     // K rows read in place (widened as broadcast), V rows widened as they are packed.
     const T* k_rows = K.row(b, hkv, j0);
     const int64_t ks = K.row_stride;
+#if defined(QKV_BF16_UNITS)
+    if constexpr (kUnits)
+      simd::interleave_row_pairs(reinterpret_cast<const uint16_t*>(V.row(b, hkv, j0)),
+                                 V.row_stride, nk, n.Dv, reinterpret_cast<uint32_t*>(Vt), n.Dv);
+    else
+#endif
     simd::pack_transposed(V.row(b, hkv, j0), V.row_stride, nk, n.Dv, 1.0f, Vt, kKeyTile);
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const tiles::TileMask& tm = masks[blk];
@@ -606,6 +625,14 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
       float *l = m + Mq, *alpha = l + Mq;
       simd::with_count<tiles::kQueryVectors>(static_cast<int>((rows + N - 1) / N), [&](auto c) {
         constexpr int NQV = decltype(c)::value;
+#if defined(QKV_BF16_UNITS)
+        if constexpr (kUnits) {
+          const auto* q2 = reinterpret_cast<const uint32_t*>(Qt + blk * n.D * Mq);
+          simd::rows_times_pairs_tile<NQV, simd::Into::kStore>(
+              reinterpret_cast<const uint16_t*>(k_rows), ks, 2, nk, q2,
+              two ? q2 + n.D / 2 * Mq : nullptr, n.D / 2, Mq, S, Mq, scale, nullptr, &prefetch);
+        } else
+#endif
         simd::scores_tile<NQV>(k_rows, ks, nk, Qt + blk * n.D * Mq, n.D, Mq, S, &prefetch);
         if (has_score_transforms(a))
           for (int64_t lane = 0; lane < rows; ++lane) {
@@ -622,6 +649,16 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
               hn::Store(tm.hide(v, j0 + jj, hn::Load(df, s)), df, s);
             }
         tiles::online_softmax<NQV>(S, Mq, m, l, alpha, tiles::every_score<NQV>(nk));
+#if defined(QKV_BF16_UNITS)
+        if constexpr (kUnits) {  // Oᵀ ← alpha Oᵀ + V2ᵀ P2, P rounded into bf16 pairs in place
+          simd::pairs_of_rows<NQV>(S, nk, Mq);
+          simd::rows_times_pairs_tile<NQV, simd::Into::kRescaleAdd>(
+              reinterpret_cast<const uint16_t*>(Vt), 2, 2 * n.Dv, n.Dv,
+              reinterpret_cast<const uint32_t*>(S), nullptr, (nk + 1) / 2, Mq,
+              Ot + blk * n.Dv * Mq, Mq, 1.0f, alpha, &prefetch);
+          return;
+        }
+#endif
         simd::accumulate_tile<NQV>(S, nk, Mq, Vt, kKeyTile, n.Dv, alpha, Ot + blk * n.Dv * Mq,
                                    &prefetch);
       });
@@ -637,7 +674,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
   }
 }
 
-#if defined(QKV_BF16_UNITS)
+#if defined(QKV_BF16_UNITS) && HWY_ARCH_X86
 // ---- bf16 rows on the bf16 units (AVX512-BF16) ---------------------------------------------
 //
 // vdpbf16ps adds to each fp32 lane the two products of a pair of bf16 lanes: 32 products per
@@ -941,7 +978,7 @@ void decode_unit_rows_units(const AttentionArgs& a, const Rows<Bf16>& K, const R
   }
   for (int64_t r = 0; r < n.R; ++r) columns_from_lanes(o[r], n.Dv);
 }
-#endif  // QKV_BF16_UNITS
+#endif  // QKV_BF16_UNITS && HWY_ARCH_X86
 
 // The split-KV driver for either element type; Tk, Hkv and Dv come from the rows' caller.
 template <typename T>
@@ -960,7 +997,7 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
   parallel_for(units, threads, [&](int64_t u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
     if (keys_in_lanes(n)) return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
-#if defined(QKV_BF16_UNITS)
+#if defined(QKV_BF16_UNITS) && HWY_ARCH_X86
     if constexpr (std::is_same_v<T, Bf16>)
       if (fits_units(n)) return decode_unit_rows_units(a, K, V, bias, scale, n, b, hkv, c, parts);
 #endif
@@ -1021,8 +1058,10 @@ void decode_forward_on_bf16_units(const AttentionArgs& a);  // decode_bf16.cpp
 HWY_EXPORT(decode_forward);
 
 void decode_forward(const AttentionArgs& a) {
-#if QKV_HAVE_BF16_UNITS && HWY_ARCH_X86  // (decode_bf16.cpp is x86 only so far)
-  if (a.k.type == TensorType::bf16 && simd::bf16_units()) return decode_forward_on_bf16_units(a);
+#if QKV_HAVE_BF16_UNITS
+  // bf16 K and V on the bf16 units, when the head dim is whole pairs.
+  if (a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0 && simd::bf16_units())
+    return decode_forward_on_bf16_units(a);
 #endif
   QKV_DISPATCH(decode_forward)(a);
 }

@@ -394,10 +394,11 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
   if constexpr (kOnUnits<T>) {  // as bf16 pairs (key_step_units), q unscaled
 #if defined(QKV_BF16_UNITS)
     p.q_split = tiles::packs_two(a.q), p.dout_split = tiles::packs_two(dout);
-    tiles::pack_pairs_transposed(a.q, b, h, i0, rows, n.D, Mq, reinterpret_cast<uint32_t*>(p.Qt));
+    tiles::pack_pairs_transposed(a.q, b, h, i0, rows, n.D, Mq, reinterpret_cast<uint32_t*>(p.Qt),
+                                 p.q_split);
     tiles::pack_row_pairs(a.q, b, h, i0, rows, n.D, Dp, Mq, reinterpret_cast<uint32_t*>(p.Qr));
     tiles::pack_pairs_transposed(dout, b, h, i0, rows, n.Dv, Mq,
-                                 reinterpret_cast<uint32_t*>(p.dOt));
+                                 reinterpret_cast<uint32_t*>(p.dOt), p.dout_split);
     tiles::pack_row_pairs(dout, b, h, i0, rows, n.Dv, Dvp, Mq, reinterpret_cast<uint32_t*>(p.dOr));
 #endif
   } else {

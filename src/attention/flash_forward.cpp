@@ -87,7 +87,7 @@ void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, 
 #if defined(QKV_BF16_UNITS)
   if (units) {  // Qt2: q unscaled, in pairs (hi + lo when q is not bf16); D is even here
     t.two = packs_two(a.q);
-    pack_pairs_transposed(a.q, b, h, t.i0, t.rows, n.D, Mq, reinterpret_cast<uint32_t*>(t.Qt));
+    pack_pairs_transposed(a.q, b, h, t.i0, t.rows, n.D, Mq, reinterpret_cast<uint32_t*>(t.Qt), t.two);
   } else
 #endif
   // Qt ← scale · Q[tile]ᵀ, zero in padded lanes.
