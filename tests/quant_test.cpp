@@ -12,6 +12,8 @@
 
 #include "qkv/error.h"
 #include "qkv/quant.h"
+#include "qkv/threads.h"
+#include "qkv/number_format.h"
 
 namespace qkv {
 namespace {
@@ -123,6 +125,149 @@ TEST(QuantLinear, BadShapesAreClearErrors) {
   std::vector<float> x(64), y(3);
   EXPECT_THROW(quant::linear_forward(View(y.data(), {1, 3}), View(x.data(), {1, 64}), {m}), Error);
   EXPECT_THROW(quant::linear_forward(View(y.data(), {1, 2}), View(x.data(), {2, 32}), {m}), Error);
+}
+
+// ---- The int8 products (Matmul::int8) ------------------------------------------------------
+
+// llama.cpp's rounding of one 32-block of activations to int8 (written here from its
+// definition): d = max|x| / 127, q = x / d to nearest, ties to even.
+void q8_block(const float* x, int8_t* q, float& d) {
+  float amax = 0;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::abs(x[j]));
+  d = amax / 127;
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(std::nearbyint(d != 0 ? x[j] / d : 0));
+}
+
+// Block b of a weight row as integers and scales: w_j = dw · qw_j + mw.
+void weight_block(TensorType type, const uint8_t* row, int64_t b, int32_t* qw, float& dw, float& mw) {
+  const BlockSize bs = block_of(type);
+  const uint8_t* blk = row + b * bs.bytes;
+  auto half_at = [](const uint8_t* p) { return half_to_float(static_cast<uint16_t>(p[0] | p[1] << 8)); };
+  dw = half_at(blk), mw = 0;
+  if (type == TensorType::q8_0) {
+    for (int j = 0; j < 32; ++j) qw[j] = static_cast<int8_t>(blk[2 + j]);
+    return;
+  }
+  const uint8_t* q = blk + (type == TensorType::q4_1 ? 4 : 2);
+  if (type == TensorType::q4_1) mw = half_at(blk + 2);
+  for (int j = 0; j < 16; ++j) {
+    qw[j] = q[j] & 15, qw[j + 16] = q[j] >> 4;
+    if (type == TensorType::q4_0) qw[j] -= 8, qw[j + 16] -= 8;
+  }
+}
+
+// Unit scales and integer activations (each block's largest ±127, so d = 1 and q = x): every
+// sum the kernels form is an integer below 2^24, so the output is the integer product itself,
+// bit for bit, whatever the order of the additions: the block sums of the integer kernels
+// against this scalar one.
+TEST(QuantInt8, IntegerProductsAreExact) {
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int> value(-127, 127), byte(0, 255);
+  for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1})
+    for (int64_t K : {32, 96, 1024})
+      for (int64_t M : {1, 3}) {
+        const int64_t N = 41;  // a chunk, then 4-row steps and single rows
+        const int64_t rb = quant::row_bytes(type, K);
+        std::vector<uint8_t> w(N * rb);
+        for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+        const BlockSize bs = block_of(type);
+        for (int64_t r = 0; r < N; ++r)
+          for (int64_t b = 0; b < K / 32; ++b) {
+            uint8_t* blk = w.data() + r * rb + b * bs.bytes;
+            blk[0] = 0x00, blk[1] = 0x3c;  // d = 1
+            if (type == TensorType::q4_1) blk[2] = 0x00, blk[3] = 0xc2;  // m = −3
+            if (type == TensorType::q8_0)
+              for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<uint8_t>(value(rng));
+          }
+        std::vector<float> x(M * K), y(M * N);
+        for (int64_t i = 0; i < M * K; ++i) x[i] = static_cast<float>(value(rng));
+        for (int64_t b = 0; b < M * K / 32; ++b) x[b * 32 + b % 32] = b % 2 ? 127.0f : -127.0f;
+        const quant::Matrix m = quant::matrix("w", type, w.data(), N, K);
+        quant::linear_forward(View(y.data(), {M, N}), View(x.data(), {M, K}), {m}, nullptr,
+                              quant::Matmul::int8);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t n = 0; n < N; ++n) {
+            int64_t want = 0;
+            for (int64_t b = 0; b < K / 32; ++b) {
+              int32_t qw[32];
+              float dw, mw;
+              weight_block(type, w.data() + n * rb, b, qw, dw, mw);
+              for (int j = 0; j < 32; ++j)
+                want += static_cast<int64_t>(qw[j] + static_cast<int>(mw)) *
+                        static_cast<int64_t>(x[i * K + b * 32 + j]);
+            }
+            ASSERT_EQ(y[i * N + n], static_cast<float>(want))
+                << to_string(type) << " K " << K << " row " << i << " output " << n;
+          }
+      }
+}
+
+// Real scales: the int8 output against the exact one, within what rounding the activations
+// moves it (each x_j by at most d/2: Σ_j |w_j| · d_b / 2) plus fp32 slack; and the same bits
+// for one and two threads.
+TEST(QuantInt8, WithinTheActivationRoundingOfTheExactProduct) {
+  std::mt19937 rng(22);
+  std::normal_distribution<float> normal;
+  const int64_t K = 512, N = 133;
+  for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1})
+    for (int64_t M : {1, 4}) {
+      const std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
+      const quant::Matrix m = quant::matrix("w", type, bytes.data(), N, K);
+      std::vector<float> w(N * K), bias(N);
+      quant::dequantize_rows(m, 0, N, w.data());
+      for (float& b : bias) b = normal(rng);
+      std::vector<float> x(M * K), exact(M * N), int8(M * N), int8_one(M * N);
+      for (float& v : x) v = normal(rng);
+      const View xv(x.data(), {M, K});
+      quant::linear_forward(View(exact.data(), {M, N}), xv, {m}, bias.data());
+      quant::linear_forward(View(int8.data(), {M, N}), xv, {m}, bias.data(), quant::Matmul::int8);
+      const int threads = num_threads();
+      set_num_threads(1);
+      quant::linear_forward(View(int8_one.data(), {M, N}), xv, {m}, bias.data(),
+                            quant::Matmul::int8);
+      set_num_threads(threads);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t n = 0; n < N; ++n) {
+          double bound = 0, size = 0;
+          for (int64_t b = 0; b < K / 32; ++b) {
+            int8_t q[32];
+            float d;
+            q8_block(&x[i * K + b * 32], q, d);
+            for (int j = 0; j < 32; ++j) {
+              const double wj = std::abs(w[n * K + b * 32 + j]);
+              bound += wj * d / 2;
+              size += wj * std::abs(x[i * K + b * 32 + j]);
+            }
+          }
+          const float got = int8[i * N + n];
+          ASSERT_NEAR(got, exact[i * N + n], bound + 1e-5 * size + 1e-5)
+              << to_string(type) << " M " << M << " row " << i << " output " << n;
+          ASSERT_EQ(std::memcmp(&got, &int8_one[i * N + n], 4), 0) << "threads change the bits";
+        }
+    }
+}
+
+TEST(QuantInt8, ModesByNameAndNonFiniteActivations) {
+  EXPECT_EQ(quant::matmul_from_name("int8"), quant::Matmul::int8);
+  EXPECT_EQ(quant::matmul_from_name("exact"), quant::Matmul::exact);
+  EXPECT_STREQ(quant::matmul_name(quant::Matmul::int8), "int8");
+  try {
+    quant::matmul_from_name("fp8");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exact or int8"), std::string::npos) << e.what();
+  }
+  // An inf or NaN in a block makes the outputs NaN (as the exact product's), never a crash.
+  std::mt19937 rng(23);
+  const std::vector<uint8_t> bytes = random_blocks(TensorType::q4_1, 8, 64, rng);
+  const quant::Matrix m = quant::matrix("w", TensorType::q4_1, bytes.data(), 8, 64);
+  for (float bad : {INFINITY, NAN}) {
+    std::vector<float> x(64, 0.5f), y(8);
+    x[40] = bad;
+    quant::linear_forward(View(y.data(), {1, 8}), View(x.data(), {1, 64}), {m}, nullptr,
+                          quant::Matmul::int8);
+    for (float v : y) EXPECT_TRUE(std::isnan(v)) << v << " from " << bad;
+  }
 }
 
 // The quantizers against llama.cpp's (tests/golden/make_quantize.py): the same bytes.

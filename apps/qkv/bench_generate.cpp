@@ -20,7 +20,7 @@ namespace qkv::cli {
 namespace {
 
 struct BenchGenerateOptions {
-  std::string model, cache = "f32";
+  std::string model, cache = "f32", matmul = "exact";
   int64_t prompt = 512, decode = 24, repeats = 3;
   std::vector<int64_t> lengths = {128, 1000};
   int threads = 0;
@@ -62,6 +62,7 @@ void bench_generate(const BenchGenerateOptions& o) {
         "--prompt, --decode and --repeats must be >= 1");
   ModelFile f = load_model_file(o.model, "", /*need_tokenizer=*/false);
   Model& m = *f.model;
+  set_matmul(m, o.matmul);
   const ModelConfig& c = m.config();
   const CacheType type = cache_type(o.cache);
   check(o.prompt <= c.context, "--prompt ", o.prompt, " is longer than the model's context of ",
@@ -108,6 +109,7 @@ void bench_generate(const BenchGenerateOptions& o) {
                       {"threads", threads},
                       {"target", current_target()},
                       {"cache", o.cache},
+                      {"matmul", o.matmul},
                       {"prompt_tokens", o.prompt},
                       {"prefill_ms", prefill * 1e3},
                       {"prefill_tokens_per_s", P / prefill},
@@ -116,7 +118,7 @@ void bench_generate(const BenchGenerateOptions& o) {
                       {"prefill_fraction_of_peak", prefill_flops / prefill * 1e-9 / peak}};
   if (!o.json)
     std::cout << "model " << o.model << ": " << short_count(m.num_params()) << " parameters, "
-              << threads << " thread(s), " << o.cache << " cache\n"
+              << threads << " thread(s), " << o.cache << " cache, " << o.matmul << " matmul\n"
               << "prefill " << o.prompt << " tokens: " << prefill * 1e3 << " ms, "
               << static_cast<int64_t>(P / prefill) << " tokens/s, "
               << prefill_flops / prefill * 1e-9
@@ -169,6 +171,7 @@ void add_bench_generate(CLI::App& bench) {
   cmd->add_option("--repeats", o->repeats, "Prefill runs (the best is kept)")
       ->capture_default_str();
   cmd->add_option("--cache", o->cache, "f32, bf16 or f16")->capture_default_str();
+  add_matmul_option(*cmd, o->matmul);
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "Only the JSON line");
   cmd->callback([o] { bench_generate(*o); });

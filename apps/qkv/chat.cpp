@@ -15,7 +15,7 @@ namespace qkv::cli {
 namespace {
 
 struct ChatCliOptions {
-  std::string model, system;
+  std::string model, system, matmul = "exact";
   bool no_system = false, quiet = false;
   int64_t max_reply = 1024, context = 4096;
   SamplingFlags sampling{.temperature = 0.7f};
@@ -28,6 +28,7 @@ void run_chat(const ChatCliOptions& o) {
   ModelFile f = load_model_file(o.model, "", true);
   check(f.format == "gguf", "--model: chat needs a GGUF file with a chat template; \"", o.model,
         "\" is a ", f.format, " model");
+  set_matmul(*f.model, o.matmul);
   const ChatFormat format = chat_format(f.chat_template);
   ChatOptions c{.system = o.no_system        ? ""
                           : o.system.empty() ? default_system_prompt(f.chat_template)
@@ -87,6 +88,7 @@ void add_chat(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   add_sampling_flags(*cmd, o->sampling);
+  add_matmul_option(*cmd, o->matmul);
   cmd->add_flag("-q,--quiet", o->quiet, "No statistics on stderr");
   add_threads_option(*cmd, o->threads);
   cmd->callback([o] { run_chat(*o); });

@@ -15,6 +15,19 @@ void add_threads_option(CLI::App& cmd, int& threads) {
       ->check(CLI::Range(0, 1024));
 }
 
+void add_matmul_option(CLI::App& cmd, std::string& matmul) {
+  cmd.add_option("--matmul", matmul,
+                 "Products with Q8_0, Q4_0 and Q4_1 weights: exact (fp32 activations) or int8 "
+                 "(activations rounded to int8 blocks, integer dot products: llama.cpp's "
+                 "arithmetic)")
+      ->check(CLI::IsMember({"exact", "int8"}))
+      ->capture_default_str();
+}
+
+void set_matmul(Model& model, const std::string& matmul) {
+  model.set_matmul(quant::matmul_from_name(matmul));
+}
+
 void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
   cmd.add_option("--temperature", f.temperature, "0 = greedy")->capture_default_str();
   cmd.add_option("--top-p", f.top_p, "Nucleus sampling (0 or 1 = off)")->capture_default_str();

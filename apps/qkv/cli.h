@@ -37,6 +37,11 @@ void add_threads_option(CLI::App& cmd, int& threads);
 
 // The sampling and KV-cache flags of generate and chat: --temperature, --top-p, --top-k,
 // --seed (0: from the clock) and --cache f32|bf16.
+// --matmul: how products with Q8_0, Q4_0 and Q4_1 weights take their activations
+// (quant::Matmul), applied to a loaded model by set_matmul.
+void add_matmul_option(CLI::App& cmd, std::string& matmul);
+void set_matmul(Model& model, const std::string& matmul);
+
 struct SamplingFlags {
   float temperature = 1.0f, top_p = 0.9f;
   int64_t top_k = 0;

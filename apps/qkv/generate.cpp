@@ -15,7 +15,7 @@ namespace qkv::cli {
 namespace {
 
 struct GenerateCliOptions {
-  std::string model, tokenizer, prompt, prompt_ids;
+  std::string model, tokenizer, prompt, prompt_ids, matmul = "exact";
   int64_t steps = 256;
   SamplingFlags sampling;
   int threads = 0;
@@ -26,6 +26,7 @@ void run_generate(const GenerateCliOptions& o) {
   const Sampling sampling = sampling_of(o.sampling);
   ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty());
   Model& model = *f.model;
+  set_matmul(model, o.matmul);
   const std::vector<int32_t> prompt = prompt_tokens(f, o.prompt, o.prompt_ids);
   GenerateOptions g{.steps = o.steps, .sampling = sampling.options, .cache = sampling.cache};
   g.stop_tokens = stop_tokens(f);
@@ -88,6 +89,7 @@ void add_generate(CLI::App& app) {
                   "Positions in all, prompt included (0 = the model's context)")
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
+  add_matmul_option(*cmd, o->matmul);
   add_threads_option(*cmd, o->threads);
   cmd->callback([o] { run_generate(*o); });
 }

@@ -133,6 +133,11 @@ class Model {
   // The caller keeps `shard` alive; null returns to whole sequences.
   void set_sequence_shard(const SequenceShard* shard) { shard_ = shard; }
 
+  // How forward_cached multiplies activations with Q8_0, Q4_0 and Q4_1 weights held in their
+  // block format (quant::Matmul: exact fp32, or int8 as llama.cpp). Default exact.
+  void set_matmul(quant::Matmul mode) { matmul_ = mode; }
+  quant::Matmul matmul() const { return matmul_; }
+
   // Inference with a key/value cache (src/model/inference.cpp). Runs T new tokens of each of
   // B sequences (tokens [B, T]; row i extends cache sequence seqs[i], or i when seqs is null)
   // at the positions their cache has reached, stores their keys and values, and returns the
@@ -155,6 +160,7 @@ class Model {
   ExternalWeights external_;
   std::vector<float> alibi_;  // ALiBi slopes, when the model uses them
   const SequenceShard* shard_ = nullptr;
+  quant::Matmul matmul_ = quant::Matmul::exact;
   std::unique_ptr<Weights> w_;
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<InferenceBuffers> infer_;

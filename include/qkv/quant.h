@@ -11,14 +11,15 @@
 //   Q6_K  256 values in 16 sub-blocks of 16: 128 bytes of low 4 bits, 64 bytes of high 2
 //         bits, 16 int8 scales, f16 d               x = d · sc_j · (q − 32)
 //
-// Matrices in these formats are computed with in place (quant::linear_forward): one token's
-// product decodes each block in registers and multiplies it with the fp32 activations, the
-// block's scale applied in fp32 (no fp32 copy of the weights, and no rounding of the
-// activations, unlike llama.cpp's int8 products); longer inputs decode a few rows at a time
-// into a small fp32 tile for the GEMM.
+// Matrices in these formats are computed with in place (quant::linear_forward), no fp32 copy
+// of the weights. Exactly (Matmul::exact): one token's product decodes each block in registers
+// and multiplies it with the fp32 activations, the block's scale applied in fp32; longer inputs
+// decode a few rows at a time into a small fp32 tile for the GEMM. Or as llama.cpp does
+// (Matmul::int8): activations rounded to int8 blocks once, integer dot products per block.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "qkv/number_format.h"
@@ -41,10 +42,23 @@ Matrix matrix(const std::string& name, TensorType type, const uint8_t* data, int
 // Rows [row0, row0 + n) of m as floats, by the reference dequantizer.
 void dequantize_rows(const Matrix& m, int64_t row0, int64_t n, float* out);
 
+// How products with Q8_0, Q4_0 and Q4_1 weights take their activations:
+//   exact  in fp32, each weight block decoded in registers (within ~2e-6 of the fp32 product
+//          of the dequantized weights)
+//   int8   rounded once per product to int8 per 32-block (d = max|x| / 127, q = x / d to
+//          nearest), the block products summed as integers and scaled in fp32: llama.cpp's
+//          arithmetic (an output moves by up to Σ |w| · d / 2 from the exact one)
+// Other weight types (F32, F16, BF16, the K-quants) take fp32 activations either way.
+enum class Matmul { exact, int8 };
+// "exact" or "int8"; a qkv::Error naming the choices for anything else.
+Matmul matmul_from_name(const std::string& name);
+const char* matmul_name(Matmul mode);
+
 // y[N, Σ rows] = x[N, K] · [parts stacked by rows]ᵀ (+ b): a linear layer whose weight is the
 // parts one under the other (a fused q/k/v from three tensors), each of K = cols columns.
 // Rows of y and x may be strided (unit stride within a row).
-void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* b = nullptr);
+void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* b = nullptr,
+                    Matmul mode = Matmul::exact);
 
 // Whether dequantize() reads this type.
 bool supported(TensorType type);

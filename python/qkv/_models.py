@@ -37,6 +37,17 @@ class Model:
         """The model's Tokenizer, or None (a model trained on a synthetic task)."""
         return self._file.tokenizer
 
+    @property
+    def matmul(self):
+        """How products with Q8_0, Q4_0 and Q4_1 weights (a GGUF file's, in place) take their
+        activations: "exact" (fp32) or "int8" (rounded to int8 per 32-block once per product,
+        integer dot products: llama.cpp's arithmetic). Settable; other weights are not affected."""
+        return self._file.matmul
+
+    @matmul.setter
+    def matmul(self, mode):
+        self._file.matmul = str(mode)
+
     def __repr__(self):
         c = self.config
         return (f"qkv.Model({os.path.basename(self.path)!r}: {self._file.format}, {c['n_layers']} layers, "
@@ -110,12 +121,15 @@ def load_checkpoint(path):
     return Model(_qkv._load_checkpoint_file(os.fspath(path)), os.fspath(path))
 
 
-def load_gguf(path, dequantize=False):
+def load_gguf(path, dequantize=False, matmul="exact"):
     """A Llama-architecture GGUF file (llama.cpp's format) with its own tokenizer. Its weight
     matrices are computed with in place, in their block formats (Q4_1, Q8_0, …), which is what
     generate(), tokens() and logits() need; dequantize=True makes them fp32 (the memory of an
-    fp32 model), which attention_map() needs too."""
-    return Model(_qkv._load_gguf_file(os.fspath(path), bool(dequantize)), os.fspath(path))
+    fp32 model), which attention_map() needs too. matmul: "exact" or "int8" (see
+    Model.matmul)."""
+    model = Model(_qkv._load_gguf_file(os.fspath(path), bool(dequantize)), os.fspath(path))
+    model.matmul = matmul
+    return model
 
 
 class Chat:

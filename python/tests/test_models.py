@@ -158,6 +158,25 @@ def test_smollm2_generates_with_its_own_tokenizer():
     np.testing.assert_allclose(a, b, atol=1e-4 * np.abs(b).max())
 
 
+def test_smollm2_with_int8_products():
+    # llama.cpp's arithmetic: activations rounded to int8 blocks. The logits move by about the
+    # rounding (a fraction of a percent of the largest), the text not at all here.
+    exact = qkv.load_gguf(smollm2_path())
+    m = qkv.load_gguf(smollm2_path(), matmul="int8")
+    assert m.matmul == "int8" and exact.matmul == "exact"
+    ids = m.encode("The capital of France is")
+    a, b = m.logits(ids), exact.logits(ids)
+    assert not np.array_equal(a, b)  # the int8 products ran
+    np.testing.assert_allclose(a, b, atol=0.05 * np.abs(b).max())
+    assert (a.argmax(axis=1) == b.argmax(axis=1)).mean() >= 0.8
+    text = "".join(m.generate("The capital of France is", max_tokens=8, temperature=0))
+    assert text.startswith(" Paris"), text
+    m.matmul = "exact"
+    np.testing.assert_array_equal(m.logits(ids), b)
+    with pytest.raises(ValueError, match="exact or int8"):
+        m.matmul = "fp8"
+
+
 def test_smollm2_generates_and_chats_from_16_bit_caches():
     m = qkv.load_gguf(smollm2_path())
     for cache in ("bf16", "f16"):

@@ -87,7 +87,7 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
     else rmsnorm_forward(y, rstd, x, n.w, c.norm_eps);
   };
   auto linear_rows = [&](View y, View x, const Weights::Linear& f) {
-    if (f.blocks) quant::linear_forward(y, x, *f.blocks, f.b);
+    if (f.blocks) quant::linear_forward(y, x, *f.blocks, f.b, matmul_);
     else linear_forward(y, x, f.w, f.b);
   };
   auto linear = [&](const Tensor& y, const Tensor& x, const Weights::Linear& f) {

@@ -25,34 +25,9 @@
 #include "simd/simd-inl.h"
 #include "util/parallel.h"
 #include "util/scratch.h"
+#include "quant/half-inl.h"
+#include "quant/int8-inl.h"
 
-#ifndef QKV_QUANT_MATMUL_ONCE
-#define QKV_QUANT_MATMUL_ONCE
-namespace qkv::quant::detail {
-
-// IEEE half to float by integer arithmetic (no F16C needed, inlined into the loops): a
-// normal half moves its exponent and mantissa into place and rescales by 2^−112; a
-// subnormal is rebuilt as (0.5 + m · 2^−24·…) − 0.5 through a float with a fixed exponent.
-inline float half(const uint8_t* p) {
-  const uint32_t h = static_cast<uint32_t>(p[0] | p[1] << 8);
-  const uint32_t w = h << 16, sign = w & 0x80000000u, two_w = w + w;
-  auto as_float = [](uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  };
-  auto as_bits = [](float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-  };
-  const float normal = as_float((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
-  const float subnormal = as_float((two_w >> 17) | (126u << 23)) - 0.5f;
-  return as_float(sign | (two_w < (1u << 27) ? as_bits(subnormal) : as_bits(normal)));
-}
-
-}  // namespace qkv::quant::detail
-#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::quant {
@@ -65,19 +40,6 @@ using qkv::TensorType;
 using simd::df;
 using simd::Vf;
 using simd::VfSlot;
-// A block's half-precision scale: one instruction where the CPU converts halves (F16C on
-// AVX2 and later, AArch64's fcvt), the integer version elsewhere (SSE4).
-HWY_INLINE float half(const uint8_t* p) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  return _cvtsh_ss(static_cast<unsigned short>(p[0] | p[1] << 8));
-#elif HWY_ARCH_ARM_A64
-  __fp16 h;
-  std::memcpy(&h, p, 2);
-  return static_cast<float>(h);
-#else
-  return detail::half(p);
-#endif
-}
 const hn::RebindToSigned<simd::Df> di;
 const hn::Rebind<uint8_t, simd::Df> du8;
 const hn::Rebind<int8_t, simd::Df> di8;
@@ -284,9 +246,33 @@ void decode_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
   }
 }
 
+// Whether the int8 products take weights of type t (the others keep fp32 activations).
+bool takes_int8(TensorType t) {
+  return t == TensorType::q8_0 || t == TensorType::q4_0 || t == TensorType::q4_1;
+}
+
+// y[i, begin, end) = rows [begin, end) of m · row i of x, for the M rows of x quantized to int8.
+void int8_range_of(const Matrix& m, int64_t begin, int64_t end, int64_t M,
+                   const int8::Activations& x, float* y, int64_t ldy) {
+  const int64_t rb = row_bytes(m.type, m.cols), K = m.cols, nb = K / kBlock;
+  auto run = [&](auto range) {
+    for (int64_t i = 0; i < M; ++i)
+      range(m.data, rb, nb, begin, end, x.q + i * K, x.d + i * nb, x.sums + i * nb, y + i * ldy);
+  };
+  switch (m.type) {
+    case TensorType::q8_0:
+      return run(int8::dot_range<TensorType::q8_0>);
+    case TensorType::q4_0:
+      return run(int8::dot_range<TensorType::q4_0>);
+    default:
+      return run(int8::dot_range<TensorType::q4_1>);
+  }
+}
+
 }  // namespace
 
-void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* bias) {
+void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* bias,
+                    Matmul mode) {
   const int64_t M = x.shape[0], K = x.shape[1];
   const float* xd = x.data;
   const int64_t ldx = x.stride[0], ldy = y.stride[0];
@@ -307,40 +293,47 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   // As the fp32 gemv: below ~256 KiB of weights (y.shape[1] rows of K) the threads cost more
   // than they save.
   const int threads = y.shape[1] * K < (1 << 16) ? 1 : num_threads();
-  if (M == 1 &&
-      std::all_of(parts.begin(), parts.end(), [](const Matrix& p) { return fused(p.type); })) {
-    // Q4_1's block offsets multiply the sums of x over each block.
-    float* xsum =
-        ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::block_sums, K / kBlock + 1);
-    if (std::any_of(parts.begin(), parts.end(),
-                    [](const Matrix& p) { return p.type == TensorType::q4_1; }))
-      for (int64_t b = 0; b < K / kBlock; ++b) {
-        float s = 0;
-        for (int j = 0; j < kBlock; ++j) s += xd[kBlock * b + j];
-        xsum[b] = s;
-      }
-    ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
-      const Matrix* m = nullptr;
-      int64_t row0 = 0, n = 0, col0 = 0;
-      locate(c, m, row0, n, col0);
-      float* out = y.data + col0;
-      dot_range_of(*m, row0, row0 + n, xd, xsum, out);
-      if (bias)
-        for (int64_t r = row0; r < row0 + n; ++r) out[r] += bias[col0 + r];
-    });
-    return;
+  const bool int8 = mode == Matmul::int8 && std::any_of(parts.begin(), parts.end(), [](const Matrix& p) {
+                      return takes_int8(p.type);
+                    });
+  const int64_t nb = K / kBlock;
+  // The int8 products' activations (all M rows, once), or the sums of x over each block that
+  // Q4_1's offsets multiply in the exact one-row product.
+  float* scratch = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::block_sums,
+                                                 int8 ? M * (2 * nb + K / 4) : nb + 1);
+  int8::Activations xq{reinterpret_cast<const int8_t*>(scratch + 2 * M * nb), scratch,
+                       scratch + M * nb};
+  float* xsum = scratch;
+  if (int8) {
+    for (int64_t i = 0; i < M; ++i)
+      int8::quantize_row(xd + i * ldx, K, reinterpret_cast<int8_t*>(scratch + 2 * M * nb) + i * K,
+                         scratch + i * nb, scratch + M * nb + i * nb);
+  } else if (M == 1 && std::any_of(parts.begin(), parts.end(), [](const Matrix& p) {
+               return p.type == TensorType::q4_1;
+             })) {
+    for (int64_t b = 0; b < nb; ++b) {
+      float sum = 0;
+      for (int j = 0; j < kBlock; ++j) sum += xd[kBlock * b + j];
+      xsum[b] = sum;
+    }
   }
   ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
     const Matrix* m = nullptr;
     int64_t row0 = 0, n = 0, col0 = 0;
     locate(c, m, row0, n, col0);
-    float* tile = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::tile, n * K);
-    decode_rows(*m, row0, n, tile);
-    float* out = y.data + col0 + row0;
-    ::qkv::detail::gemm(false, true, M, n, K, 1.0f, xd, ldx, tile, K, 0.0f, out, ldy);
+    float* out = y.data + col0;
+    if (int8 && takes_int8(m->type)) {
+      int8_range_of(*m, row0, row0 + n, M, xq, out, ldy);
+    } else if (M == 1 && fused(m->type)) {
+      dot_range_of(*m, row0, row0 + n, xd, xsum, out);
+    } else {
+      float* tile = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::tile, n * K);
+      decode_rows(*m, row0, n, tile);
+      ::qkv::detail::gemm(false, true, M, n, K, 1.0f, xd, ldx, tile, K, 0.0f, out + row0, ldy);
+    }
     if (bias)
       for (int64_t i = 0; i < M; ++i)
-        for (int64_t r = 0; r < n; ++r) out[i * ldy + r] += bias[col0 + row0 + r];
+        for (int64_t r = row0; r < row0 + n; ++r) out[i * ldy + r] += bias[col0 + r];
   });
 }
 
@@ -351,8 +344,16 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qkv::quant {
 
+Matmul matmul_from_name(const std::string& name) {
+  if (name == "exact") return Matmul::exact;
+  if (name == "int8") return Matmul::int8;
+  fail("unknown matmul mode '", name, "' (choose exact or int8)");
+}
+
+const char* matmul_name(Matmul mode) { return mode == Matmul::int8 ? "int8" : "exact"; }
+
 HWY_EXPORT(linear_forward);
-void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* b) {
+void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* b, Matmul mode) {
   check(x.ndim == 2 && y.ndim == 2 && !parts.empty(),
         "quant::linear_forward: need 2-D x, y and a weight");
   int64_t rows = 0;
@@ -364,7 +365,7 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   check(y.shape[0] == x.shape[0] && y.shape[1] == rows, "quant::linear_forward: output [",
         y.shape[0], ", ", y.shape[1], "] for ", x.shape[0], " rows of ", rows);
   check(x.stride[1] == 1 && y.stride[1] == 1, "quant::linear_forward: rows must be contiguous");
-  QKV_DISPATCH(linear_forward)(y, x, parts, b);
+  QKV_DISPATCH(linear_forward)(y, x, parts, b, mode);
 }
 
 }  // namespace qkv::quant

@@ -1,0 +1,65 @@
+// Block scales in IEEE half precision (ggml's blocks store d and m so), read as float in the
+// kernels' inner loops (src/quant/matmul.cpp, int8-inl.h). Included once per SIMD target.
+#if defined(QKV_QUANT_HALF_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_QUANT_HALF_INL_H_
+#undef QKV_QUANT_HALF_INL_H_
+#else
+#define QKV_QUANT_HALF_INL_H_
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+#include <hwy/highway.h>
+
+#ifndef QKV_QUANT_HALF_ONCE
+#define QKV_QUANT_HALF_ONCE
+namespace qkv::quant::detail {
+
+// IEEE half to float by integer arithmetic (no F16C needed, inlined into the loops): a
+// normal half moves its exponent and mantissa into place and rescales by 2^−112; a
+// subnormal is rebuilt as (0.5 + m · 2^−24·…) − 0.5 through a float with a fixed exponent.
+inline float half(const uint8_t* p) {
+  const uint32_t h = static_cast<uint32_t>(p[0] | p[1] << 8);
+  const uint32_t w = h << 16, sign = w & 0x80000000u, two_w = w + w;
+  auto as_float = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  auto as_bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  const float normal = as_float((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float subnormal = as_float((two_w >> 17) | (126u << 23)) - 0.5f;
+  return as_float(sign | (two_w < (1u << 27) ? as_bits(subnormal) : as_bits(normal)));
+}
+
+}  // namespace qkv::quant::detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::quant {
+namespace HWY_NAMESPACE {
+
+// A block's half-precision scale: one instruction where the CPU converts halves (F16C on
+// AVX2 and later, AArch64's fcvt), the integer version elsewhere (SSE4).
+HWY_INLINE float half(const uint8_t* p) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return _cvtsh_ss(static_cast<unsigned short>(p[0] | p[1] << 8));
+#elif HWY_ARCH_ARM_A64
+  __fp16 h;
+  std::memcpy(&h, p, 2);
+  return static_cast<float>(h);
+#else
+  return detail::half(p);
+#endif
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv::quant
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

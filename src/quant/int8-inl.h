@@ -1,0 +1,255 @@
+// Integer products with block-format weights (quant::Matmul::int8), as llama.cpp computes them:
+// the activations of a matmul are rounded once to int8 per 32-block (Q8: d = max|x| / 127,
+// q = x / d to nearest, ties to even), and each weight block's products with them are summed
+// as integers, exactly; the two scales then multiply that sum in fp32:
+//   Q8_0  dw · dx · Σ qw qx
+//   Q4_0  dw · dx · Σ (qw − 8) qx
+//   Q4_1  dw · dx · Σ qw qx  +  mw · dx · Σ qx     (dx · Σ qx is kept per block: `sums`)
+// Per target: on x86 from AVX2 a block is one 256-bit vector of 32 bytes, multiplied by
+// vpmaddubsw + vpmaddwd (unsigned × signed bytes; a signed weight's sign moves onto the
+// activation, |qw| · sign(qw) qx), or by one vpdpbusd on the AVX-512 DL target (AVX512-VNNI);
+// SSE4 the same in two 128-bit halves; elsewhere (NEON, SVE, the emulated targets) widened to
+// int16 pairs (Highway's ReorderWidenMulAccumulate) and summed per block.
+// Included by src/quant/matmul.cpp, once per target.
+#if defined(QKV_QUANT_INT8_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_QUANT_INT8_INL_H_
+#undef QKV_QUANT_INT8_INL_H_
+#else
+#define QKV_QUANT_INT8_INL_H_
+#endif
+
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include "qkv/number_format.h"
+#include "quant/half-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3_DL
+// vpdpbusd in its AVX-512 form only: Highway 1.0.3 enables AVX-VNNI (the VEX form, which GCC
+// prefers for the low 16 registers) on this target, and Zen 4 has AVX512-VNNI but no AVX-VNNI.
+// (A CPU with Highway's AVX3_DL features has AVX512-VNNI.)
+#pragma GCC push_options
+#pragma GCC target("avx512vnni,no-avxvnni")
+#endif
+namespace qkv::quant {
+namespace HWY_NAMESPACE {
+namespace int8 {
+
+namespace hn = hwy::HWY_NAMESPACE;
+inline constexpr int64_t kBlock = 32;
+
+// One matmul's activations rounded to int8: rows of K values, blocks of 32.
+struct Activations {
+  const int8_t* q;    // [rows][K]
+  const float* d;     // [rows][K / 32] block scales
+  const float* sums;  // [rows][K / 32] d · Σ q of each block
+};
+
+// x (K values, whole blocks) into q, d and sums. A block with a value that is not finite gets
+// d = NaN (its products are NaN, as the exact path's would be).
+inline void quantize_row(const float* x, int64_t K, int8_t* q, float* d, float* sums) {
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    float amax = 0;
+    bool finite = true;
+    for (int j = 0; j < kBlock; ++j) {
+      const float a = std::fabs(xb[j]);
+      finite = finite && a <= std::numeric_limits<float>::max();  // false for inf and NaN
+      amax = std::max(amax, a);
+    }
+    if (!finite) {
+      for (int j = 0; j < kBlock; ++j) q[b * kBlock + j] = 0;
+      d[b] = sums[b] = NAN;
+      continue;
+    }
+    const float scale = amax / 127, inverse = scale != 0 ? 1 / scale : 0;
+    int sum = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      const int v = static_cast<int>(std::nearbyint(xb[j] * inverse));  // |v| ≤ 127
+      q[b * kBlock + j] = static_cast<int8_t>(v);
+      sum += v;
+    }
+    d[b] = scale;
+    sums[b] = scale * static_cast<float>(sum);
+  }
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+// ---- x86: unsigned × signed byte products ---------------------------------------------------
+#if HWY_TARGET <= HWY_AVX2
+// A block's fp16 scale (half-inl.h's, here within this file's own target options).
+HWY_INLINE float scale_at(const uint8_t* p) {
+  return _cvtsh_ss(static_cast<unsigned short>(p[0] | p[1] << 8));
+}
+using Bytes = __m256i;  // a block's 32 values
+using Sums = __m256;    // fp32 partial sums, 8 lanes
+HWY_INLINE Bytes load_bytes(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+// A Q4 block's 16 bytes as its 32 values 0–15: low nibbles are values 0–15, high ones 16–31.
+HWY_INLINE Bytes q4_values(const uint8_t* q) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(15));
+}
+HWY_INLINE Bytes minus_8(Bytes v) { return _mm256_sub_epi8(v, _mm256_set1_epi8(8)); }
+// Σ u · s over groups of 4 bytes, as 8 int32 lanes.
+HWY_INLINE __m256i dot_u8_s8(Bytes u, Bytes s) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  // |each pair sum| ≤ 2 · 255 · 127 < 2^15 for the values here (u ≤ 128): no saturation.
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+// Signed × signed: |w| · (x with w's sign), as the instruction wants.
+HWY_INLINE __m256i dot_s8_s8(Bytes w, Bytes x) {
+  return dot_u8_s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+HWY_INLINE Sums sums_zero() { return _mm256_setzero_ps(); }
+// acc + float(p) · scale
+HWY_INLINE Sums add_scaled(Sums acc, __m256i p, float scale) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale), acc);
+}
+HWY_INLINE float sum_of(Sums v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+#else  // SSE4 (SSSE3's pmaddubsw): a block as two 128-bit halves
+HWY_INLINE float scale_at(const uint8_t* p) { return half(p); }
+struct Bytes {
+  __m128i lo, hi;
+};
+struct Sums {
+  __m128 lo, hi;
+};
+HWY_INLINE Bytes load_bytes(const void* p) {
+  const auto* v = static_cast<const __m128i*>(p);
+  return {_mm_loadu_si128(v), _mm_loadu_si128(v + 1)};
+}
+HWY_INLINE Bytes q4_values(const uint8_t* q) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), m = _mm_set1_epi8(15);
+  return {_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m)};
+}
+HWY_INLINE Bytes minus_8(Bytes v) {
+  const __m128i e = _mm_set1_epi8(8);
+  return {_mm_sub_epi8(v.lo, e), _mm_sub_epi8(v.hi, e)};
+}
+struct Products {
+  __m128i lo, hi;
+};
+HWY_INLINE Products dot_u8_s8(Bytes u, Bytes s) {
+  const __m128i one = _mm_set1_epi16(1);
+  return {_mm_madd_epi16(_mm_maddubs_epi16(u.lo, s.lo), one),
+          _mm_madd_epi16(_mm_maddubs_epi16(u.hi, s.hi), one)};
+}
+HWY_INLINE Products dot_s8_s8(Bytes w, Bytes x) {
+  return dot_u8_s8({_mm_sign_epi8(w.lo, w.lo), _mm_sign_epi8(w.hi, w.hi)},
+                   {_mm_sign_epi8(x.lo, w.lo), _mm_sign_epi8(x.hi, w.hi)});
+}
+HWY_INLINE Sums sums_zero() { return {_mm_setzero_ps(), _mm_setzero_ps()}; }
+HWY_INLINE Sums add_scaled(Sums acc, Products p, float scale) {
+  const __m128 s = _mm_set1_ps(scale);
+  return {_mm_add_ps(acc.lo, _mm_mul_ps(_mm_cvtepi32_ps(p.lo), s)),
+          _mm_add_ps(acc.hi, _mm_mul_ps(_mm_cvtepi32_ps(p.hi), s))};
+}
+HWY_INLINE float sum_of(Sums v) {
+  const __m128 s = _mm_add_ps(v.lo, v.hi);
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+#endif
+
+// y[r] = row r · x for R rows of a block-format matrix (rows rb bytes apart) and one row of
+// quantized activations.
+template <TensorType T, int R>
+HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int8_t* xq,
+                         const float* xd, const float* xs, float* y) {
+  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  Sums acc[R];
+  float offsets[R];
+  for (int r = 0; r < R; ++r) acc[r] = sums_zero(), offsets[r] = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const Bytes x = load_bytes(xq + b * kBlock);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w + r * rb + b * bytes;
+      hwy::Prefetch(blk + 2 * R * rb);  // the same block two steps of R rows ahead
+      const float scale = scale_at(blk) * xd[b];
+      if constexpr (T == TensorType::q8_0) {
+        acc[r] = add_scaled(acc[r], dot_s8_s8(load_bytes(blk + 2), x), scale);
+      } else if constexpr (T == TensorType::q4_0) {
+        acc[r] = add_scaled(acc[r], dot_s8_s8(minus_8(q4_values(blk + 2)), x), scale);
+      } else {
+        acc[r] = add_scaled(acc[r], dot_u8_s8(q4_values(blk + 4), x), scale);
+        offsets[r] += scale_at(blk + 2) * xs[b];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = sum_of(acc[r]) + offsets[r];
+}
+#else
+// ---- Elsewhere: int16 pairs, a block's sum reduced to one integer ----------------------------
+template <TensorType T, int R>
+HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int8_t* xq,
+                         const float* xd, const float* xs, float* y) {
+  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  const hn::CappedTag<int16_t, 16> d16;  // at most 16 lanes: a Q4 block's 16 bytes at a time
+  const hn::Repartition<int32_t, decltype(d16)> d32;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d16));
+  float sum[R], offsets[R];
+  for (int r = 0; r < R; ++r) sum[r] = 0, offsets[r] = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int8_t* xb = xq + b * kBlock;
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w + r * rb + b * bytes;
+      hwy::Prefetch(blk + 2 * R * rb);
+      const uint8_t* q = blk + (T == TensorType::q4_1 ? 4 : 2);
+      auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
+      for (int64_t j = 0; j < kBlock; j += N) {
+        const auto x = hn::PromoteTo(d16, hn::LoadU(d8, xb + j));
+        if constexpr (T == TensorType::q8_0) {
+          const auto v = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(q) + j));
+          s0 = hn::ReorderWidenMulAccumulate(d32, v, x, s0, s1);
+        } else {
+          const auto bytes16 = hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(d16)>(),
+                                                              hn::LoadU(du8, q + j % (kBlock / 2))));
+          auto v = j < kBlock / 2 ? hn::And(bytes16, hn::Set(d16, 15)) : hn::ShiftRight<4>(bytes16);
+          if constexpr (T == TensorType::q4_0) v = hn::Sub(v, hn::Set(d16, 8));
+          s0 = hn::ReorderWidenMulAccumulate(d32, v, x, s0, s1);
+        }
+      }
+      const int32_t dot = hn::GetLane(hn::SumOfLanes(d32, hn::Add(s0, s1)));
+      sum[r] += half(blk) * xd[b] * static_cast<float>(dot);
+      if constexpr (T == TensorType::q4_1) offsets[r] += half(blk + 2) * xs[b];
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = sum[r] + offsets[r];
+}
+#endif
+
+// y[begin, end) (rows of the matrix at w, rb bytes a row) = its rows · x.
+template <TensorType T>
+HWY_NOINLINE void dot_range(const uint8_t* w, int64_t rb, int64_t blocks, int64_t begin,
+                            int64_t end, const int8_t* xq, const float* xd, const float* xs,
+                            float* y) {
+  constexpr int kRows = 4;  // weight rows side by side
+  int64_t r = begin;
+  for (; r + kRows <= end; r += kRows) dot_rows<T, kRows>(w + r * rb, rb, blocks, xq, xd, xs, y + r);
+  for (; r < end; ++r) dot_rows<T, 1>(w + r * rb, rb, blocks, xq, xd, xs, y + r);
+}
+
+}  // namespace int8
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv::quant
+#if HWY_TARGET == HWY_AVX3_DL
+#pragma GCC pop_options
+#endif
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
