@@ -251,13 +251,14 @@ bool takes_int8(TensorType t) {
   return t == TensorType::q8_0 || t == TensorType::q4_0 || t == TensorType::q4_1;
 }
 
-// y[i, begin, end) = rows [begin, end) of m · row i of x, for the M rows of x quantized to int8.
-void int8_range_of(const Matrix& m, int64_t begin, int64_t end, int64_t M,
-                   const int8::Activations& x, float* y, int64_t ldy) {
-  const int64_t rb = row_bytes(m.type, m.cols), K = m.cols, nb = K / kBlock;
+// y[i, begin, end) = rows [begin, end) of m · row i of x, for the M rows of x quantized to int8
+// (int8::quantize_row, each int8::floats_per_row(K) floats from `rows`).
+void int8_range_of(const Matrix& m, int64_t begin, int64_t end, int64_t M, const float* rows,
+                   float* y, int64_t ldy) {
+  const int64_t rb = row_bytes(m.type, m.cols), K = m.cols, stride = int8::floats_per_row(K);
   auto run = [&](auto range) {
     for (int64_t i = 0; i < M; ++i)
-      range(m.data, rb, nb, begin, end, x.q + i * K, x.d + i * nb, x.sums + i * nb, y + i * ldy);
+      range(m.data, rb, K / kBlock, begin, end, int8::row_at(rows + i * stride, K), y + i * ldy);
   };
   switch (m.type) {
     case TensorType::q8_0:
@@ -300,14 +301,11 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   // The int8 products' activations (all M rows, once), or the sums of x over each block that
   // Q4_1's offsets multiply in the exact one-row product.
   float* scratch = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::block_sums,
-                                                 int8 ? M * (2 * nb + K / 4) : nb + 1);
-  int8::Activations xq{reinterpret_cast<const int8_t*>(scratch + 2 * M * nb), scratch,
-                       scratch + M * nb};
+                                                 int8 ? M * int8::floats_per_row(K) : nb + 1);
   float* xsum = scratch;
   if (int8) {
     for (int64_t i = 0; i < M; ++i)
-      int8::quantize_row(xd + i * ldx, K, reinterpret_cast<int8_t*>(scratch + 2 * M * nb) + i * K,
-                         scratch + i * nb, scratch + M * nb + i * nb);
+      int8::quantize_row(xd + i * ldx, K, scratch + i * int8::floats_per_row(K));
   } else if (M == 1 && std::any_of(parts.begin(), parts.end(), [](const Matrix& p) {
                return p.type == TensorType::q4_1;
              })) {
@@ -323,7 +321,7 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
     locate(c, m, row0, n, col0);
     float* out = y.data + col0;
     if (int8 && takes_int8(m->type)) {
-      int8_range_of(*m, row0, row0 + n, M, xq, out, ldy);
+      int8_range_of(*m, row0, row0 + n, M, scratch, out, ldy);
     } else if (M == 1 && fused(m->type)) {
       dot_range_of(*m, row0, row0 + n, xd, xsum, out);
     } else {
