@@ -31,13 +31,6 @@
 #include "quant/half-inl.h"
 
 HWY_BEFORE_NAMESPACE();
-#if HWY_TARGET == HWY_AVX3_DL
-// vpdpbusd in its AVX-512 form only: Highway 1.0.3 enables AVX-VNNI (the VEX form, which GCC
-// prefers for the low 16 registers) on this target, and Zen 4 has AVX512-VNNI but no AVX-VNNI.
-// (A CPU with Highway's AVX3_DL features has AVX512-VNNI.)
-#pragma GCC push_options
-#pragma GCC target("avx512vnni,no-avxvnni")
-#endif
 namespace qkv::quant {
 namespace HWY_NAMESPACE {
 namespace int8 {
@@ -76,29 +69,35 @@ inline void quantize_row(const float* x, int64_t K, float* base) {
   auto* d = const_cast<float*>(r.d);
   auto* sums = const_cast<float*>(r.sums);
   auto* q = const_cast<int8_t*>(r.q);
+  const hn::CappedTag<float, 16> df;  // a block is whole vectors
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const size_t N = hn::Lanes(df);
+  const auto largest = hn::Set(df, std::numeric_limits<float>::max());
   for (int64_t b = 0; b < K / kBlock; ++b) {
     const float* xb = x + b * kBlock;
-    float amax = 0;
-    bool finite = true;
-    for (int j = 0; j < kBlock; ++j) {
-      const float a = std::fabs(xb[j]);
-      finite = finite && a <= std::numeric_limits<float>::max();  // false for inf and NaN
-      amax = std::max(amax, a);
+    auto amax = hn::Zero(df);
+    auto bad = hn::FirstN(df, 0);  // no lane
+    for (size_t j = 0; j < size_t(kBlock); j += N) {
+      const auto a = hn::Abs(hn::LoadU(df, xb + j));
+      bad = hn::Or(bad, hn::Not(hn::Le(a, largest)));  // inf or NaN
+      amax = hn::Max(amax, a);
     }
-    if (!finite) {
-      for (int j = 0; j < kBlock; ++j) q[b * kBlock + j] = 0;
+    if (!hn::AllFalse(df, bad)) {
+      std::fill(q + b * kBlock, q + (b + 1) * kBlock, int8_t{0});
       d[b] = sums[b] = NAN;
       continue;
     }
-    const float scale = amax / 127, inverse = scale != 0 ? 1 / scale : 0;
-    int sum = 0;
-    for (int j = 0; j < kBlock; ++j) {
-      const int v = static_cast<int>(std::nearbyint(xb[j] * inverse));  // |v| ≤ 127
-      q[b * kBlock + j] = static_cast<int8_t>(v);
-      sum += v;
+    const float scale = hn::GetLane(hn::MaxOfLanes(df, amax)) / 127;
+    const auto inverse = hn::Set(df, scale != 0 ? 1 / scale : 0);
+    auto sum = hn::Zero(di);
+    for (size_t j = 0; j < size_t(kBlock); j += N) {
+      const auto v = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), inverse));  // |v| ≤ 127
+      hn::StoreU(hn::DemoteTo(d8, v), d8, q + b * kBlock + j);
+      sum = hn::Add(sum, v);
     }
     d[b] = scale;
-    sums[b] = scale * static_cast<float>(sum);
+    sums[b] = scale * static_cast<float>(hn::GetLane(hn::SumOfLanes(di, sum)));
   }
   auto* q4 = const_cast<int8_t*>(r.q4);
   auto* scales = const_cast<float*>(r.scales);
@@ -118,6 +117,15 @@ inline void quantize_row(const float* x, int64_t K, float* base) {
     std::copy(pair_terms, pair_terms + 12, terms + 12 * p);
   }
 }
+
+#if HWY_TARGET == HWY_AVX3_DL
+// From here on, vpdpbusd in its AVX-512 form only: Highway 1.0.3 enables AVX-VNNI (the VEX
+// form, which GCC prefers for the low 16 registers) on this target, and Zen 4 has AVX512-VNNI
+// but no AVX-VNNI. (A CPU with Highway's AVX3_DL features has AVX512-VNNI.) Nothing below
+// calls Highway: its functions here carry options these do not, and would not inline.
+#pragma GCC push_options
+#pragma GCC target("avx512vnni,no-avxvnni")
+#endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
 // ---- x86: unsigned × signed byte products ---------------------------------------------------
@@ -334,6 +342,80 @@ HWY_INLINE void dot_rows_paired(const uint8_t* w, int64_t rb, int64_t pairs, con
 }
 #endif
 
+#if HWY_TARGET == HWY_AVX3_DL
+// Several rows of activations (a prompt): XR of them against R ≤ 4 weight rows, each weight
+// pair decoded once for all XR (dot_rows_paired decodes it once per activation row). The
+// weights' (d, m) converted once too: the products are scaled by the activation row's and the
+// weight row's block scales, each spread to the lanes of its block; the four weight rows'
+// (d, m, d', m') side by side in one vector for the terms. y[i][r] for activation row i.
+template <TensorType T, int R, int XR>
+HWY_INLINE void dot_tile_paired(const uint8_t* w, int64_t rb, int64_t pairs, const Row* x,
+                                float* const* y) {
+  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  constexpr int kTerms = T == TensorType::q8_0 ? kTermsQ8_0 : T == TensorType::q4_0 ? kTermsQ4_0 : kTermsQ4_1;
+  const __m512i lanes = T == TensorType::q8_0
+                            ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                            : _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
+  const __m128i d_only = _mm_set1_epi32(0xFFFF);
+  __m512 acc[XR][R], rest[XR];
+  for (int i = 0; i < XR; ++i) {
+    rest[i] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512i wv[R];
+    __m512 wscale[R];
+    __m512 dm4 = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b0 = w + r * rb + 2 * p * bytes;
+      hwy::Prefetch(b0 + R * rb);
+      int32_t h0, h1;
+      std::memcpy(&h0, b0, 4);
+      std::memcpy(&h1, b0 + bytes, 4);
+      __m128i halves = _mm_insert_epi32(_mm_cvtsi32_si128(h0), h1, 1);
+      if constexpr (T != TensorType::q4_1) halves = _mm_and_si128(halves, d_only);
+      const __m128 dm = _mm_cvtph_ps(halves);
+      dm4 = _mm512_insertf32x4(dm4, dm, r);
+      wscale[r] = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(dm));
+      if constexpr (T == TensorType::q8_0) {
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
+        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + bytes + 2));
+        wv[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                                 _mm512_set1_epi8(static_cast<char>(0x80)));
+      } else {
+        constexpr int64_t at = T == TensorType::q4_1 ? 4 : 2;
+        const __m256i both = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + at))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + bytes + at)), 1);
+        wv[r] = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1),
+            _mm512_set1_epi8(15));
+      }
+    }
+    for (int i = 0; i < XR; ++i) {
+      const __m512i xv =
+          _mm512_loadu_si512(T == TensorType::q8_0 ? x[i].q + 64 * p : x[i].q4 + 64 * p);
+      const __m512 xscale =
+          _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_loadu_ps(x[i].scales + 4 * p)));
+      rest[i] = _mm512_fmadd_ps(dm4, _mm512_broadcast_f32x4(_mm_loadu_ps(x[i].terms + 12 * p + kTerms)),
+                                rest[i]);
+      for (int r = 0; r < R; ++r) {
+        const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], xv);
+        acc[i][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dots), xscale), wscale[r],
+                                    acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < XR; ++i) {
+    alignas(64) float part[16];
+    _mm512_store_ps(part, rest[i]);
+    for (int r = 0; r < R; ++r)
+      y[i][r] = _mm512_reduce_add_ps(acc[i][r]) +
+                ((part[4 * r] + part[4 * r + 1]) + (part[4 * r + 2] + part[4 * r + 3]));
+  }
+}
+#endif
+
 // y[r] = row r · x for R rows: pairs of blocks on AVX-512 DL (a last odd block alone), one
 // block at a time elsewhere.
 template <TensorType T, int R>
@@ -362,6 +444,51 @@ HWY_NOINLINE void dot_range(const uint8_t* w, int64_t rb, int64_t blocks, int64_
   int64_t r = begin;
   for (; r + kRows <= end; r += kRows) dot_row_block<T, kRows>(w + r * rb, rb, blocks, x, y + r);
   for (; r < end; ++r) dot_row_block<T, 1>(w + r * rb, rb, blocks, x, y + r);
+}
+
+// y[i · ldy + begin, end) = rows [begin, end) of the matrix · activation row i, for the M rows
+// quantized at `rows` (floats_per_row(K) floats apart). On AVX-512 DL, several activation rows
+// at a time share each decoded weight pair (dot_tile_paired).
+template <TensorType T>
+HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, int64_t K, int64_t begin,
+                                 int64_t end, const float* rows, int64_t M, float* y,
+                                 int64_t ldy) {
+  const int64_t blocks = K / kBlock, stride = floats_per_row(K);
+#if HWY_TARGET == HWY_AVX3_DL
+  // Whole tiles of 3 activation rows × 4 weight rows; the rest (activation rows past a whole
+  // 3, weight rows past a whole 4: a chunk's rows are 32 unless a matrix ends) below.
+  constexpr int kXRows = 3, kRows = 4;
+  const int64_t tiled_rows = M > 1 ? M / kXRows * kXRows : 0;
+  const int64_t tiled_end = begin + (end - begin) / kRows * kRows;
+  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  for (int64_t i0 = 0; i0 < tiled_rows; i0 += kXRows) {
+    Row x[kXRows];
+    for (int i = 0; i < kXRows; ++i) x[i] = row_at(rows + (i0 + i) * stride, K);
+    for (int64_t r = begin; r < tiled_end; r += kRows) {
+      float* out[kXRows];
+      for (int i = 0; i < kXRows; ++i) out[i] = y + (i0 + i) * ldy + r;
+      const uint8_t* wr = w + r * rb;
+      dot_tile_paired<T, kRows, kXRows>(wr, rb, blocks / 2, x, out);
+      if (blocks % 2) {  // the last odd block, one activation row at a time
+        const int64_t b = blocks - 1;
+        for (int i = 0; i < kXRows; ++i) {
+          float last[kRows];
+          dot_rows<T, kRows>(wr + b * bytes, rb, 1, x[i].q + b * kBlock, x[i].d + b,
+                             x[i].sums + b, last);
+          for (int k = 0; k < kRows; ++k) out[i][k] += last[k];
+        }
+      }
+    }
+    if (tiled_end < end)
+      for (int i = 0; i < kXRows; ++i)
+        dot_range<T>(w, rb, blocks, tiled_end, end, x[i], y + (i0 + i) * ldy);
+  }
+  for (int64_t i = tiled_rows; i < M; ++i)
+    dot_range<T>(w, rb, blocks, begin, end, row_at(rows + i * stride, K), y + i * ldy);
+  return;
+#endif
+  for (int64_t i = 0; i < M; ++i)
+    dot_range<T>(w, rb, blocks, begin, end, row_at(rows + i * stride, K), y + i * ldy);
 }
 
 }  // namespace int8
