@@ -67,8 +67,10 @@ def cpu_name():
 class LlamaCpp:
     # logits_all: every position's logits (the exactness checks); the speed runs use a model
     # without it, which computes the head for the last position only, as qkv does.
-    def __init__(self, path, threads, ctx, logits_all=True):
-        self.m = Llama(model_path=path, n_ctx=ctx, n_threads=threads, n_threads_batch=threads, n_batch=512,
+    # (Without logits_all, llama-cpp-python keeps n_batch rows of scores, indexed by position:
+    # a prompt and its continuation must fit in n_batch.)
+    def __init__(self, path, threads, ctx, logits_all=True, n_batch=512):
+        self.m = Llama(model_path=path, n_ctx=ctx, n_threads=threads, n_threads_batch=threads, n_batch=n_batch,
                        logits_all=logits_all, verbose=False)
 
     def tokenize(self, text):

@@ -39,7 +39,8 @@ QKV = os.path.join(ROOT, "build", "release", "qkv")
 PEER = os.path.join(ROOT, "build", "peer")
 SMOLLM2 = os.path.join(ROOT, "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 STORIES = os.path.join(ROOT, "models", "stories260K")
-SECTIONS = ["attention", "units", "training", "generation", "python", "mpi", "ggml", "llama2c"]
+SECTIONS = ["attention", "units", "training", "generation", "quantized", "python", "mpi", "ggml",
+            "llama2c"]
 
 
 def run(cmd, timeout=3600, env=None):
@@ -209,6 +210,46 @@ def section_generation(peer_py, quick, args):
             f"positions; largest logit error against the fp32 forward, as a fraction of the "
             f"largest logit: qkv {r['max_rel_error_vs_fp32']['qkv']:.2e}, llama.cpp "
             f"{r['max_rel_error_vs_fp32']['llama_cpp']:.2e}.\n")
+    return "\n".join(text)
+
+
+def section_quantized(peer_py, quick, args):
+    text = ["## Quantized weights: exact and int8 products\n"]
+    if not python_has(peer_py, "llama_cpp") or not os.path.exists(SMOLLM2):
+        text.append("Not measured: it needs llama-cpp-python in the peer's Python "
+                    "(`bench/report.py --setup`) and SmolLM2 (`scripts/get-models`).\n")
+        return "\n".join(text)
+    r = json.loads(run([peer_py, "bench/quantized_compare.py", "--rounds", "2" if quick else "3"]))
+    text.append(
+        f"`bench/quantized_compare.py`: {r['model']} in qkv with fp32 activations (`--matmul exact`) "
+        f"and with llama.cpp's arithmetic (`--matmul int8`: activations rounded to int8 blocks, "
+        f"integer dot products), beside llama.cpp (llama-cpp-python {r['llama_cpp_python']}) on "
+        f"the same file in the same process; tokens/s, the best of alternating rounds; prompts of "
+        f"{r['prefill_short_tokens']} and {r['prefill_long_tokens']} tokens; decode after the long "
+        f"prompt.\n")
+    text.append("| threads | phase | qkv exact | qkv int8 | llama.cpp | int8 / llama.cpp |\n"
+                "|---|---|---:|---:|---:|---:|")
+    for threads, s in r["speed"].items():
+        for key, name in (("decode_tokens_per_s", "decode"),
+                          ("prefill_short_tokens_per_s", f"prefill {r['prefill_short_tokens']}"),
+                          ("prefill_long_tokens_per_s", f"prefill {r['prefill_long_tokens']}")):
+            e, i, l = s["qkv_exact"][key], s["qkv_int8"][key], s["llama_cpp"][key]
+            text.append(f"| {threads} | {name} | {e:,.0f} | {i:,.0f} | {l:,.0f} | {i / l:.2f}x |")
+    p = r["perplexity"]
+    exact = p["qkv_exact"]["perplexity"]
+    text.append(
+        f"\nPerplexity on {r['text']} (the GNU GPL v3 from Debian's base-files; "
+        f"{p['qkv_exact']['tokens']:,} tokens, {p['qkv_exact']['chunks']} chunks of {r['ctx']}, "
+        f"{p['qkv_exact']['scored']:,} scored; `qkv perplexity`, and llama.cpp's logits in the same "
+        f"windows):\n\n| | perplexity | against qkv exact |\n|---|---:|---:|")
+    for name, label in (("qkv_exact", "qkv exact"), ("qkv_int8", "qkv int8"), ("llama_cpp", "llama.cpp")):
+        v = p[name]["perplexity"]
+        text.append(f"| {label} | {v:.4f} | {100 * (v / exact - 1):+.2f}% |")
+    g = r["greedy_int8_vs_llama_cpp"]
+    text.append(
+        f"\nGreedy text of qkv int8 against llama.cpp on {g['prompts']} held-out prompts: "
+        f"{g['identical']} identical; {g['tokens_before_divergence']} of {g['tokens']} tokens "
+        f"before the first divergence of each.\n")
     return "\n".join(text)
 
 

@@ -9,11 +9,14 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <random>
 
 #include "model_configs.h"
 #include "qkv/error.h"
 #include "qkv/generate.h"
 #include "qkv/io.h"
+#include "qkv/ops.h"
+#include "qkv/perplexity.h"
 #include "qkv/tokenizer.h"
 
 namespace qkv {
@@ -35,6 +38,37 @@ std::string read_file(const fs::path& p) {
   const fs::path dir = models_dir() / "stories260K";                                 \
   ASSERT_TRUE(fs::exists(dir / "stories260K.bin") && fs::exists(dir / "tok512.bin")) \
       << "stories260K not found in " << dir << " (it ships in models/; QKV_MODELS overrides)";
+
+// ---- perplexity ---------------------------------------------------------------------------
+
+// perplexity() (cached inference, llama-perplexity's windows) against the training forward's
+// mean cross-entropy over the same scored positions, chunk by chunk: another code path.
+TEST(Perplexity, IsTheTrainingForwardsLossOverTheScoredHalves) {
+  const int64_t ctx = 24, V = 50;
+  Model model(testing::small_model(V, 64, /*llama=*/true), 7);
+  std::mt19937 rng(5);
+  std::vector<int32_t> tokens(3 * ctx + 5);  // three chunks and a partial one, not used
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % V);
+  for (const int32_t bos : {-1, 1}) {
+    const PerplexityResult r = perplexity(model, tokens, ctx, bos);
+    EXPECT_EQ(r.chunks, 3);
+    EXPECT_EQ(r.scored, 3 * (ctx - 1 - ctx / 2));
+    double loss = 0;
+    for (int64_t k = 0; k < 3; ++k) {
+      std::vector<int32_t> chunk(tokens.begin() + k * ctx, tokens.begin() + (k + 1) * ctx);
+      if (bos >= 0) chunk[0] = bos;
+      std::vector<int32_t> targets(ctx, kIgnoreIndex);
+      for (int64_t j = ctx / 2; j + 1 < ctx; ++j) targets[j] = tokens[k * ctx + j + 1];
+      loss += model.forward(chunk.data(), targets.data(), 1, ctx) / 3;
+    }
+    EXPECT_NEAR(r.nll, loss, 1e-5 * loss) << "bos " << bos;
+    EXPECT_NEAR(r.perplexity, std::exp(loss), 1e-5 * std::exp(loss));
+    EXPECT_NEAR(r.chunk_perplexity.back(), r.perplexity, 1e-9 * r.perplexity);
+  }
+  EXPECT_THROW(perplexity(model, tokens, 2, -1), Error);                              // ctx too small
+  EXPECT_THROW(perplexity(model, tokens, 65, -1), Error);                             // past the context
+  EXPECT_THROW(perplexity(model, std::vector<int32_t>(10, 1), ctx, -1), Error);  // not one chunk
+}
 
 // ---- sampler ------------------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ int run(int argc, const char* const* argv) {
   add_train(app);
   add_generate(app);
   add_chat(app);
+  add_perplexity(app);
   add_quantize(app);
   add_random_model(app);
   add_viz(app);

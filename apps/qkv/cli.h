@@ -26,6 +26,7 @@ void add_bench_generate(CLI::App& bench);
 void add_bench_ring(CLI::App& bench);  // apps/qkv/bench_ring.cpp (with MPI)
 void add_generate(CLI::App& app);
 void add_chat(CLI::App& app);
+void add_perplexity(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_random_model(CLI::App& app);
 

@@ -108,6 +108,22 @@ class Model:
         """The logits [len(tokens), vocab] of one forward over `tokens` (text or ids)."""
         return self._file.logits(self._ids(tokens))
 
+    def perplexity(self, text, ctx=512):
+        """Perplexity on `text` (a string, or token ids), windowed as llama.cpp's
+        llama-perplexity: chunks of `ctx` tokens, each run on its own (starting with BOS when
+        the tokenizer adds one), the predictions of each chunk's second half scored. A dict:
+        perplexity, nll (nats per token) and its nll_stderr, ctx, chunks, scored,
+        chunk_perplexity (after each chunk), seconds."""
+        tok = self.tokenizer
+        if isinstance(text, str):
+            if tok is None:
+                raise ValueError("this model has no tokenizer: give the text as token ids")
+            ids = tok.encode(text)
+        else:
+            ids = [int(t) for t in text]
+        bos = tok.bos if tok is not None and tok.adds_bos else -1
+        return self._file.perplexity(ids, int(ctx), bos)
+
 
 def load_llama2c(path, tokenizer=None):
     """A llama2.c model (.bin); its tokenizer is `tokenizer`, else tokenizer.bin or

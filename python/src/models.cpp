@@ -21,6 +21,7 @@
 #include "qkv/kv_cache.h"
 #include "qkv/model.h"
 #include "qkv/model_file.h"
+#include "qkv/perplexity.h"
 #include "qkv/tokenizer.h"
 #include "qkv/viz.h"
 
@@ -81,6 +82,7 @@ void bind_models(nb::module_& m) {
       .def_static("bytes", &Tokenizer::bytes, "256 tokens, one per byte")
       .def_prop_ro("vocab_size", &Tokenizer::vocab_size)
       .def_prop_ro("bos", &Tokenizer::bos, "the id of BOS, -1 when none")
+      .def_prop_ro("adds_bos", &Tokenizer::adds_bos, "whether encode() puts BOS first by default")
       .def_prop_ro("eos", &Tokenizer::eos, "the id of EOS, -1 when none")
       .def("encode", &Tokenizer::encode, nb::arg("text"), nb::arg("bos") = true,
            nb::arg("special") = false,
@@ -153,6 +155,21 @@ void bind_models(nb::module_& m) {
             return numpy_copy(logits.data, {size_t(T), size_t(c.vocab_size)});
           },
           nb::arg("tokens"), "The logits [len(tokens), vocab] of one forward over the tokens")
+      .def(
+          "perplexity",
+          [](ModelFile& f, const std::vector<int32_t>& tokens, int64_t ctx, int32_t bos) {
+            PerplexityResult r;
+            {
+              nb::gil_scoped_release unlocked;
+              r = perplexity(*f.model, tokens, ctx, bos);
+            }
+            nb::dict d;
+            d["perplexity"] = r.perplexity, d["nll"] = r.nll, d["nll_stderr"] = r.nll_stderr;
+            d["ctx"] = r.ctx, d["chunks"] = r.chunks, d["scored"] = r.scored;
+            d["chunk_perplexity"] = r.chunk_perplexity, d["seconds"] = r.seconds;
+            return d;
+          },
+          nb::arg("tokens"), nb::arg("ctx"), nb::arg("bos"))
       .def("_attention_maps", [](ModelFile& f, const std::string& name, const std::string& prompt,
                                  const std::string& prompt_ids) {
         AttentionMaps maps;

@@ -173,6 +173,25 @@ def test_smollm2_with_int8_products():
     assert text.startswith(" Paris"), text
     m.matmul = "exact"
     np.testing.assert_array_equal(m.logits(ids), b)
+    # Perplexity, llama-perplexity's windows, both arithmetics: within 1% of each other, and the
+    # last window's scored predictions as from the logits.
+    text = " ".join(["The quick brown fox jumps over the lazy dog."] * 40)
+    p_exact = m.perplexity(text, ctx=64)
+    m.matmul = "int8"
+    p_int8 = m.perplexity(text, ctx=64)
+    assert p_exact["chunks"] >= 3 and p_exact["scored"] == p_exact["chunks"] * 31
+    assert abs(p_int8["perplexity"] / p_exact["perplexity"] - 1) < 0.01
+    m.matmul = "exact"
+    toks = m.tokenizer.encode(text)
+    k = p_exact["chunks"] - 1
+    chunk = toks[k * 64:(k + 1) * 64]
+    z = m.logits(chunk).astype(np.float64)
+    logp = z - z.max(axis=1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
+    nll_last = -np.mean([logp[j, chunk[j + 1]] for j in range(32, 63)])
+    n = p_exact["chunks"]
+    before = np.log(p_exact["chunk_perplexity"][-2]) * (n - 1)
+    np.testing.assert_allclose(np.log(p_exact["perplexity"]) * n - before, nll_last, rtol=1e-4)
     with pytest.raises(ValueError, match="exact or int8"):
         m.matmul = "fp8"
 
