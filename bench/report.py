@@ -373,7 +373,8 @@ def splice(path, sections, info):
         at = [i for i, p in enumerate(parts) if p.splitlines()[0] == heading]
         if at:
             parts[at[0]] = stamped + ("\n" if not stamped.endswith("\n\n") else "")
-        else:
+        else:  # a new section after the last, a blank line between
+            parts[-1] = parts[-1].rstrip("\n") + "\n\n"
             parts.append(stamped)
     return ["".join(parts).rstrip("\n") + "\n"]
 

@@ -413,6 +413,29 @@ TEST(CliChat, SmolLM2AnswersTurnByTurn) {
   const Result bad = run("chat --model " + model + " --matmul fp8 < " + input, true);
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.output.find("--matmul"), std::string::npos) << bad.output;
+  // qkv perplexity on a text of its own (llama-perplexity's windows; the library function is
+  // tested against the training forward): JSON fields, the running values, clear errors.
+  const std::string text = ::testing::TempDir() + "perplexity_text.txt";
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 30; ++i) out << "The cat sat on the mat, and the dog slept by the door. ";
+  }
+  const Result ppl =
+      run("perplexity --model " + model + " --text " + text + " --ctx 64 --matmul int8 --json");
+  ASSERT_EQ(ppl.status, 0) << ppl.output;
+  const json pj = json::parse(ppl.output);
+  EXPECT_EQ(pj["ctx"], 64);
+  EXPECT_GE(pj["chunks"].get<int>(), 3);
+  EXPECT_EQ(pj["scored"].get<int>(), pj["chunks"].get<int>() * 31);
+  EXPECT_EQ(pj["matmul"], "int8");
+  EXPECT_GT(pj["perplexity"].get<double>(), 1.0);  // a repeated sentence: low, never below 1
+  EXPECT_NEAR(std::log(pj["perplexity"].get<double>()), pj["nll"].get<double>(), 1e-9);
+  const Result short_text =
+      run("perplexity --model " + model + " --text " + text + " --ctx 4096", true);
+  EXPECT_EQ(short_text.status, 2);
+  EXPECT_NE(short_text.output.find("fewer than one chunk"), std::string::npos) << short_text.output;
+  EXPECT_EQ(run("perplexity --model " + model + " --text /nonexistent.txt", true).status, 2);
+  std::remove(text.c_str());
   const Result no_chat = run("chat --model " + stories_dir() + "/stories260K.bin < " + input, true);
   EXPECT_EQ(no_chat.status, 2);
   EXPECT_NE(no_chat.output.find("GGUF"), std::string::npos) << no_chat.output;
