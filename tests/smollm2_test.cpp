@@ -202,6 +202,40 @@ INSTANTIATE_TEST_SUITE_P(Weights, SmolLM2,
                            return p.param == GgufWeights::fp32 ? "Fp32" : "InPlace";
                          });
 
+// The int8 products (llama.cpp's arithmetic) against llama.cpp's own greedy text
+// (smollm2_llama_greedy.json, from tests/golden/make_smollm2_llama_greedy.py): the same 32
+// tokens, or a first divergence where llama.cpp's two best logits were closer than its own
+// error there (its largest difference from the fp32 reference's logits at that step).
+TEST(SmolLM2Int8, GreedyTextIsLlamaCppsUpToItsTies) {
+  std::ifstream in(std::string(QKV_GOLDEN_DIR) + "/../data/smollm2_llama_greedy.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const std::unique_ptr<Model> model = load_gguf(smollm2());
+  model->set_matmul(quant::Matmul::int8);
+  const int64_t V = model->config().vocab_size;
+  int identical = 0;
+  for (const nlohmann::json& c : golden["cases"]) {
+    const std::vector<int32_t> ids = c["ids"];
+    const std::vector<int32_t> want = c["greedy"];
+    const std::vector<double> gaps = c["gaps"], errors = c["errors"];
+    KVCache cache(model->config(), {.max_seq = static_cast<int64_t>(ids.size() + want.size())});
+    View logits = model->forward_cached(cache, ids.data(), 1, static_cast<int64_t>(ids.size()));
+    size_t i = 0;
+    for (; i < want.size(); ++i) {
+      const int32_t got =
+          static_cast<int32_t>(std::max_element(logits.data, logits.data + V) - logits.data);
+      if (got != want[i]) {
+        EXPECT_LE(gaps[i], errors[i]) << c["text"] << ": token " << i << " is " << got
+                                      << ", llama.cpp's " << want[i] << " by a margin of "
+                                      << gaps[i] << " (its error there: " << errors[i] << ")";
+        break;
+      }
+      logits = model->forward_cached(cache, &got, 1, 1);
+    }
+    identical += i == want.size();
+  }
+  EXPECT_GE(identical, 1) << "no continuation is llama.cpp's throughout";
+}
+
 // The real model, greedy, in a conversation: the second question only makes sense with the
 // first in the cache. The same conversation given at once (add, then respond: one prefill)
 // gives the same answer token for token.
