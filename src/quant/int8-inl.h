@@ -8,8 +8,9 @@
 // Per target: on x86 from AVX2 a block is one 256-bit vector of 32 bytes, multiplied by
 // vpmaddubsw + vpmaddwd (unsigned × signed bytes; a signed weight's sign moves onto the
 // activation, |qw| · sign(qw) qx), or by one vpdpbusd on the AVX-512 DL target (AVX512-VNNI);
-// SSE4 the same in two 128-bit halves; elsewhere (NEON, SVE, the emulated targets) widened to
-// int16 pairs (Highway's ReorderWidenMulAccumulate) and summed per block.
+// SSE4 the same in two 128-bit halves; AArch64 with the dot product extension two sdot per
+// block; elsewhere (a NEON CPU without it, the emulated targets) widened to int16 pairs
+// (Highway's ReorderWidenMulAccumulate) and summed per block.
 // Included by src/quant/matmul.cpp, once per target.
 #if defined(QKV_QUANT_INT8_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_QUANT_INT8_INL_H_
@@ -29,6 +30,19 @@
 
 #include "qkv/number_format.h"
 #include "quant/half-inl.h"
+
+#if HWY_ARCH_ARM_A64 && !defined(QKV_QUANT_INT8_ONCE)
+#define QKV_QUANT_INT8_ONCE
+#include <arm_neon.h>  // (the SVE passes' Highway headers bring arm_sve.h only)
+#include <sys/auxv.h>
+namespace qkv::quant::int8 {
+// Whether the CPU has AArch64's dot product extension (HWCAP_ASIMDDP, asm/hwcap.h).
+inline bool dot_product_extension() {
+  static const bool has = (getauxval(AT_HWCAP) & (1UL << 20)) != 0;
+  return has;
+}
+}  // namespace qkv::quant::int8
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::quant {
@@ -278,6 +292,45 @@ HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int
   }
   for (int r = 0; r < R; ++r) y[r] = sum[r] + offsets[r];
 }
+
+#if HWY_ARCH_ARM_A64
+// ---- AArch64 with the dot product extension: sdot ------------------------------------------
+// Signed bytes times signed bytes, four products into each int32 lane: a block is two
+// `sdot`s, its nibbles split by a mask and a shift (Q4_0's less 8). Compiled for the extension
+// whatever the pass (NEON or SVE) and run where the CPU reports it (dot_product_extension()).
+template <TensorType T, int R>
+__attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_sdot(
+    const uint8_t* w, int64_t rb, int64_t blocks, const int8_t* xq, const float* xd,
+    const float* xs, float* y) {
+  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  float32x4_t acc[R];
+  float offsets[R];
+  for (int r = 0; r < R; ++r) acc[r] = vdupq_n_f32(0.0f), offsets[r] = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int8x16_t x0 = vld1q_s8(xq + b * kBlock), x1 = vld1q_s8(xq + b * kBlock + 16);
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w + r * rb + b * bytes;
+      __builtin_prefetch(blk + 2 * R * rb);
+      int8x16_t w0, w1;
+      if constexpr (T == TensorType::q8_0) {
+        w0 = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 2));
+        w1 = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 18));
+      } else {
+        const uint8x16_t q = vld1q_u8(blk + (T == TensorType::q4_1 ? 4 : 2));
+        w0 = vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15)));
+        w1 = vreinterpretq_s8_u8(vshrq_n_u8(q, 4));
+        if constexpr (T == TensorType::q4_0) w0 = vsubq_s8(w0, vdupq_n_s8(8)), w1 = vsubq_s8(w1, vdupq_n_s8(8));
+      }
+      const int32x4_t dots = vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
+      __fp16 dm[2];  // (half() is this pass's, with options this function has not)
+      std::memcpy(dm, blk, 4);
+      acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(dots), static_cast<float>(dm[0]) * xd[b]);
+      if constexpr (T == TensorType::q4_1) offsets[r] += static_cast<float>(dm[1]) * xs[b];
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = vaddvq_f32(acc[r]) + offsets[r];
+}
+#endif
 #endif
 
 #if HWY_TARGET == HWY_AVX3_DL
@@ -432,6 +485,9 @@ HWY_INLINE void dot_row_block(const uint8_t* w, int64_t rb, int64_t blocks, cons
     for (int r = 0; r < R; ++r) y[r] += last[r];
   }
 #else
+#if HWY_ARCH_ARM_A64
+  if (::qkv::quant::int8::dot_product_extension()) return dot_rows_sdot<T, R>(w, rb, blocks, x.q, x.d, x.sums, y);
+#endif
   dot_rows<T, R>(w, rb, blocks, x.q, x.d, x.sums, y);
 #endif
 }
