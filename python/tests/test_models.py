@@ -132,6 +132,12 @@ def test_gguf_models_load():
         m = qkv.load_gguf(path, dequantize=dequantize)
         assert m.config["n_layers"] == 2 and m.tokenizer is None
         np.testing.assert_allclose(m.logits(golden["tokens"]), want, atol=1e-4 * np.abs(want).max())
+    # Its Q8_0, Q4_0 and Q4_1 matrices with int8 activations: the logits move by the rounding
+    # (2.7% of the largest here: random weights, two layers), not by a wrong product.
+    m = qkv.load_gguf(path, matmul="int8")
+    got = m.logits(golden["tokens"])
+    assert np.abs(got - want).max() > 1e-4 * np.abs(want).max()  # the int8 products ran
+    np.testing.assert_allclose(got, want, atol=0.06 * np.abs(want).max())
     with pytest.raises(ValueError, match="not a GGUF file"):
         qkv.load_gguf(qkv.stories260k_path())
 
