@@ -133,10 +133,11 @@ inline void quantize_row(const float* x, int64_t K, float* base) {
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
-// From here on, vpdpbusd in its AVX-512 form only: Highway 1.0.3 enables AVX-VNNI (the VEX
-// form, which GCC prefers for the low 16 registers) on this target, and Zen 4 has AVX512-VNNI
-// but no AVX-VNNI. (A CPU with Highway's AVX3_DL features has AVX512-VNNI.) Nothing below
-// calls Highway: its functions here carry options these do not, and would not inline.
+// From here on, vpdpbusd in its AVX-512 form only, on 512-bit vectors (which have no VEX form):
+// Highway 1.0.3 enables AVX-VNNI (the VEX form, which GCC prefers for the low 16 registers)
+// on this target, and Zen 4 has AVX512-VNNI but no AVX-VNNI. (A CPU with Highway's AVX3_DL
+// features has AVX512-VNNI.) Nothing below calls Highway: its functions here carry options
+// these do not, and would not inline.
 #pragma GCC push_options
 #pragma GCC target("avx512vnni,no-avxvnni")
 #endif
@@ -157,14 +158,12 @@ HWY_INLINE Bytes q4_values(const uint8_t* q) {
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(15));
 }
 HWY_INLINE Bytes minus_8(Bytes v) { return _mm256_sub_epi8(v, _mm256_set1_epi8(8)); }
-// Σ u · s over groups of 4 bytes, as 8 int32 lanes.
+// Σ u · s over groups of 4 bytes, as 8 int32 lanes. (Not vpdpbusd on 256 bits even on
+// avx512_dl: a build at -O1 emitted its VEX form there, which Zen 4 does not have; the 512-bit
+// form has no VEX encoding.)
 HWY_INLINE __m256i dot_u8_s8(Bytes u, Bytes s) {
-#if HWY_TARGET == HWY_AVX3_DL
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-  // |each pair sum| ≤ 2 · 255 · 127 < 2^15 for the values here (u ≤ 128): no saturation.
+  // |each pair sum| ≤ 2 · 128 · 127 < 2^15 for the values here (u ≤ 128): no saturation.
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
 }
 // Signed × signed: |w| · (x with w's sign), as the instruction wants.
 HWY_INLINE __m256i dot_s8_s8(Bytes w, Bytes x) {
@@ -428,7 +427,7 @@ HWY_INLINE void dot_tile_paired(const uint8_t* w, int64_t rb, int64_t pairs, con
       __m128i halves = _mm_insert_epi32(_mm_cvtsi32_si128(h0), h1, 1);
       if constexpr (T != TensorType::q4_1) halves = _mm_and_si128(halves, d_only);
       const __m128 dm = _mm_cvtph_ps(halves);
-      dm4 = _mm512_insertf32x4(dm4, dm, r);
+      dm4 = _mm512_mask_broadcast_f32x4(dm4, static_cast<__mmask16>(0xF << (4 * r)), dm);
       wscale[r] = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(dm));
       if constexpr (T == TensorType::q8_0) {
         const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
