@@ -7,8 +7,8 @@
 //   Q4_1  dw · dx · Σ qw qx  +  mw · dx · Σ qx     (dx · Σ qx is kept per block: `sums`)
 // Per target: on x86 from AVX2 a block is one 256-bit vector of 32 bytes, multiplied by
 // vpmaddubsw + vpmaddwd (unsigned × signed bytes; a signed weight's sign moves onto the
-// activation, |qw| · sign(qw) qx), or by one vpdpbusd on the AVX-512 DL target (AVX512-VNNI);
-// SSE4 the same in two 128-bit halves; AArch64 with the dot product extension two sdot per
+// activation, |qw| · sign(qw) qx); on the AVX-512 DL target (AVX512-VNNI) two blocks are one
+// 512-bit vpdpbusd; SSE4 as AVX2 in two 128-bit halves; AArch64 with the dot product extension two sdot per
 // block; elsewhere (a NEON CPU without it, the emulated targets) widened to int16 pairs
 // (Highway's ReorderWidenMulAccumulate) and summed per block.
 // Included by src/quant/matmul.cpp, once per target.
@@ -19,8 +19,8 @@
 #define QKV_QUANT_INT8_INL_H_
 #endif
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
