@@ -273,16 +273,16 @@ HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int
       auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
       for (int64_t j = 0; j < kBlock; j += N) {
         const auto x = hn::PromoteTo(d16, hn::LoadU(d8, xb + j));
+        auto v = hn::Zero(d16);
         if constexpr (T == TensorType::q8_0) {
-          const auto v = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(q) + j));
-          s0 = hn::ReorderWidenMulAccumulate(d32, v, x, s0, s1);
+          v = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(q) + j));
         } else {
           const auto bytes16 = hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(d16)>(),
                                                               hn::LoadU(du8, q + j % (kBlock / 2))));
-          auto v = j < kBlock / 2 ? hn::And(bytes16, hn::Set(d16, 15)) : hn::ShiftRight<4>(bytes16);
+          v = j < kBlock / 2 ? hn::And(bytes16, hn::Set(d16, 15)) : hn::ShiftRight<4>(bytes16);
           if constexpr (T == TensorType::q4_0) v = hn::Sub(v, hn::Set(d16, 8));
-          s0 = hn::ReorderWidenMulAccumulate(d32, v, x, s0, s1);
         }
+        s0 = hn::ReorderWidenMulAccumulate(d32, v, x, s0, s1);
       }
       const int32_t dot = hn::GetLane(hn::SumOfLanes(d32, hn::Add(s0, s1)));
       sum[r] += half(blk) * xd[b] * static_cast<float>(dot);
@@ -339,51 +339,70 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_sdot(
 // the two blocks' (d, m) halves load as one vector, are converted at once, multiplied by
 // Row::scales for the products' scale and by Row::terms for what the unsigned sums leave out.
 // (Per pair: 15 instructions, against 17 per block one block at a time.)
+template <TensorType T>
+struct Pair {
+  static constexpr int64_t kBytes = block_size(static_cast<uint32_t>(T))->bytes;  // a block's
+  static constexpr int kTerms =
+      T == TensorType::q8_0 ? kTermsQ8_0 : T == TensorType::q4_0 ? kTermsQ4_0 : kTermsQ4_1;
+  // The products' lanes: Q8_0 block b in 0–7, b + 1 in 8–15; Q4 (b, b + 1, b, b + 1) by 4s;
+  // as the lanes of (d, m, d', m') that scale them.
+  static __m512i lanes() {
+    return T == TensorType::q8_0
+               ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+               : _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
+  }
+  // The activations of pair p in this type's order.
+  static __m512i values(const Row& x, int64_t p) {
+    return _mm512_loadu_si512(T == TensorType::q8_0 ? x.q + 64 * p : x.q4 + 64 * p);
+  }
+  // (d, m, d', m') of the pair at b0 (m = 0 for Q8_0 and Q4_0, whose second half is data).
+  static __m128 scales(const uint8_t* b0) {
+    int32_t h0, h1;
+    std::memcpy(&h0, b0, 4);
+    std::memcpy(&h1, b0 + kBytes, 4);
+    __m128i halves = _mm_insert_epi32(_mm_cvtsi32_si128(h0), h1, 1);
+    if constexpr (T != TensorType::q4_1) halves = _mm_and_si128(halves, _mm_set1_epi32(0xFFFF));
+    return _mm_cvtph_ps(halves);
+  }
+  // The pair's 64 weights as unsigned bytes.
+  static __m512i weights(const uint8_t* b0) {
+    if constexpr (T == TensorType::q8_0) {
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
+      const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kBytes + 2));
+      return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                              _mm512_set1_epi8(static_cast<char>(0x80)));
+    } else {
+      constexpr int64_t at = T == TensorType::q4_1 ? 4 : 2;
+      const __m256i both = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + at))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kBytes + at)), 1);
+      return _mm512_and_si512(
+          _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1),
+          _mm512_set1_epi8(15));
+    }
+  }
+};
+
 template <TensorType T, int R>
 HWY_INLINE void dot_rows_paired(const uint8_t* w, int64_t rb, int64_t pairs, const Row& x,
                                 float* y) {
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
-  constexpr int kTerms = T == TensorType::q8_0 ? kTermsQ8_0 : T == TensorType::q4_0 ? kTermsQ4_0 : kTermsQ4_1;
-  // The products' lanes: Q8_0 block b in 0–7, b + 1 in 8–15; Q4 (b, b + 1, b, b + 1) by 4s.
-  const __m512i lanes = T == TensorType::q8_0
-                            ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
-                            : _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
-  const __m128i d_only = _mm_set1_epi32(0xFFFF);  // Q8_0 and Q4_0 have no m: its half is data
+  using P = Pair<T>;
+  const __m512i lanes = P::lanes();
   __m512 acc[R];
   __m128 rest[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), rest[r] = _mm_setzero_ps();
   for (int64_t p = 0; p < pairs; ++p) {
-    const __m512i xv = _mm512_loadu_si512(T == TensorType::q8_0 ? x.q + 64 * p : x.q4 + 64 * p);
+    const __m512i xv = P::values(x, p);
     const __m128 scales = _mm_loadu_ps(x.scales + 4 * p);
-    const __m128 terms = _mm_loadu_ps(x.terms + 12 * p + kTerms);
+    const __m128 terms = _mm_loadu_ps(x.terms + 12 * p + P::kTerms);
     for (int r = 0; r < R; ++r) {
-      const uint8_t* b0 = w + r * rb + 2 * p * bytes;
+      const uint8_t* b0 = w + r * rb + 2 * p * P::kBytes;
       hwy::Prefetch(b0 + 2 * R * rb);
-      int32_t h0, h1;
-      std::memcpy(&h0, b0, 4);
-      std::memcpy(&h1, b0 + bytes, 4);
-      __m128i halves = _mm_insert_epi32(_mm_cvtsi32_si128(h0), h1, 1);  // d, m, d', m'
-      if constexpr (T != TensorType::q4_1) halves = _mm_and_si128(halves, d_only);
-      const __m128 dm = _mm_cvtph_ps(halves);
+      const __m128 dm = P::scales(b0);
       rest[r] = _mm_fmadd_ps(dm, terms, rest[r]);
       const __m512 scale =
           _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_mul_ps(dm, scales)));
-      __m512i wv;
-      if constexpr (T == TensorType::q8_0) {
-        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + bytes + 2));
-        wv = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
-                              _mm512_set1_epi8(static_cast<char>(0x80)));
-      } else {
-        constexpr int64_t at = T == TensorType::q4_1 ? 4 : 2;
-        const __m256i both = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + at))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + bytes + at)), 1);
-        wv = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1),
-            _mm512_set1_epi8(15));
-      }
-      const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+      const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), P::weights(b0), xv);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), scale, acc[r]);
     }
   }
@@ -392,9 +411,7 @@ HWY_INLINE void dot_rows_paired(const uint8_t* w, int64_t rb, int64_t pairs, con
     y[r] = _mm512_reduce_add_ps(acc[r]) + _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
   }
 }
-#endif
 
-#if HWY_TARGET == HWY_AVX3_DL
 // Several rows of activations (a prompt): XR of them against R ≤ 4 weight rows, each weight
 // pair decoded once for all XR (dot_rows_paired decodes it once per activation row). The
 // weights' (d, m) converted once too: the products are scaled by the activation row's and the
@@ -403,12 +420,8 @@ HWY_INLINE void dot_rows_paired(const uint8_t* w, int64_t rb, int64_t pairs, con
 template <TensorType T, int R, int XR>
 HWY_INLINE void dot_tile_paired(const uint8_t* w, int64_t rb, int64_t pairs, const Row* x,
                                 float* const* y) {
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
-  constexpr int kTerms = T == TensorType::q8_0 ? kTermsQ8_0 : T == TensorType::q4_0 ? kTermsQ4_0 : kTermsQ4_1;
-  const __m512i lanes = T == TensorType::q8_0
-                            ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
-                            : _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
-  const __m128i d_only = _mm_set1_epi32(0xFFFF);
+  using P = Pair<T>;
+  const __m512i lanes = P::lanes();
   __m512 acc[XR][R], rest[XR];
   for (int i = 0; i < XR; ++i) {
     rest[i] = _mm512_setzero_ps();
@@ -419,38 +432,19 @@ HWY_INLINE void dot_tile_paired(const uint8_t* w, int64_t rb, int64_t pairs, con
     __m512 wscale[R];
     __m512 dm4 = _mm512_setzero_ps();
     for (int r = 0; r < R; ++r) {
-      const uint8_t* b0 = w + r * rb + 2 * p * bytes;
+      const uint8_t* b0 = w + r * rb + 2 * p * P::kBytes;
       hwy::Prefetch(b0 + R * rb);
-      int32_t h0, h1;
-      std::memcpy(&h0, b0, 4);
-      std::memcpy(&h1, b0 + bytes, 4);
-      __m128i halves = _mm_insert_epi32(_mm_cvtsi32_si128(h0), h1, 1);
-      if constexpr (T != TensorType::q4_1) halves = _mm_and_si128(halves, d_only);
-      const __m128 dm = _mm_cvtph_ps(halves);
+      const __m128 dm = P::scales(b0);
       dm4 = _mm512_mask_broadcast_f32x4(dm4, static_cast<__mmask16>(0xF << (4 * r)), dm);
       wscale[r] = _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(dm));
-      if constexpr (T == TensorType::q8_0) {
-        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + bytes + 2));
-        wv[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
-                                 _mm512_set1_epi8(static_cast<char>(0x80)));
-      } else {
-        constexpr int64_t at = T == TensorType::q4_1 ? 4 : 2;
-        const __m256i both = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + at))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + bytes + at)), 1);
-        wv[r] = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1),
-            _mm512_set1_epi8(15));
-      }
+      wv[r] = P::weights(b0);
     }
     for (int i = 0; i < XR; ++i) {
-      const __m512i xv =
-          _mm512_loadu_si512(T == TensorType::q8_0 ? x[i].q + 64 * p : x[i].q4 + 64 * p);
+      const __m512i xv = P::values(x[i], p);
       const __m512 xscale =
           _mm512_permutexvar_ps(lanes, _mm512_castps128_ps512(_mm_loadu_ps(x[i].scales + 4 * p)));
-      rest[i] = _mm512_fmadd_ps(dm4, _mm512_broadcast_f32x4(_mm_loadu_ps(x[i].terms + 12 * p + kTerms)),
-                                rest[i]);
+      const __m512 terms = _mm512_broadcast_f32x4(_mm_loadu_ps(x[i].terms + 12 * p + P::kTerms));
+      rest[i] = _mm512_fmadd_ps(dm4, terms, rest[i]);
       for (int r = 0; r < R; ++r) {
         const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], xv);
         acc[i][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dots), xscale), wscale[r],
@@ -468,24 +462,32 @@ HWY_INLINE void dot_tile_paired(const uint8_t* w, int64_t rb, int64_t pairs, con
 }
 #endif
 
+#if HWY_TARGET == HWY_AVX3_DL
+// y[r] += row r's last block · x's, for R rows of an odd number of blocks (the pair kernels
+// leave it).
+template <TensorType T, int R>
+HWY_INLINE void add_last_block(const uint8_t* w, int64_t rb, int64_t blocks, const Row& x,
+                               float* y) {
+  if (blocks % 2 == 0) return;
+  const int64_t b = blocks - 1;
+  float last[R];
+  dot_rows<T, R>(w + b * Pair<T>::kBytes, rb, 1, x.q + b * kBlock, x.d + b, x.sums + b, last);
+  for (int r = 0; r < R; ++r) y[r] += last[r];
+}
+#endif
+
 // y[r] = row r · x for R rows: pairs of blocks on AVX-512 DL (a last odd block alone), one
 // block at a time elsewhere.
 template <TensorType T, int R>
 HWY_INLINE void dot_row_block(const uint8_t* w, int64_t rb, int64_t blocks, const Row& x,
                               float* y) {
 #if HWY_TARGET == HWY_AVX3_DL
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
-  const int64_t pairs = blocks / 2;
-  dot_rows_paired<T, R>(w, rb, pairs, x, y);
-  if (blocks % 2) {
-    float last[R];
-    const int64_t b = blocks - 1;
-    dot_rows<T, R>(w + b * bytes, rb, 1, x.q + b * kBlock, x.d + b, x.sums + b, last);
-    for (int r = 0; r < R; ++r) y[r] += last[r];
-  }
+  dot_rows_paired<T, R>(w, rb, blocks / 2, x, y);
+  add_last_block<T, R>(w, rb, blocks, x, y);
 #else
 #if HWY_ARCH_ARM_A64
-  if (::qkv::quant::int8::dot_product_extension()) return dot_rows_sdot<T, R>(w, rb, blocks, x.q, x.d, x.sums, y);
+  if (::qkv::quant::int8::dot_product_extension())
+    return dot_rows_sdot<T, R>(w, rb, blocks, x.q, x.d, x.sums, y);
 #endif
   dot_rows<T, R>(w, rb, blocks, x.q, x.d, x.sums, y);
 #endif
@@ -509,40 +511,28 @@ HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, int64_t K, int64_
                                  int64_t end, const float* rows, int64_t M, float* y,
                                  int64_t ldy) {
   const int64_t blocks = K / kBlock, stride = floats_per_row(K);
+  int64_t untiled = 0;  // the first activation row left to dot_range
 #if HWY_TARGET == HWY_AVX3_DL
   // Whole tiles of 3 activation rows × 4 weight rows; the rest (activation rows past a whole
-  // 3, weight rows past a whole 4: a chunk's rows are 32 unless a matrix ends) below.
+  // 3, weight rows past a whole 4: a chunk's rows are 32 unless a matrix ends) one row at a time.
   constexpr int kXRows = 3, kRows = 4;
-  const int64_t tiled_rows = M > 1 ? M / kXRows * kXRows : 0;
+  untiled = M > 1 ? M / kXRows * kXRows : 0;
   const int64_t tiled_end = begin + (end - begin) / kRows * kRows;
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
-  for (int64_t i0 = 0; i0 < tiled_rows; i0 += kXRows) {
+  for (int64_t i0 = 0; i0 < untiled; i0 += kXRows) {
     Row x[kXRows];
     for (int i = 0; i < kXRows; ++i) x[i] = row_at(rows + (i0 + i) * stride, K);
     for (int64_t r = begin; r < tiled_end; r += kRows) {
       float* out[kXRows];
       for (int i = 0; i < kXRows; ++i) out[i] = y + (i0 + i) * ldy + r;
-      const uint8_t* wr = w + r * rb;
-      dot_tile_paired<T, kRows, kXRows>(wr, rb, blocks / 2, x, out);
-      if (blocks % 2) {  // the last odd block, one activation row at a time
-        const int64_t b = blocks - 1;
-        for (int i = 0; i < kXRows; ++i) {
-          float last[kRows];
-          dot_rows<T, kRows>(wr + b * bytes, rb, 1, x[i].q + b * kBlock, x[i].d + b,
-                             x[i].sums + b, last);
-          for (int k = 0; k < kRows; ++k) out[i][k] += last[k];
-        }
-      }
+      dot_tile_paired<T, kRows, kXRows>(w + r * rb, rb, blocks / 2, x, out);
+      for (int i = 0; i < kXRows; ++i) add_last_block<T, kRows>(w + r * rb, rb, blocks, x[i], out[i]);
     }
     if (tiled_end < end)
       for (int i = 0; i < kXRows; ++i)
         dot_range<T>(w, rb, blocks, tiled_end, end, x[i], y + (i0 + i) * ldy);
   }
-  for (int64_t i = tiled_rows; i < M; ++i)
-    dot_range<T>(w, rb, blocks, begin, end, row_at(rows + i * stride, K), y + i * ldy);
-  return;
 #endif
-  for (int64_t i = 0; i < M; ++i)
+  for (int64_t i = untiled; i < M; ++i)
     dot_range<T>(w, rb, blocks, begin, end, row_at(rows + i * stride, K), y + i * ldy);
 }
 
