@@ -65,8 +65,8 @@ TEST(Perplexity, IsTheTrainingForwardsLossOverTheScoredHalves) {
     EXPECT_NEAR(r.perplexity, std::exp(loss), 1e-5 * std::exp(loss));
     EXPECT_NEAR(r.chunk_perplexity.back(), r.perplexity, 1e-9 * r.perplexity);
   }
-  EXPECT_THROW(perplexity(model, tokens, 2, -1), Error);                              // ctx too small
-  EXPECT_THROW(perplexity(model, tokens, 65, -1), Error);                             // past the context
+  EXPECT_THROW(perplexity(model, tokens, 2, -1), Error);                         // ctx too small
+  EXPECT_THROW(perplexity(model, tokens, 65, -1), Error);                        // past the context
   EXPECT_THROW(perplexity(model, std::vector<int32_t>(10, 1), ctx, -1), Error);  // not one chunk
 }
 

@@ -139,10 +139,13 @@ void q8_block(const float* x, int8_t* q, float& d) {
 }
 
 // Block b of a weight row as integers and scales: w_j = dw · qw_j + mw.
-void weight_block(TensorType type, const uint8_t* row, int64_t b, int32_t* qw, float& dw, float& mw) {
+void weight_block(TensorType type, const uint8_t* row, int64_t b, int32_t* qw, float& dw,
+                  float& mw) {
   const BlockSize bs = block_of(type);
   const uint8_t* blk = row + b * bs.bytes;
-  auto half_at = [](const uint8_t* p) { return half_to_float(static_cast<uint16_t>(p[0] | p[1] << 8)); };
+  auto half_at = [](const uint8_t* p) {
+    return half_to_float(static_cast<uint16_t>(p[0] | p[1] << 8));
+  };
   dw = half_at(blk), mw = 0;
   if (type == TensorType::q8_0) {
     for (int j = 0; j < 32; ++j) qw[j] = static_cast<int8_t>(blk[2 + j]);

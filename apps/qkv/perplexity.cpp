@@ -32,21 +32,22 @@ void run_perplexity(const PerplexityCliOptions& o) {
   const Tokenizer& tok = *f.tokenizer;
   const std::vector<int32_t> tokens = tok.encode(text);
   const PerplexityResult r = perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1);
-  nlohmann::json j = {{"model", o.model},          {"text", o.text},
-                      {"tokens", tokens.size()},   {"ctx", r.ctx},
-                      {"chunks", r.chunks},        {"scored", r.scored},
+  nlohmann::json j = {{"model", o.model},           {"text", o.text},
+                      {"tokens", tokens.size()},    {"ctx", r.ctx},
+                      {"chunks", r.chunks},         {"scored", r.scored},
                       {"perplexity", r.perplexity}, {"nll", r.nll},
                       {"nll_stderr", r.nll_stderr}, {"matmul", o.matmul},
-                      {"threads", num_threads()},  {"target", current_target()},
-                      {"seconds", r.seconds},      {"chunk_perplexity", r.chunk_perplexity}};
+                      {"threads", num_threads()},   {"target", current_target()},
+                      {"seconds", r.seconds},       {"chunk_perplexity", r.chunk_perplexity}};
   if (o.json) {
     std::cout << j.dump() << "\n";
     return;
   }
-  std::cout << o.text << ": " << tokens.size() << " tokens, " << r.chunks << " chunks of "
-            << r.ctx << ", " << r.scored << " scored (" << o.matmul << " matmul)\n";
+  std::cout << o.text << ": " << tokens.size() << " tokens, " << r.chunks << " chunks of " << r.ctx
+            << ", " << r.scored << " scored (" << o.matmul << " matmul)\n";
   for (size_t k = 0; k < r.chunk_perplexity.size(); ++k)
-    std::cout << "[" << k + 1 << "]" << r.chunk_perplexity[k] << (k + 1 < r.chunk_perplexity.size() ? "," : "\n");
+    std::cout << "[" << k + 1 << "]" << r.chunk_perplexity[k]
+              << (k + 1 < r.chunk_perplexity.size() ? "," : "\n");
   std::cout << "perplexity " << r.perplexity << " (mean NLL " << r.nll << " ± " << r.nll_stderr
             << " nats per token), " << r.seconds << " s\n";
 }
@@ -56,7 +57,8 @@ void run_perplexity(const PerplexityCliOptions& o) {
 void add_perplexity(CLI::App& app) {
   auto o = std::make_shared<PerplexityCliOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "perplexity", "Perplexity of a model on a text file, windowed as llama.cpp's llama-perplexity");
+      "perplexity",
+      "Perplexity of a model on a text file, windowed as llama.cpp's llama-perplexity");
   cmd->add_option("--model", o->model, "GGUF file, llama2.c or qkv checkpoint")->required();
   cmd->add_option("--text", o->text, "The text (UTF-8)")->required();
   cmd->add_option("--ctx", o->ctx, "Tokens per chunk; the second half of each is scored")

@@ -15,11 +15,11 @@
 namespace qkv {
 
 struct PerplexityResult {
-  double perplexity = 0;          // exp of the mean negative log-likelihood
-  double nll = 0;                 // that mean, in nats per token
-  double nll_stderr = 0;          // its standard error over the scored tokens
+  double perplexity = 0;                    // exp of the mean negative log-likelihood
+  double nll = 0;                           // that mean, in nats per token
+  double nll_stderr = 0;                    // its standard error over the scored tokens
   int64_t ctx = 0, chunks = 0, scored = 0;  // scored = chunks · (ctx − 1 − ctx/2)
-  std::vector<double> chunk_perplexity;      // after each chunk, over the chunks so far
+  std::vector<double> chunk_perplexity;     // after each chunk, over the chunks so far
   double seconds = 0;
 };
 

@@ -111,8 +111,11 @@ void bind_models(nb::module_& m) {
       .def_prop_ro("num_params", [](const ModelFile& f) { return f.model->num_params(); })
       .def_prop_ro("format", [](const ModelFile& f) { return f.format; })
       .def_prop_rw(
-          "matmul", [](const ModelFile& f) { return std::string(quant::matmul_name(f.model->matmul())); },
-          [](ModelFile& f, const std::string& mode) { f.model->set_matmul(quant::matmul_from_name(mode)); })
+          "matmul",
+          [](const ModelFile& f) { return std::string(quant::matmul_name(f.model->matmul())); },
+          [](ModelFile& f, const std::string& mode) {
+            f.model->set_matmul(quant::matmul_from_name(mode));
+          })
       .def_prop_ro("chat_template", [](const ModelFile& f) { return f.chat_template; })
       .def_prop_ro(
           "tokenizer",

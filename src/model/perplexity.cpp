@@ -12,8 +12,8 @@ namespace qkv {
 PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, int64_t ctx,
                             int32_t bos) {
   const ModelConfig& c = model.config();
-  check(ctx >= 4 && ctx <= c.context, "perplexity: --ctx ", ctx, " must be from 4 to the model's context of ",
-        c.context);
+  check(ctx >= 4 && ctx <= c.context, "perplexity: --ctx ", ctx,
+        " must be from 4 to the model's context of ", c.context);
   const auto n = static_cast<int64_t>(tokens.size());
   check(n >= ctx, "perplexity: the text has ", n, " tokens, fewer than one chunk of --ctx ", ctx);
   PerplexityResult r;

@@ -8,8 +8,8 @@
 // Per target: on x86 from AVX2 a block is one 256-bit vector of 32 bytes, multiplied by
 // vpmaddubsw + vpmaddwd (unsigned × signed bytes; a signed weight's sign moves onto the
 // activation, |qw| · sign(qw) qx); on the AVX-512 DL target (AVX512-VNNI) two blocks are one
-// 512-bit vpdpbusd; SSE4 as AVX2 in two 128-bit halves; AArch64 with the dot product extension two sdot per
-// block; elsewhere (a NEON CPU without it, the emulated targets) widened to int16 pairs
+// 512-bit vpdpbusd; SSE4 as AVX2 in two 128-bit halves; AArch64 with the dot product extension two
+// sdot per block; elsewhere (a NEON CPU without it, the emulated targets) widened to int16 pairs
 // (Highway's ReorderWidenMulAccumulate) and summed per block.
 // Included by src/quant/matmul.cpp, once per target.
 #if defined(QKV_QUANT_INT8_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -151,7 +151,9 @@ HWY_INLINE float scale_at(const uint8_t* p) {
 }
 using Bytes = __m256i;  // a block's 32 values
 using Sums = __m256;    // fp32 partial sums, 8 lanes
-HWY_INLINE Bytes load_bytes(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+HWY_INLINE Bytes load_bytes(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
 // A Q4 block's 16 bytes as its 32 values 0–15: low nibbles are values 0–15, high ones 16–31.
 HWY_INLINE Bytes q4_values(const uint8_t* q) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
@@ -277,8 +279,9 @@ HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int
         if constexpr (T == TensorType::q8_0) {
           v = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(q) + j));
         } else {
-          const auto bytes16 = hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(d16)>(),
-                                                              hn::LoadU(du8, q + j % (kBlock / 2))));
+          const auto bytes16 =
+              hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<decltype(d16)>(),
+                                             hn::LoadU(du8, q + j % (kBlock / 2))));
           v = j < kBlock / 2 ? hn::And(bytes16, hn::Set(d16, 15)) : hn::ShiftRight<4>(bytes16);
           if constexpr (T == TensorType::q4_0) v = hn::Sub(v, hn::Set(d16, 8));
         }
@@ -298,9 +301,11 @@ HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int
 // `sdot`s, its nibbles split by a mask and a shift (Q4_0's less 8). Compiled for the extension
 // whatever the pass (NEON or SVE) and run where the CPU reports it (dot_product_extension()).
 template <TensorType T, int R>
-__attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_sdot(
-    const uint8_t* w, int64_t rb, int64_t blocks, const int8_t* xq, const float* xd,
-    const float* xs, float* y) {
+__attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_sdot(const uint8_t* w, int64_t rb,
+                                                                     int64_t blocks,
+                                                                     const int8_t* xq,
+                                                                     const float* xd,
+                                                                     const float* xs, float* y) {
   constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
   float32x4_t acc[R];
   float offsets[R];
@@ -318,7 +323,8 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_sdot(
         const uint8x16_t q = vld1q_u8(blk + (T == TensorType::q4_1 ? 4 : 2));
         w0 = vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(15)));
         w1 = vreinterpretq_s8_u8(vshrq_n_u8(q, 4));
-        if constexpr (T == TensorType::q4_0) w0 = vsubq_s8(w0, vdupq_n_s8(8)), w1 = vsubq_s8(w1, vdupq_n_s8(8));
+        if constexpr (T == TensorType::q4_0)
+          w0 = vsubq_s8(w0, vdupq_n_s8(8)), w1 = vsubq_s8(w1, vdupq_n_s8(8));
       }
       const int32x4_t dots = vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
       __fp16 dm[2];  // (half() is this pass's, with options this function has not)
@@ -342,14 +348,14 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_sdot(
 template <TensorType T>
 struct Pair {
   static constexpr int64_t kBytes = block_size(static_cast<uint32_t>(T))->bytes;  // a block's
-  static constexpr int kTerms =
-      T == TensorType::q8_0 ? kTermsQ8_0 : T == TensorType::q4_0 ? kTermsQ4_0 : kTermsQ4_1;
+  static constexpr int kTerms = T == TensorType::q8_0   ? kTermsQ8_0
+                                : T == TensorType::q4_0 ? kTermsQ4_0
+                                                        : kTermsQ4_1;
   // The products' lanes: Q8_0 block b in 0–7, b + 1 in 8–15; Q4 (b, b + 1, b, b + 1) by 4s;
   // as the lanes of (d, m, d', m') that scale them.
   static __m512i lanes() {
-    return T == TensorType::q8_0
-               ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
-               : _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
+    return T == TensorType::q8_0 ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                                 : _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
   }
   // The activations of pair p in this type's order.
   static __m512i values(const Row& x, int64_t p) {
@@ -447,8 +453,8 @@ HWY_INLINE void dot_tile_paired(const uint8_t* w, int64_t rb, int64_t pairs, con
       rest[i] = _mm512_fmadd_ps(dm4, terms, rest[i]);
       for (int r = 0; r < R; ++r) {
         const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], xv);
-        acc[i][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dots), xscale), wscale[r],
-                                    acc[i][r]);
+        acc[i][r] =
+            _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dots), xscale), wscale[r], acc[i][r]);
       }
     }
   }
@@ -508,8 +514,7 @@ HWY_NOINLINE void dot_range(const uint8_t* w, int64_t rb, int64_t blocks, int64_
 // at a time share each decoded weight pair (dot_tile_paired).
 template <TensorType T>
 HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, int64_t K, int64_t begin,
-                                 int64_t end, const float* rows, int64_t M, float* y,
-                                 int64_t ldy) {
+                                 int64_t end, const float* rows, int64_t M, float* y, int64_t ldy) {
   const int64_t blocks = K / kBlock, stride = floats_per_row(K);
   int64_t untiled = 0;  // the first activation row left to dot_range
 #if HWY_TARGET == HWY_AVX3_DL
@@ -525,7 +530,8 @@ HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, int64_t K, int64_
       float* out[kXRows];
       for (int i = 0; i < kXRows; ++i) out[i] = y + (i0 + i) * ldy + r;
       dot_tile_paired<T, kRows, kXRows>(w + r * rb, rb, blocks / 2, x, out);
-      for (int i = 0; i < kXRows; ++i) add_last_block<T, kRows>(w + r * rb, rb, blocks, x[i], out[i]);
+      for (int i = 0; i < kXRows; ++i)
+        add_last_block<T, kRows>(w + r * rb, rb, blocks, x[i], out[i]);
     }
     if (tiled_end < end)
       for (int i = 0; i < kXRows; ++i)

@@ -256,13 +256,14 @@ bool takes_int8(TensorType t) {
 void int8_range_of(const Matrix& m, int64_t begin, int64_t end, int64_t M, const float* rows,
                    float* y, int64_t ldy) {
   const int64_t rb = row_bytes(m.type, m.cols);
+  auto run = [&](auto range) { range(m.data, rb, m.cols, begin, end, rows, M, y, ldy); };
   switch (m.type) {
     case TensorType::q8_0:
-      return int8::dot_range_rows<TensorType::q8_0>(m.data, rb, m.cols, begin, end, rows, M, y, ldy);
+      return run(int8::dot_range_rows<TensorType::q8_0>);
     case TensorType::q4_0:
-      return int8::dot_range_rows<TensorType::q4_0>(m.data, rb, m.cols, begin, end, rows, M, y, ldy);
+      return run(int8::dot_range_rows<TensorType::q4_0>);
     default:
-      return int8::dot_range_rows<TensorType::q4_1>(m.data, rb, m.cols, begin, end, rows, M, y, ldy);
+      return run(int8::dot_range_rows<TensorType::q4_1>);
   }
 }
 
@@ -290,9 +291,8 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   // As the fp32 gemv: below ~256 KiB of weights (y.shape[1] rows of K) the threads cost more
   // than they save.
   const int threads = y.shape[1] * K < (1 << 16) ? 1 : num_threads();
-  const bool int8 = mode == Matmul::int8 && std::any_of(parts.begin(), parts.end(), [](const Matrix& p) {
-                      return takes_int8(p.type);
-                    });
+  const auto int8_part = [](const Matrix& p) { return takes_int8(p.type); };
+  const bool int8 = mode == Matmul::int8 && std::any_of(parts.begin(), parts.end(), int8_part);
   const int64_t nb = K / kBlock;
   // The int8 products' activations (all M rows, once), or the sums of x over each block that
   // Q4_1's offsets multiply in the exact one-row product.
