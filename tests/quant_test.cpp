@@ -14,6 +14,7 @@
 #include "qkv/quant.h"
 #include "qkv/threads.h"
 #include "qkv/number_format.h"
+#include "quant/int8.h"
 
 namespace qkv {
 namespace {
@@ -163,7 +164,7 @@ void weight_block(TensorType type, const uint8_t* row, int64_t b, int32_t* qw, f
 // sum the kernels form is an integer below 2^24, so the output is the integer product itself,
 // bit for bit, whatever the order of the additions: the block sums of the integer kernels
 // against this scalar one.
-TEST(QuantInt8, IntegerProductsAreExact) {
+static void integer_products_are_exact() {
   std::mt19937 rng(21);
   std::uniform_int_distribution<int> value(-127, 127), byte(0, 255);
   for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1})
@@ -203,6 +204,16 @@ TEST(QuantInt8, IntegerProductsAreExact) {
                 << to_string(type) << " K " << K << " row " << i << " output " << n;
           }
       }
+}
+
+// On a CPU with AVX-VNNI, the AVX2 target's two ways (vpdpbusd, and vpmaddubsw + vpmaddwd).
+TEST(QuantInt8, IntegerProductsAreExact) {
+  for (bool vnni : {true, false}) {
+    if (!vnni && !quant::int8::avx_vnni()) break;
+    quant::int8::allow_avx_vnni(vnni);
+    integer_products_are_exact();
+  }
+  quant::int8::allow_avx_vnni(true);
 }
 
 // Real scales: the int8 output against the exact one, within what rounding the activations

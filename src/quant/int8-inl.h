@@ -6,11 +6,12 @@
 //   Q4_0  dw · dx · Σ (qw − 8) qx
 //   Q4_1  dw · dx · Σ qw qx  +  mw · dx · Σ qx     (dx · Σ qx is kept per block: `sums`)
 // Per target: on x86 from AVX2 a block is one 256-bit vector of 32 bytes, multiplied by
-// vpmaddubsw + vpmaddwd (unsigned × signed bytes; a signed weight's sign moves onto the
-// activation, |qw| · sign(qw) qx); on the AVX-512 DL target (AVX512-VNNI) two blocks are one
-// 512-bit vpdpbusd; SSE4 as AVX2 in two 128-bit halves; AArch64 with the dot product extension two
-// sdot per block; elsewhere (a NEON CPU without it, the emulated targets) widened to int16 pairs
-// (Highway's ReorderWidenMulAccumulate) and summed per block.
+// vpmaddubsw + vpmaddwd, or where the CPU has AVX-VNNI by one vpdpbusd (unsigned × signed
+// bytes; a signed weight's sign moves onto the activation, |qw| · sign(qw) qx); on the AVX-512
+// DL target (AVX512-VNNI) two blocks are one 512-bit vpdpbusd; SSE4 as AVX2 in two 128-bit
+// halves; AArch64 with the dot product extension two sdot per block; elsewhere (a NEON CPU
+// without it, the emulated targets) widened to int16 pairs (Highway's
+// ReorderWidenMulAccumulate) and summed per block.
 // Included by src/quant/matmul.cpp, once per target.
 #if defined(QKV_QUANT_INT8_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_QUANT_INT8_INL_H_
@@ -30,6 +31,7 @@
 
 #include "qkv/number_format.h"
 #include "quant/half-inl.h"
+#include "quant/int8.h"
 
 #if HWY_ARCH_ARM_A64 && !defined(QKV_QUANT_INT8_ONCE)
 #define QKV_QUANT_INT8_ONCE
@@ -43,6 +45,7 @@ inline bool dot_product_extension() {
 }
 }  // namespace qkv::quant::int8
 #endif
+
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::quant {
@@ -160,16 +163,25 @@ HWY_INLINE Bytes q4_values(const uint8_t* q) {
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(15));
 }
 HWY_INLINE Bytes minus_8(Bytes v) { return _mm256_sub_epi8(v, _mm256_set1_epi8(8)); }
-// Σ u · s over groups of 4 bytes, as 8 int32 lanes. (Not vpdpbusd on 256 bits even on
-// avx512_dl: a build at -O1 emitted its VEX form there, which Zen 4 does not have; the 512-bit
-// form has no VEX encoding.)
+// Σ u · s over groups of 4 bytes, as 8 int32 lanes: vpmaddubsw + vpmaddwd, or with kVnni
+// AVX-VNNI's vpdpbusd (its VEX form, written out: the compiler may not pick it for this
+// target, and must not pick it elsewhere — on avx512_dl a build at -O1 emitted the VEX form,
+// which Zen 4 lacks). Run with kVnni only where avx_vnni() says the CPU has it.
+template <bool kVnni = false>
 HWY_INLINE __m256i dot_u8_s8(Bytes u, Bytes s) {
-  // |each pair sum| ≤ 2 · 128 · 127 < 2^15 for the values here (u ≤ 128): no saturation.
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+  if constexpr (kVnni) {
+    __m256i sum = _mm256_setzero_si256();
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(sum) : "x"(u), "x"(s));
+    return sum;
+  } else {
+    // |each pair sum| ≤ 2 · 128 · 127 < 2^15 for the values here (u ≤ 128): no saturation.
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+  }
 }
-// Signed × signed: |w| · (x with w's sign), as the instruction wants.
+// Signed × signed: |w| · (x with w's sign), as the instructions want.
+template <bool kVnni = false>
 HWY_INLINE __m256i dot_s8_s8(Bytes w, Bytes x) {
-  return dot_u8_s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return dot_u8_s8<kVnni>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 HWY_INLINE Sums sums_zero() { return _mm256_setzero_ps(); }
 // acc + float(p) · scale
@@ -204,11 +216,13 @@ HWY_INLINE Bytes minus_8(Bytes v) {
 struct Products {
   __m128i lo, hi;
 };
+template <bool kVnni = false>  // (no AVX-VNNI without AVX: always false here)
 HWY_INLINE Products dot_u8_s8(Bytes u, Bytes s) {
   const __m128i one = _mm_set1_epi16(1);
   return {_mm_madd_epi16(_mm_maddubs_epi16(u.lo, s.lo), one),
           _mm_madd_epi16(_mm_maddubs_epi16(u.hi, s.hi), one)};
 }
+template <bool kVnni = false>
 HWY_INLINE Products dot_s8_s8(Bytes w, Bytes x) {
   return dot_u8_s8({_mm_sign_epi8(w.lo, w.lo), _mm_sign_epi8(w.hi, w.hi)},
                    {_mm_sign_epi8(x.lo, w.lo), _mm_sign_epi8(x.hi, w.hi)});
@@ -227,8 +241,8 @@ HWY_INLINE float sum_of(Sums v) {
 #endif
 
 // y[r] = row r · x for R rows of a block-format matrix (rows rb bytes apart) and one row of
-// quantized activations.
-template <TensorType T, int R>
+// quantized activations (with kVnni: by AVX-VNNI).
+template <TensorType T, int R, bool kVnni = false>
 HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int8_t* xq,
                          const float* xd, const float* xs, float* y) {
   constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
@@ -242,16 +256,58 @@ HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int
       hwy::Prefetch(blk + 2 * R * rb);  // the same block two steps of R rows ahead
       const float scale = scale_at(blk) * xd[b];
       if constexpr (T == TensorType::q8_0) {
-        acc[r] = add_scaled(acc[r], dot_s8_s8(load_bytes(blk + 2), x), scale);
+        acc[r] = add_scaled(acc[r], dot_s8_s8<kVnni>(load_bytes(blk + 2), x), scale);
       } else if constexpr (T == TensorType::q4_0) {
-        acc[r] = add_scaled(acc[r], dot_s8_s8(minus_8(q4_values(blk + 2)), x), scale);
+        acc[r] = add_scaled(acc[r], dot_s8_s8<kVnni>(minus_8(q4_values(blk + 2)), x), scale);
       } else {
-        acc[r] = add_scaled(acc[r], dot_u8_s8(q4_values(blk + 4), x), scale);
+        acc[r] = add_scaled(acc[r], dot_u8_s8<kVnni>(q4_values(blk + 4), x), scale);
         offsets[r] += scale_at(blk + 2) * xs[b];
       }
     }
   }
   for (int r = 0; r < R; ++r) y[r] = sum_of(acc[r]) + offsets[r];
+}
+
+// Several rows of activations (a prompt): XR of them against R weight rows, each weight block
+// decoded once for all XR (dot_rows decodes it once per activation row). Q4's nibbles as
+// unsigned bytes, Q4_0's −8 · Σ x then added with Q4_1's m · Σ x (Row::sums); Q8_0 signed.
+// y[i][r] for activation row i.
+template <TensorType T, int R, int XR, bool kVnni = false>
+HWY_INLINE void dot_tile(const uint8_t* w, int64_t rb, int64_t blocks, const Row* x,
+                         float* const* y) {
+  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  Sums acc[XR][R];
+  float offsets[XR][R];
+  for (int i = 0; i < XR; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = sums_zero(), offsets[i][r] = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    Bytes wv[R];
+    float dw[R], mw[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w + r * rb + b * bytes;
+      hwy::Prefetch(blk + R * rb);
+      dw[r] = scale_at(blk);
+      if constexpr (T == TensorType::q8_0) {
+        wv[r] = load_bytes(blk + 2), mw[r] = 0;
+      } else {
+        wv[r] = q4_values(blk + (T == TensorType::q4_1 ? 4 : 2));
+        mw[r] = T == TensorType::q4_1 ? scale_at(blk + 2) : -8 * dw[r];
+      }
+    }
+    for (int i = 0; i < XR; ++i) {
+      const Bytes xv = load_bytes(x[i].q + b * kBlock);
+      const float xd = x[i].d[b], xs = x[i].sums[b];
+      for (int r = 0; r < R; ++r) {
+        if constexpr (T == TensorType::q8_0)
+          acc[i][r] = add_scaled(acc[i][r], dot_s8_s8<kVnni>(wv[r], xv), dw[r] * xd);
+        else
+          acc[i][r] = add_scaled(acc[i][r], dot_u8_s8<kVnni>(wv[r], xv), dw[r] * xd);
+        offsets[i][r] += mw[r] * xs;
+      }
+    }
+  }
+  for (int i = 0; i < XR; ++i)
+    for (int r = 0; r < R; ++r) y[i][r] = sum_of(acc[i][r]) + offsets[i][r];
 }
 #else
 // ---- Elsewhere: int16 pairs, a block's sum reduced to one integer ----------------------------
@@ -491,6 +547,9 @@ HWY_INLINE void dot_row_block(const uint8_t* w, int64_t rb, int64_t blocks, cons
   dot_rows_paired<T, R>(w, rb, blocks / 2, x, y);
   add_last_block<T, R>(w, rb, blocks, x, y);
 #else
+#if HWY_TARGET == HWY_AVX2
+  if (::qkv::quant::int8::avx_vnni()) return dot_rows<T, R, true>(w, rb, blocks, x.q, x.d, x.sums, y);
+#endif
 #if HWY_ARCH_ARM_A64
   if (::qkv::quant::int8::dot_product_extension())
     return dot_rows_sdot<T, R>(w, rb, blocks, x.q, x.d, x.sums, y);
@@ -512,32 +571,58 @@ HWY_NOINLINE void dot_range(const uint8_t* w, int64_t rb, int64_t blocks, int64_
 // y[i · ldy + begin, end) = rows [begin, end) of the matrix · activation row i, for the M rows
 // quantized at `rows` (floats_per_row(K) floats apart). On AVX-512 DL, several activation rows
 // at a time share each decoded weight pair (dot_tile_paired).
+// Whole tiles of activation rows × weight rows on x86 (the same weights' decoding for all the
+// tile's activation rows): kXRows of them, then the kernel for tiles of kRows weight rows.
+#if HWY_TARGET == HWY_AVX3_DL
+constexpr int kXRows = 3;  // × 4 weight rows, 12 zmm accumulators
+template <TensorType T, int R, int XR>
+HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Row* x,
+                          float* const* y) {
+  dot_tile_paired<T, R, XR>(w, rb, blocks / 2, x, y);
+  for (int i = 0; i < XR; ++i) add_last_block<T, R>(w, rb, blocks, x[i], y[i]);
+}
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+constexpr int kXRows = 2;  // × 4 weight rows: 8 accumulators (16 halves on SSE4)
+template <TensorType T, int R, int XR>
+HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Row* x,
+                          float* const* y) {
+#if HWY_TARGET == HWY_AVX2
+  if (::qkv::quant::int8::avx_vnni()) return dot_tile<T, R, XR, true>(w, rb, blocks, x, y);
+#endif
+  dot_tile<T, R, XR>(w, rb, blocks, x, y);
+}
+#else
+constexpr int kXRows = 1;  // (no tiles)
+#endif
+
+// y[i · ldy + begin, end) = rows [begin, end) of the matrix · activation row i, for the M rows
+// quantized at `rows` (floats_per_row(K) floats apart). On x86, kXRows activation rows at a
+// time share each decoded weight block (tile_rows).
 template <TensorType T>
 HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, int64_t K, int64_t begin,
                                  int64_t end, const float* rows, int64_t M, float* y, int64_t ldy) {
   const int64_t blocks = K / kBlock, stride = floats_per_row(K);
   int64_t untiled = 0;  // the first activation row left to dot_range
-#if HWY_TARGET == HWY_AVX3_DL
-  // Whole tiles of 3 activation rows × 4 weight rows; the rest (activation rows past a whole
-  // 3, weight rows past a whole 4: a chunk's rows are 32 unless a matrix ends) one row at a time.
-  constexpr int kXRows = 3, kRows = 4;
-  untiled = M > 1 ? M / kXRows * kXRows : 0;
-  const int64_t tiled_end = begin + (end - begin) / kRows * kRows;
-  for (int64_t i0 = 0; i0 < untiled; i0 += kXRows) {
-    Row x[kXRows];
-    for (int i = 0; i < kXRows; ++i) x[i] = row_at(rows + (i0 + i) * stride, K);
-    for (int64_t r = begin; r < tiled_end; r += kRows) {
-      float* out[kXRows];
-      for (int i = 0; i < kXRows; ++i) out[i] = y + (i0 + i) * ldy + r;
-      dot_tile_paired<T, kRows, kXRows>(w + r * rb, rb, blocks / 2, x, out);
-      for (int i = 0; i < kXRows; ++i)
-        add_last_block<T, kRows>(w + r * rb, rb, blocks, x[i], out[i]);
+  if constexpr (kXRows > 1) {
+    // Whole tiles of kXRows activation rows × 4 weight rows; the rest (activation rows past a
+    // whole kXRows, weight rows past a whole 4: a chunk's rows are 32 unless a matrix ends)
+    // one row at a time.
+    constexpr int kRows = 4;
+    untiled = M > 1 ? M / kXRows * kXRows : 0;
+    const int64_t tiled_end = begin + (end - begin) / kRows * kRows;
+    for (int64_t i0 = 0; i0 < untiled; i0 += kXRows) {
+      Row x[kXRows];
+      for (int i = 0; i < kXRows; ++i) x[i] = row_at(rows + (i0 + i) * stride, K);
+      for (int64_t r = begin; r < tiled_end; r += kRows) {
+        float* out[kXRows];
+        for (int i = 0; i < kXRows; ++i) out[i] = y + (i0 + i) * ldy + r;
+        tile_rows<T, kRows, kXRows>(w + r * rb, rb, blocks, x, out);
+      }
+      if (tiled_end < end)
+        for (int i = 0; i < kXRows; ++i)
+          dot_range<T>(w, rb, blocks, tiled_end, end, x[i], y + (i0 + i) * ldy);
     }
-    if (tiled_end < end)
-      for (int i = 0; i < kXRows; ++i)
-        dot_range<T>(w, rb, blocks, tiled_end, end, x[i], y + (i0 + i) * ldy);
   }
-#endif
   for (int64_t i = untiled; i < M; ++i)
     dot_range<T>(w, rb, blocks, begin, end, row_at(rows + i * stride, K), y + i * ldy);
 }
