@@ -206,12 +206,55 @@ static void integer_products_are_exact() {
       }
 }
 
+// The same for the K-quants (Q4_K, Q6_K) with d = dmin = 1 and small integer scales, the
+// weights read by the reference dequantizer. The activations are small but for each block's
+// ±127, so that every sum stays below 2^24.
+static void k_quant_products_are_exact() {
+  std::mt19937 rng(24);
+  std::uniform_int_distribution<int> value(-7, 7), byte(0, 255);
+  for (TensorType type : {TensorType::q4_k, TensorType::q6_k})
+    for (int64_t K : {256, 512})
+      for (int64_t M : {1, 3}) {
+        const int64_t N = 41;
+        const int64_t rb = quant::row_bytes(type, K);
+        std::vector<uint8_t> w(N * rb);
+        for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+        for (int64_t r = 0; r < N; ++r)
+          for (int64_t s = 0; s < K / 256; ++s) {
+            uint8_t* sb = w.data() + r * rb + s * block_of(type).bytes;
+            if (type == TensorType::q4_k) {
+              sb[0] = 0x00, sb[1] = 0x3c, sb[2] = 0x00, sb[3] = 0x3c;  // d = dmin = 1
+              for (int j = 0; j < 8; ++j) sb[4 + j] &= 0x3f;  // scales and mins up to 63
+            } else {
+              for (int j = 0; j < 16; ++j) sb[192 + j] = static_cast<uint8_t>(value(rng) * 9);
+              sb[208] = 0x00, sb[209] = 0x3c;  // d = 1
+            }
+          }
+        std::vector<float> x(M * K), y(M * N), wf(N * K);
+        for (int64_t i = 0; i < M * K; ++i) x[i] = static_cast<float>(value(rng));
+        for (int64_t b = 0; b < M * K / 32; ++b) x[b * 32 + b % 32] = b % 2 ? 127.0f : -127.0f;
+        const quant::Matrix m = quant::matrix("w", type, w.data(), N, K);
+        quant::dequantize_rows(m, 0, N, wf.data());
+        quant::linear_forward(View(y.data(), {M, N}), View(x.data(), {M, K}), {m}, nullptr,
+                              quant::Matmul::int8);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t n = 0; n < N; ++n) {
+            int64_t want = 0;
+            for (int64_t k = 0; k < K; ++k)
+              want += static_cast<int64_t>(wf[n * K + k]) * static_cast<int64_t>(x[i * K + k]);
+            ASSERT_EQ(y[i * N + n], static_cast<float>(want))
+                << to_string(type) << " K " << K << " row " << i << " output " << n;
+          }
+      }
+}
+
 // On a CPU with AVX-VNNI, the AVX2 target's two ways (vpdpbusd, and vpmaddubsw + vpmaddwd).
 TEST(QuantInt8, IntegerProductsAreExact) {
   for (bool vnni : {true, false}) {
     if (!vnni && !quant::int8::avx_vnni()) break;
     quant::int8::allow_avx_vnni(vnni);
     integer_products_are_exact();
+    k_quant_products_are_exact();
   }
   quant::int8::allow_avx_vnni(true);
 }
@@ -223,7 +266,8 @@ TEST(QuantInt8, WithinTheActivationRoundingOfTheExactProduct) {
   std::mt19937 rng(22);
   std::normal_distribution<float> normal;
   const int64_t K = 512, N = 133;
-  for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1})
+  for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1,
+                          TensorType::q4_k, TensorType::q6_k})
     for (int64_t M : {1, 4}) {
       const std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
       const quant::Matrix m = quant::matrix("w", type, bytes.data(), N, K);

@@ -5,6 +5,7 @@
 
 #include "qkv/error.h"
 #include "qkv/quant.h"
+#include "quant/k_quants.h"
 
 namespace qkv::quant {
 
@@ -33,19 +34,6 @@ void q4_1(const uint8_t* b, float* y) {
   for (int i = 0; i < 16; ++i) {
     y[i] = d * (b[4 + i] & 15) + m;
     y[i + 16] = d * (b[4 + i] >> 4) + m;
-  }
-}
-
-// Q4_K's 12 scale bytes hold 8 six-bit scales and 8 six-bit mins: sub-blocks 0–3 in the low
-// 6 bits of bytes 0–3 (scales) and 4–7 (mins); sub-blocks 4–7 in the nibbles of bytes 8–11,
-// with their top 2 bits in the top bits of bytes 0–7.
-void q4_k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
-  if (j < 4) {
-    scale = s[j] & 63;
-    min = s[j + 4] & 63;
-  } else {
-    scale = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-    min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
 

@@ -32,6 +32,7 @@
 #include "qkv/number_format.h"
 #include "quant/half-inl.h"
 #include "quant/int8.h"
+#include "quant/k_quants.h"
 
 #if HWY_ARCH_ARM_A64 && !defined(QKV_QUANT_INT8_ONCE)
 #define QKV_QUANT_INT8_ONCE
@@ -78,6 +79,8 @@ inline Row row_at(const float* base, int64_t K) {
   return {base, base + nb, base + 2 * nb, base + 4 * nb, bytes, bytes + K};
 }
 inline constexpr int kTermsQ8_0 = 0, kTermsQ4_0 = 4, kTermsQ4_1 = 8;  // offsets in a pair's 12
+template <TensorType T>
+inline constexpr bool kKQuant = T == TensorType::q4_k || T == TensorType::q6_k;
 
 // x (K values, whole blocks) into the row at `base`. A block with a value that is not finite
 // gets d = NaN (its products are NaN, as the exact path's would be).
@@ -163,6 +166,15 @@ HWY_INLINE Bytes q4_values(const uint8_t* q) {
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(15));
 }
 HWY_INLINE Bytes minus_8(Bytes v) { return _mm256_sub_epi8(v, _mm256_set1_epi8(8)); }
+// (v >> shift) & mask per byte, for the K-quants' bit fields.
+HWY_INLINE Bytes bit_field(Bytes v, int shift, int mask) {
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)),
+                          _mm256_set1_epi8(static_cast<char>(mask)));
+}
+// Q6_K's values (low 4 bits | high 2 bits << 4) − 32, in [−32, 31].
+HWY_INLINE Bytes q6_values(Bytes low, Bytes high) {
+  return _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+}
 // Σ u · s over groups of 4 bytes, as 8 int32 lanes: vpmaddubsw + vpmaddwd, or with kVnni
 // AVX-VNNI's vpdpbusd (its VEX form, written out: the compiler may not pick it for this
 // target, and must not pick it elsewhere — on avx512_dl a build at -O1 emitted the VEX form,
@@ -187,6 +199,11 @@ HWY_INLINE Sums sums_zero() { return _mm256_setzero_ps(); }
 // acc + float(p) · scale
 HWY_INLINE Sums add_scaled(Sums acc, __m256i p, float scale) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(scale), acc);
+}
+// acc + float(p) · (s0 for the lanes of the block's values 0–15, s1 for 16–31)
+HWY_INLINE Sums add_scaled2(Sums acc, __m256i p, float s0, float s1) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)),
+                         acc);
 }
 HWY_INLINE float sum_of(Sums v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -213,6 +230,15 @@ HWY_INLINE Bytes minus_8(Bytes v) {
   const __m128i e = _mm_set1_epi8(8);
   return {_mm_sub_epi8(v.lo, e), _mm_sub_epi8(v.hi, e)};
 }
+HWY_INLINE Bytes bit_field(Bytes v, int shift, int mask) {
+  const __m128i n = _mm_cvtsi32_si128(shift), m = _mm_set1_epi8(static_cast<char>(mask));
+  return {_mm_and_si128(_mm_srl_epi16(v.lo, n), m), _mm_and_si128(_mm_srl_epi16(v.hi, n), m)};
+}
+HWY_INLINE Bytes q6_values(Bytes low, Bytes high) {
+  const __m128i e = _mm_set1_epi8(32);
+  return {_mm_sub_epi8(_mm_or_si128(low.lo, _mm_slli_epi16(high.lo, 4)), e),
+          _mm_sub_epi8(_mm_or_si128(low.hi, _mm_slli_epi16(high.hi, 4)), e)};
+}
 struct Products {
   __m128i lo, hi;
 };
@@ -233,6 +259,10 @@ HWY_INLINE Sums add_scaled(Sums acc, Products p, float scale) {
   return {_mm_add_ps(acc.lo, _mm_mul_ps(_mm_cvtepi32_ps(p.lo), s)),
           _mm_add_ps(acc.hi, _mm_mul_ps(_mm_cvtepi32_ps(p.hi), s))};
 }
+HWY_INLINE Sums add_scaled2(Sums acc, Products p, float s0, float s1) {
+  return {_mm_add_ps(acc.lo, _mm_mul_ps(_mm_cvtepi32_ps(p.lo), _mm_set1_ps(s0))),
+          _mm_add_ps(acc.hi, _mm_mul_ps(_mm_cvtepi32_ps(p.hi), _mm_set1_ps(s1)))};
+}
 HWY_INLINE float sum_of(Sums v) {
   const __m128 s = _mm_add_ps(v.lo, v.hi);
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -240,69 +270,85 @@ HWY_INLINE float sum_of(Sums v) {
 }
 #endif
 
-// y[r] = row r · x for R rows of a block-format matrix (rows rb bytes apart) and one row of
-// quantized activations (with kVnni: by AVX-VNNI).
-template <TensorType T, int R, bool kVnni = false>
-HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int8_t* xq,
-                         const float* xd, const float* xs, float* y) {
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
-  Sums acc[R];
-  float offsets[R];
-  for (int r = 0; r < R; ++r) acc[r] = sums_zero(), offsets[r] = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const Bytes x = load_bytes(xq + b * kBlock);
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = w + r * rb + b * bytes;
-      hwy::Prefetch(blk + 2 * R * rb);  // the same block two steps of R rows ahead
-      const float scale = scale_at(blk) * xd[b];
-      if constexpr (T == TensorType::q8_0) {
-        acc[r] = add_scaled(acc[r], dot_s8_s8<kVnni>(load_bytes(blk + 2), x), scale);
-      } else if constexpr (T == TensorType::q4_0) {
-        acc[r] = add_scaled(acc[r], dot_s8_s8<kVnni>(minus_8(q4_values(blk + 2)), x), scale);
-      } else {
-        acc[r] = add_scaled(acc[r], dot_u8_s8<kVnni>(q4_values(blk + 4), x), scale);
-        offsets[r] += scale_at(blk + 2) * xs[b];
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) y[r] = sum_of(acc[r]) + offsets[r];
+// Block b (32 values) of a weight row, as the integer products take it: its values as bytes,
+// signed for Q8_0 and Q6_K, unsigned for the others (Q4's nibbles as they are); the scales of
+// its halves (values 0–15 and 16–31: the same but for Q6_K, whose 16-value groups have their
+// own); and m, what multiplies the activations' d · Σ q (Row::sums) apart: Q4_0's −8 d, Q4_1's
+// m, Q4_K's −dmin · min_j.
+struct Decoded {
+  Bytes v;
+  float d0, d1, m;
+};
+template <TensorType T>
+inline constexpr bool kSignedValues = T == TensorType::q8_0 || T == TensorType::q6_k;
+template <TensorType T>
+inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(T))->bytes;
+
+// Where block b's bytes begin, about (a K-quant's block is an eighth of its super-block).
+template <TensorType T>
+HWY_INLINE const uint8_t* block_at(const uint8_t* row, int64_t b) {
+  if constexpr (kKQuant<T>)
+    return row + b * kBlockBytes<T> / 8;
+  else
+    return row + b * kBlockBytes<T>;
 }
 
-// Several rows of activations (a prompt): XR of them against R weight rows, each weight block
-// decoded once for all XR (dot_rows decodes it once per activation row). Q4's nibbles as
-// unsigned bytes, Q4_0's −8 · Σ x then added with Q4_1's m · Σ x (Row::sums); Q8_0 signed.
-// y[i][r] for activation row i.
+template <TensorType T>
+HWY_INLINE Decoded decode_block(const uint8_t* row, int64_t b) {
+  if constexpr (kKQuant<T>) {
+    const uint8_t* sb = row + b / 8 * kBlockBytes<T>;
+    const int j = static_cast<int>(b % 8);
+    if constexpr (T == TensorType::q4_k) {
+      int scale, min;
+      q4_k_scale_min(j, sb + kQ4kScales, scale, min);
+      const float d = scale_at(sb) * static_cast<float>(scale);
+      return {bit_field(load_bytes(sb + kQ4kValues + 32 * (j / 2)), 4 * (j % 2), 15), d, d,
+              -scale_at(sb + 2) * static_cast<float>(min)};
+    } else {
+      const Q6kSubBlock s = q6_k_sub_block(sb, j);
+      const float d = scale_at(sb + kQ6kScale);
+      return {q6_values(bit_field(load_bytes(s.ql), s.nibble_shift, 15),
+                        bit_field(load_bytes(s.qh), s.high_shift, 3)),
+              d * s.scales[0], d * s.scales[1], 0};
+    }
+  } else {
+    const uint8_t* blk = row + b * kBlockBytes<T>;
+    const float d = scale_at(blk);
+    if constexpr (T == TensorType::q8_0) return {load_bytes(blk + 2), d, d, 0};
+    if constexpr (T == TensorType::q4_0) return {q4_values(blk + 2), d, d, -8 * d};
+    return {q4_values(blk + 4), d, d, scale_at(blk + 2)};
+  }
+}
+
+// y[i][r] = weight row r · activation row i, for XR rows of activations against R weight rows
+// (rows rb bytes apart), each weight block decoded once for all XR (with kVnni: products by
+// AVX-VNNI). One activation row (XR = 1) is a decoding step; several, a prompt's tile.
 template <TensorType T, int R, int XR, bool kVnni = false>
 HWY_INLINE void dot_tile(const uint8_t* w, int64_t rb, int64_t blocks, const Row* x,
                          float* const* y) {
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
   Sums acc[XR][R];
   float offsets[XR][R];
   for (int i = 0; i < XR; ++i)
     for (int r = 0; r < R; ++r) acc[i][r] = sums_zero(), offsets[i][r] = 0;
   for (int64_t b = 0; b < blocks; ++b) {
-    Bytes wv[R];
-    float dw[R], mw[R];
+    Decoded wv[R];
     for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = w + r * rb + b * bytes;
-      hwy::Prefetch(blk + R * rb);
-      dw[r] = scale_at(blk);
-      if constexpr (T == TensorType::q8_0) {
-        wv[r] = load_bytes(blk + 2), mw[r] = 0;
-      } else {
-        wv[r] = q4_values(blk + (T == TensorType::q4_1 ? 4 : 2));
-        mw[r] = T == TensorType::q4_1 ? scale_at(blk + 2) : -8 * dw[r];
-      }
+      hwy::Prefetch(block_at<T>(w + r * rb, b) + 2 * R * rb);  // two steps of R rows ahead
+      wv[r] = decode_block<T>(w + r * rb, b);
     }
     for (int i = 0; i < XR; ++i) {
       const Bytes xv = load_bytes(x[i].q + b * kBlock);
       const float xd = x[i].d[b], xs = x[i].sums[b];
       for (int r = 0; r < R; ++r) {
-        if constexpr (T == TensorType::q8_0)
-          acc[i][r] = add_scaled(acc[i][r], dot_s8_s8<kVnni>(wv[r], xv), dw[r] * xd);
-        else
-          acc[i][r] = add_scaled(acc[i][r], dot_u8_s8<kVnni>(wv[r], xv), dw[r] * xd);
-        offsets[i][r] += mw[r] * xs;
+        if constexpr (kSignedValues<T>) {
+          const auto p = dot_s8_s8<kVnni>(wv[r].v, xv);
+          acc[i][r] = T == TensorType::q6_k
+                          ? add_scaled2(acc[i][r], p, wv[r].d0 * xd, wv[r].d1 * xd)
+                          : add_scaled(acc[i][r], p, wv[r].d0 * xd);
+        } else {
+          acc[i][r] = add_scaled(acc[i][r], dot_u8_s8<kVnni>(wv[r].v, xv), wv[r].d0 * xd);
+          offsets[i][r] += wv[r].m * xs;
+        }
       }
     }
   }
@@ -312,9 +358,10 @@ HWY_INLINE void dot_tile(const uint8_t* w, int64_t rb, int64_t blocks, const Row
 #else
 // ---- Elsewhere: int16 pairs, a block's sum reduced to one integer ----------------------------
 template <TensorType T, int R>
-HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int8_t* xq,
-                         const float* xd, const float* xs, float* y) {
+HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Row& x, float* y) {
   constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  const int8_t* xq = x.q;
+  const float *xd = x.d, *xs = x.sums;
   const hn::CappedTag<int16_t, 16> d16;  // at most 16 lanes: a Q4 block's 16 bytes at a time
   const hn::Repartition<int32_t, decltype(d16)> d32;
   const hn::Rebind<int8_t, decltype(d16)> d8;
@@ -349,6 +396,40 @@ HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const int
     }
   }
   for (int r = 0; r < R; ++r) y[r] = sum[r] + offsets[r];
+}
+
+// y[r] = row r · x for R rows of a K-quant matrix, a 32-value sub-block at a time, its integer
+// sums in scalar code (as the x86 kernel, unvectorized).
+template <TensorType T, int R>
+HWY_INLINE void dot_rows_k(const uint8_t* w, int64_t rb, int64_t blocks, const Row& x, float* y) {
+  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  for (int r = 0; r < R; ++r) {
+    float sum = 0;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int j = static_cast<int>(b % 8);
+      const uint8_t* sb = w + r * rb + b / 8 * bytes;
+      const int8_t* xq = x.q + b * kBlock;
+      if constexpr (T == TensorType::q4_k) {
+        int scale, min;
+        q4_k_scale_min(j, sb + kQ4kScales, scale, min);
+        const uint8_t* q = sb + kQ4kValues + 32 * (j / 2);
+        int32_t dot = 0;
+        for (int l = 0; l < kBlock; ++l) dot += ((q[l] >> (4 * (j % 2))) & 15) * xq[l];
+        sum += half(sb) * scale * x.d[b] * static_cast<float>(dot) -
+               half(sb + 2) * min * x.sums[b];
+      } else {
+        const Q6kSubBlock s = q6_k_sub_block(sb, j);
+        int32_t dot[2] = {0, 0};
+        for (int l = 0; l < kBlock; ++l) {
+          const int low = (s.ql[l] >> s.nibble_shift) & 15, high = (s.qh[l] >> s.high_shift) & 3;
+          dot[l / 16] += ((low | high << 4) - 32) * xq[l];
+        }
+        sum += half(sb + kQ6kScale) * x.d[b] *
+               static_cast<float>(s.scales[0] * dot[0] + s.scales[1] * dot[1]);
+      }
+    }
+    y[r] = sum;
+  }
 }
 
 #if HWY_ARCH_ARM_A64
@@ -524,37 +605,62 @@ HWY_INLINE void dot_tile_paired(const uint8_t* w, int64_t rb, int64_t pairs, con
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
 #if HWY_TARGET == HWY_AVX3_DL
-// y[r] += row r's last block · x's, for R rows of an odd number of blocks (the pair kernels
-// leave it).
-template <TensorType T, int R>
-HWY_INLINE void add_last_block(const uint8_t* w, int64_t rb, int64_t blocks, const Row& x,
-                               float* y) {
-  if (blocks % 2 == 0) return;
-  const int64_t b = blocks - 1;
-  float last[R];
-  dot_rows<T, R>(w + b * Pair<T>::kBytes, rb, 1, x.q + b * kBlock, x.d + b, x.sums + b, last);
-  for (int r = 0; r < R; ++r) y[r] += last[r];
-}
+constexpr int kXRows = 3;  // activation rows a tile: × 4 weight rows, 12 zmm accumulators
+#else
+constexpr int kXRows = 2;  // × 4 weight rows: 8 accumulators (16 halves on SSE4)
 #endif
 
-// y[r] = row r · x for R rows: pairs of blocks on AVX-512 DL (a last odd block alone), one
-// block at a time elsewhere.
+// y[i][r] = weight row r · activation row i, for XR activation rows and R weight rows: pairs of
+// blocks on AVX-512 DL (the K-quants and an odd last block one at a time), one block at a time
+// elsewhere, by AVX-VNNI where the AVX2 target has it.
+template <TensorType T, int R, int XR>
+HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Row* x,
+                          float* const* y) {
+#if HWY_TARGET == HWY_AVX3_DL
+  if constexpr (!kKQuant<T>) {
+    if constexpr (XR == 1)
+      dot_rows_paired<T, R>(w, rb, blocks / 2, x[0], y[0]);
+    else
+      dot_tile_paired<T, R, XR>(w, rb, blocks / 2, x, y);
+    if (blocks % 2 == 0) return;
+    const int64_t b = blocks - 1;
+    for (int i = 0; i < XR; ++i) {
+      Row last = x[i];  // the activations' block b as a row of one
+      last.q += b * kBlock, last.d += b, last.sums += b;
+      float part[R], *out = part;
+      dot_tile<T, R, 1>(w + b * kBlockBytes<T>, rb, 1, &last, &out);
+      for (int r = 0; r < R; ++r) y[i][r] += part[r];
+    }
+    return;
+  }
+#endif
+#if HWY_TARGET == HWY_AVX2
+  if (::qkv::quant::int8::avx_vnni()) return dot_tile<T, R, XR, true>(w, rb, blocks, x, y);
+#endif
+  dot_tile<T, R, XR>(w, rb, blocks, x, y);
+}
+#else
+constexpr int kXRows = 1;  // (no tiles)
+#endif
+
+// y[r] = row r · x for R rows.
 template <TensorType T, int R>
 HWY_INLINE void dot_row_block(const uint8_t* w, int64_t rb, int64_t blocks, const Row& x,
                               float* y) {
-#if HWY_TARGET == HWY_AVX3_DL
-  dot_rows_paired<T, R>(w, rb, blocks / 2, x, y);
-  add_last_block<T, R>(w, rb, blocks, x, y);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+  tile_rows<T, R, 1>(w, rb, blocks, &x, &y);
 #else
-#if HWY_TARGET == HWY_AVX2
-  if (::qkv::quant::int8::avx_vnni()) return dot_rows<T, R, true>(w, rb, blocks, x.q, x.d, x.sums, y);
-#endif
+  if constexpr (kKQuant<T>) {
+    dot_rows_k<T, R>(w, rb, blocks, x, y);
+  } else {
 #if HWY_ARCH_ARM_A64
-  if (::qkv::quant::int8::dot_product_extension())
-    return dot_rows_sdot<T, R>(w, rb, blocks, x.q, x.d, x.sums, y);
+    if (::qkv::quant::int8::dot_product_extension())
+      return dot_rows_sdot<T, R>(w, rb, blocks, x.q, x.d, x.sums, y);
 #endif
-  dot_rows<T, R>(w, rb, blocks, x.q, x.d, x.sums, y);
+    dot_rows<T, R>(w, rb, blocks, x, y);
+  }
 #endif
 }
 
@@ -567,33 +673,6 @@ HWY_NOINLINE void dot_range(const uint8_t* w, int64_t rb, int64_t blocks, int64_
   for (; r + kRows <= end; r += kRows) dot_row_block<T, kRows>(w + r * rb, rb, blocks, x, y + r);
   for (; r < end; ++r) dot_row_block<T, 1>(w + r * rb, rb, blocks, x, y + r);
 }
-
-// y[i · ldy + begin, end) = rows [begin, end) of the matrix · activation row i, for the M rows
-// quantized at `rows` (floats_per_row(K) floats apart). On AVX-512 DL, several activation rows
-// at a time share each decoded weight pair (dot_tile_paired).
-// Whole tiles of activation rows × weight rows on x86 (the same weights' decoding for all the
-// tile's activation rows): kXRows of them, then the kernel for tiles of kRows weight rows.
-#if HWY_TARGET == HWY_AVX3_DL
-constexpr int kXRows = 3;  // × 4 weight rows, 12 zmm accumulators
-template <TensorType T, int R, int XR>
-HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Row* x,
-                          float* const* y) {
-  dot_tile_paired<T, R, XR>(w, rb, blocks / 2, x, y);
-  for (int i = 0; i < XR; ++i) add_last_block<T, R>(w, rb, blocks, x[i], y[i]);
-}
-#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
-constexpr int kXRows = 2;  // × 4 weight rows: 8 accumulators (16 halves on SSE4)
-template <TensorType T, int R, int XR>
-HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Row* x,
-                          float* const* y) {
-#if HWY_TARGET == HWY_AVX2
-  if (::qkv::quant::int8::avx_vnni()) return dot_tile<T, R, XR, true>(w, rb, blocks, x, y);
-#endif
-  dot_tile<T, R, XR>(w, rb, blocks, x, y);
-}
-#else
-constexpr int kXRows = 1;  // (no tiles)
-#endif
 
 // y[i · ldy + begin, end) = rows [begin, end) of the matrix · activation row i, for the M rows
 // quantized at `rows` (floats_per_row(K) floats apart). On x86, kXRows activation rows at a

@@ -248,7 +248,8 @@ void decode_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
 
 // Whether the int8 products take weights of type t (the others keep fp32 activations).
 bool takes_int8(TensorType t) {
-  return t == TensorType::q8_0 || t == TensorType::q4_0 || t == TensorType::q4_1;
+  return t == TensorType::q8_0 || t == TensorType::q4_0 || t == TensorType::q4_1 ||
+         t == TensorType::q4_k || t == TensorType::q6_k;
 }
 
 // y[i, begin, end) = rows [begin, end) of m · row i of x, for the M rows of x quantized to int8
@@ -262,6 +263,10 @@ void int8_range_of(const Matrix& m, int64_t begin, int64_t end, int64_t M, const
       return run(int8::dot_range_rows<TensorType::q8_0>);
     case TensorType::q4_0:
       return run(int8::dot_range_rows<TensorType::q4_0>);
+    case TensorType::q4_k:
+      return run(int8::dot_range_rows<TensorType::q4_k>);
+    case TensorType::q6_k:
+      return run(int8::dot_range_rows<TensorType::q6_k>);
     default:
       return run(int8::dot_range_rows<TensorType::q4_1>);
   }
