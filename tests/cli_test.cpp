@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "qkv/attention.h"
+#include "qkv/gguf.h"
 
 namespace {
 
@@ -381,6 +382,41 @@ TEST(CliQuantize, Stories260KAsGgufGeneratesTheSameStory) {
   EXPECT_EQ(again.status, 2);
   EXPECT_NE(again.output.find("GGUF file already"), std::string::npos) << again.output;
   std::remove(out.c_str());
+}
+
+// qkv quantize of a random Llama (width 256: whole K-quant super-blocks) in each block type:
+// every tensor's bytes those of llama.cpp's own quantizer (llama_model_quantize) on the same
+// model, by their checksums (tests/golden/make_quant_llama.py).
+TEST(CliQuantize, EveryTypeIsLlamaCppsBytes) {
+  std::ifstream in(std::string(QKV_TEST_DATA) + "/quant_llama.json");
+  const json golden = json::parse(in);
+  const std::string dir = ::testing::TempDir(), tag = std::to_string(getpid());
+  const std::string model = dir + "quant_llama_" + tag + ".bin";
+  std::string args;
+  for (const auto& a : golden["random_model"]) args.append(" ").append(a.get<std::string>());
+  ASSERT_EQ(run("random-model -o " + model + args).status, 0);
+  auto fnv1a = [](const uint8_t* p, uint64_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (uint64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return std::string(buf);
+  };
+  for (const auto& [type, sums] : golden["checksums"].items()) {
+    const std::string out = dir + "quant_llama_" + tag + "." + type + ".gguf";
+    const Result q = run("quantize --model " + model + " --out " + out + " --type " + type, true);
+    ASSERT_EQ(q.status, 0) << q.output;
+    EXPECT_EQ(q.output.find("kept in F32"), std::string::npos) << q.output;
+    const qkv::gguf::File f = qkv::gguf::File::open(out);
+    EXPECT_EQ(f.tensors().size(), sums.size()) << type;
+    for (const auto& [name, sum] : sums.items()) {
+      const qkv::gguf::TensorInfo* t = f.find_tensor(name);
+      ASSERT_NE(t, nullptr) << type << " " << name;
+      EXPECT_EQ(fnv1a(t->data, t->bytes), sum.get<std::string>()) << type << " " << name;
+    }
+    std::remove(out.c_str());
+  }
+  std::remove(model.c_str());
 }
 
 // qkv chat with SmolLM2 as a user types it: two turns on stdin, greedy; the second answer

@@ -241,6 +241,62 @@ TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
   }
 }
 
+// Files in the K-quants made by llama.cpp's quantizer (tests/golden/make_quant_llama.py):
+// qkv's logits against a NumPy forward over the gguf package's dequantized weights — by the
+// reference dequantizer (fp32 weights), in place with fp32 activations (the prompt at once and
+// token by token; ~2e-7 of the largest logit off), and with int8 activations, whose rounding
+// (per 32 values, about 1/254 of each block's largest) moves these logits by ~3e-3 of the
+// largest.
+TEST(GgufModel, KQuantFilesMatchAnIndependentForward) {
+  const std::string data = std::string(QKV_GOLDEN_DIR) + "/../data/";
+  std::ifstream in(data + "quant_llama.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const auto tokens = golden["tokens"].get<std::vector<int32_t>>();
+  const auto T = static_cast<int64_t>(tokens.size());
+  for (const std::string type : {"q4_k", "q6_k"}) {
+    const std::string path = data + "quant_llama." + type + ".gguf";
+    const auto& want = golden["logits"][type];
+    auto worst_of = [&](const float* logits, int64_t t0, int64_t n, int64_t V, double& scale) {
+      double worst = 0;
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t v = 0; v < V; ++v) {
+          const double w = want[t0 + t][v].get<double>();
+          worst = std::max(worst, std::abs(logits[t * V + v] - w));
+          scale = std::max(scale, std::abs(w));
+        }
+      return worst;
+    };
+    {
+      const auto model = load_gguf(path, GgufWeights::fp32);
+      model->forward(tokens.data(), nullptr, 1, T);
+      double scale = 0;
+      const double worst = worst_of(model->logits().data, 0, T, model->config().vocab_size, scale);
+      EXPECT_LE(worst, 1e-5 * scale) << type << " fp32 weights";
+      EXPECT_GT(scale, 1.0) << type;
+    }
+    const auto model = load_gguf(path);
+    ASSERT_NE(model->external("layers.0.mlp.proj.weight"), nullptr);
+    ASSERT_EQ(model->external("layers.0.mlp.proj.weight")->at(0).type,
+              type == "q4_k" ? TensorType::q4_k : TensorType::q6_k);
+    for (quant::Matmul mode : {quant::Matmul::exact, quant::Matmul::int8}) {
+      model->set_matmul(mode);
+      for (bool one_by_one : {false, true}) {
+        KVCache cache(model->config(), {.max_seq = T});
+        double worst = 0, scale = 0;
+        for (int64_t t0 = 0; t0 < T;) {
+          const int64_t n = one_by_one ? 1 : T;
+          const View logits = model->forward_cached(cache, tokens.data() + t0, 1, n, nullptr, true);
+          worst = std::max(worst, worst_of(logits.data, t0, n, model->config().vocab_size, scale));
+          t0 += n;
+        }
+        EXPECT_LE(worst, (mode == quant::Matmul::exact ? 1e-5 : 1e-2) * scale)
+            << type << " " << quant::matmul_name(mode)
+            << (one_by_one ? ", one token at a time" : ", the prompt at once");
+      }
+    }
+  }
+}
+
 // save_gguf, read back by load_gguf: stories260K (llama2.c's) in F32 gives the same logits,
 // in Q8_0 the same greedy story (llama.cpp's own reader gives the same too; docs/tuning.md);
 // the tokenizer survives; a model that rotates halves (GPT-NeoX order) comes back in GGUF's
@@ -296,7 +352,7 @@ TEST(GgufWriter, RoundTripsModelsAndTokenizers) {
   gpt2.d_ff = 64;
   gpt2.vocab_size = 64, gpt2.context = 16;
   EXPECT_THROW(save_gguf(path, Model(gpt2, 1), nullptr, TensorType::q8_0), Error);
-  EXPECT_THROW(save_gguf(path, *model, &tok, TensorType::q4_1), Error);
+  EXPECT_THROW(save_gguf(path, *model, &tok, TensorType::q5_0), Error);  // not written
 }
 
 // Tokenizers from GGUF metadata against llama.cpp's own tokenizer on the same files

@@ -338,10 +338,12 @@ TEST(Quantize, MatchesLlamaCppsQuantizers) {
     for (uint8_t x : b) std::snprintf(buf, sizeof buf, "%02x", x), s += buf;
     return s;
   };
-  const std::vector<float> x = golden["values"];
-  for (TensorType t : {TensorType::q8_0, TensorType::q4_0}) {
+  const std::vector<float> x = golden["values"], k = golden["k_values"];
+  for (TensorType t : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k,
+                       TensorType::q6_k}) {
+    const std::vector<float>& v = block_of(t).elements == 256 ? k : x;
     const std::string want = golden[to_string(t)];
-    const std::string got = hex(quant::quantize(t, x.data(), static_cast<int64_t>(x.size())));
+    const std::string got = hex(quant::quantize(t, v.data(), static_cast<int64_t>(v.size())));
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); i += 2)
       ASSERT_EQ(got.substr(i, 2), want.substr(i, 2)) << to_string(t) << " byte " << i / 2;
@@ -352,7 +354,8 @@ TEST(Quantize, MatchesLlamaCppsQuantizers) {
       hex(quant::quantize(TensorType::f16, h.data(), static_cast<int64_t>(h.size())));
   for (size_t i = 0; i < h.size(); ++i)
     EXPECT_EQ(got.substr(4 * i, 4), want.substr(4 * i, 4)) << "half of " << h[i];
-  EXPECT_THROW(quant::quantize(TensorType::q4_1, x.data(), 32), Error);
+  EXPECT_THROW(quant::quantize(TensorType::q5_0, x.data(), 32), Error);
+  EXPECT_THROW(quant::quantize(TensorType::q4_k, x.data(), 32), Error);
   EXPECT_THROW(quant::quantize(TensorType::q8_0, x.data(), 31), Error);
 }
 

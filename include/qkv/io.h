@@ -67,8 +67,9 @@ std::unique_ptr<Model> load_gguf(const gguf::File& file,
                                  GgufWeights weights = GgufWeights::in_place);
 
 // Writes a Llama-style model (RMSNorm, SwiGLU, rotary, no biases) as a GGUF file of the "llama"
-// architecture that llama.cpp and load_gguf read: the matrices in `type` (Q8_0, Q4_0, F16 or
-// F32; a matrix whose rows are not whole blocks stays F32), the norms F32, rotary q and k rows
+// architecture that llama.cpp and load_gguf read: the matrices in `type` (Q8_0, Q4_0, Q4_1,
+// Q4_K, Q6_K, F16 or F32, as quant::quantize writes them; a matrix whose rows are not whole
+// blocks stays F32), the norms F32, rotary q and k rows
 // in GGUF's adjacent-pair order, and the tokenizer when given (SentencePiece or qkv's bytes).
 // Written atomically.
 struct GgufSaveStats {

@@ -71,6 +71,11 @@ void dequantize(TensorType type, const uint8_t* data, int64_t n, float* out);
 //   F32, F16  the values (F16 rounded to nearest)
 //   Q8_0      d = max |x| / 127, q = round(x / d)
 //   Q4_0      d = (the x of largest magnitude) / −8, q = min(15, ⌊x / d + 8.5⌋)
+//   Q4_1      d = (max − min) / 15, m = min, q = min(15, ⌊(x − m) / d + 0.5⌋)
+//   Q4_K      per 32 values a scale and a min by weighted least squares over 21 trial grids,
+//             both then rounded to 6 bits of the super-block's d and dmin
+//   Q6_K      per 16 values a symmetric scale, the best of 19 trial grids, rounded to 8 bits
+//             of the super-block's d
 // Throws qkv::Error for another type or an n that is not whole blocks.
 bool can_quantize(TensorType type);
 std::vector<uint8_t> quantize(TensorType type, const float* x, int64_t n);

@@ -59,9 +59,9 @@ void add_tokenizer(gguf::Writer& w, const Tokenizer& t) {
 GgufSaveStats save_gguf(const std::string& path, const Model& model, const Tokenizer* tokenizer,
                         TensorType type) {
   const ModelConfig& c = model.config();
-  check(type == TensorType::q8_0 || type == TensorType::q4_0 || type == TensorType::f16 ||
-            type == TensorType::f32,
-        "save_gguf: the matrices can be Q8_0, Q4_0, F16 or F32, not ", to_string(type));
+  check(quant::can_quantize(type),
+        "save_gguf: the matrices can be Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, F16 or F32, not ",
+        to_string(type));
   check(c.norm == NormKind::rms_norm && c.mlp == MlpKind::swiglu &&
             c.positions == PositionKind::rotary && !c.bias && c.causal && c.window == 0,
         "save_gguf: GGUF's llama architecture is RMSNorm, SwiGLU, rotary positions, no biases, "

@@ -27,6 +27,7 @@
 #include "util/scratch.h"
 #include "quant/half-inl.h"
 #include "quant/int8-inl.h"
+#include "quant/k_quants.h"
 
 
 HWY_BEFORE_NAMESPACE();
@@ -89,21 +90,69 @@ HWY_INLINE Vf block_q4(const uint8_t* q, const float* x, int offset) {
   return t;
 }
 
-// y[r] = row r · x for R rows of a block-format matrix (32-value blocks); xsum[b] is the sum
-// of x over block b (Q4_1's offsets m multiply it).
+// The K-quants' 32-value sub-block j of the super-block at sb (layouts in k_quants.h):
+// Σ q·x, with Q4_K's nibbles as they are (the caller applies d · scale_j and − dmin · min_j
+// times the block's Σ x).
+HWY_INLINE Vf block_q4_k(const uint8_t* sb, int j, const float* x) {
+  const size_t N = hn::Lanes(df);
+  const uint8_t* q = sb + kQ4kValues + 32 * (j / 2);
+  const int shift = 4 * (j % 2);
+  Vf t = hn::Zero(df);
+  for (size_t i = 0; i < size_t(kBlock); i += N) {
+    const auto v = hn::And(hn::ShiftRightSame(hn::PromoteTo(di, hn::LoadU(du8, q + i)), shift),
+                           hn::Set(di, 15));
+    t = hn::MulAdd(hn::ConvertTo(df, v), hn::LoadU(df, x + i), t);
+  }
+  return t;
+}
+// Q6_K's: Σ (q − 32)·x of each 16-value group scaled by d · its own scale.
+HWY_INLINE Vf block_q6_k(const uint8_t* sb, int j, const float* x) {
+  const size_t N = hn::Lanes(df);
+  const Q6kSubBlock s = q6_k_sub_block(sb, j);
+  const float d = half(sb + kQ6kScale);
+  Vf t = hn::Zero(df);
+  for (size_t g = 0; g < 2; ++g) {
+    Vf group = hn::Zero(df);
+    for (size_t i = 16 * g; i < 16 * (g + 1); i += N) {
+      const auto low = hn::And(
+          hn::ShiftRightSame(hn::PromoteTo(di, hn::LoadU(du8, s.ql + i)), s.nibble_shift),
+          hn::Set(di, 15));
+      const auto high = hn::And(
+          hn::ShiftRightSame(hn::PromoteTo(di, hn::LoadU(du8, s.qh + i)), s.high_shift),
+          hn::Set(di, 3));
+      const auto q = hn::Sub(hn::Or(low, hn::ShiftLeft<4>(high)), hn::Set(di, 32));
+      group = hn::MulAdd(hn::ConvertTo(df, q), hn::LoadU(df, x + i), group);
+    }
+    t = hn::MulAdd(hn::Set(df, d * static_cast<float>(s.scales[g])), group, t);
+  }
+  return t;
+}
+
+// y[r] = row r · x for R rows of a block-format matrix (32-value blocks, or sub-blocks of the
+// K-quants' 256); xsum[b] is the sum of x over block b (Q4_1's and Q4_K's offsets multiply it).
 template <TensorType T, int R>
 HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const float* x,
                            const float* xsum, float* y) {
   constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  constexpr bool k_quant = T == TensorType::q4_k || T == TensorType::q6_k;
   VfSlot acc[R];
   float extra[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df), extra[r] = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     const float* xb = x + kBlock * b;
     for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = w + r * rb + b * bytes;
+      const uint8_t* blk = w + r * rb + (k_quant ? b / 8 : b) * bytes;
+      const int j = static_cast<int>(b % 8);  // a K-quant's sub-block
       hwy::Prefetch(blk + 2 * R * rb);  // the same block two steps of R rows ahead
-      if constexpr (T == TensorType::q8_0) {
+      if constexpr (T == TensorType::q4_k) {
+        int scale, min;
+        q4_k_scale_min(j, blk + kQ4kScales, scale, min);
+        acc[r] = hn::MulAdd(hn::Set(df, half(blk) * static_cast<float>(scale)),
+                            block_q4_k(blk, j, xb), Vf(acc[r]));
+        extra[r] -= half(blk + 2) * static_cast<float>(min) * xsum[b];
+      } else if constexpr (T == TensorType::q6_k) {
+        acc[r] = hn::Add(block_q6_k(blk, j, xb), Vf(acc[r]));
+      } else if constexpr (T == TensorType::q8_0) {
         acc[r] = hn::MulAdd(hn::Set(df, half(blk)), block_q8(blk + 2, xb), Vf(acc[r]));
       } else if constexpr (T == TensorType::q4_0) {
         acc[r] = hn::MulAdd(hn::Set(df, half(blk)), block_q4(blk + 2, xb, 8), Vf(acc[r]));
@@ -163,7 +212,8 @@ HWY_INLINE void dot_rows(const Matrix& m, int64_t row, const float* x, const flo
                          float* y) {
   const int64_t rb = row_bytes(m.type, m.cols);
   const uint8_t* w = m.data + row * rb;
-  if constexpr (T == TensorType::q8_0 || T == TensorType::q4_0 || T == TensorType::q4_1)
+  if constexpr (T == TensorType::q8_0 || T == TensorType::q4_0 || T == TensorType::q4_1 ||
+                T == TensorType::q4_k || T == TensorType::q6_k)
     dot_blocks<T, R>(w, rb, m.cols / kBlock, x, xsum, y);
   else dot_elements<T, R>(w, rb, m.cols, x, y);
 }
@@ -187,6 +237,10 @@ void dot_range_of(const Matrix& m, int64_t begin, int64_t end, const float* x, c
       return dot_range<TensorType::q4_0>(m, begin, end, x, xsum, y);
     case TensorType::q4_1:
       return dot_range<TensorType::q4_1>(m, begin, end, x, xsum, y);
+    case TensorType::q4_k:
+      return dot_range<TensorType::q4_k>(m, begin, end, x, xsum, y);
+    case TensorType::q6_k:
+      return dot_range<TensorType::q6_k>(m, begin, end, x, xsum, y);
     case TensorType::f16:
       return dot_range<TensorType::f16>(m, begin, end, x, xsum, y);
     case TensorType::bf16:
@@ -200,7 +254,8 @@ void dot_range_of(const Matrix& m, int64_t begin, int64_t end, const float* x, c
 
 bool fused(TensorType t) {
   return t == TensorType::q8_0 || t == TensorType::q4_0 || t == TensorType::q4_1 ||
-         t == TensorType::f16 || t == TensorType::bf16 || t == TensorType::f32;
+         t == TensorType::q4_k || t == TensorType::q6_k || t == TensorType::f16 ||
+         t == TensorType::bf16 || t == TensorType::f32;
 }
 
 // Rows [row0, row0 + n) of m into out (n × cols floats): the fused types decoded by vectors,
@@ -310,7 +365,7 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
       int8::quantize_row(xd + i * ldx, K, scratch + i * int8::floats_per_row(K));
     });
   } else if (M == 1 && std::any_of(parts.begin(), parts.end(), [](const Matrix& p) {
-               return p.type == TensorType::q4_1;
+               return p.type == TensorType::q4_1 || p.type == TensorType::q4_k;
              })) {
     for (int64_t b = 0; b < nb; ++b) {
       float sum = 0;
