@@ -17,7 +17,8 @@ void add_threads_option(CLI::App& cmd, int& threads) {
 
 void add_matmul_option(CLI::App& cmd, std::string& matmul) {
   cmd.add_option("--matmul", matmul,
-                 "Products with Q8_0, Q4_0 and Q4_1 weights: exact (fp32 activations) or int8 "
+                 "Products with block-format weights (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K): exact (fp32 "
+                 "activations) or int8 "
                  "(activations rounded to int8 blocks, integer dot products: llama.cpp's "
                  "arithmetic)")
       ->check(CLI::IsMember({"exact", "int8"}))
