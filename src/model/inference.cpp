@@ -61,8 +61,8 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
   if (s.capacity < N) {
     s.capacity = N;
     grow(s.x, N, C), grow(s.ln, N, C), grow(s.y, N, C), grow(s.qkv, N, W), grow(s.att, N, A);
-    grow(s.h, N, F), grow(s.g, N, F), grow(s.stat, 2 * N, 1);
-    if (c.mlp == MlpKind::swiglu) grow(s.u, N, F);
+    // h: SwiGLU's gate and up side by side in each row (one product can write both).
+    grow(s.h, N, c.mlp == MlpKind::swiglu ? 2 * F : F), grow(s.g, N, F), grow(s.stat, 2 * N, 1);
   }
   const int64_t logit_rows = all_logits ? N : B;
   if (s.logit_rows < logit_rows) {
@@ -146,9 +146,15 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
       linear(s.h, s.ln, L.fc);
       gelu_forward(rows(s.g, N), rows(s.h, N), Gelu::tanh);
     } else {
-      linear(s.h, s.ln, L.gate);
-      linear(s.u, s.ln, L.up);
-      swiglu_forward(rows(s.g, N), rows(s.h, N), rows(s.u, N));
+      const View h(s.h.data(), {N, F}, {2 * F, 1}), u(s.h.data() + F, {N, F}, {2 * F, 1});
+      if (!L.gate_up.empty()) {
+        quant::linear_forward(View(s.h.data(), {N, 2 * F}), rows(s.ln, N), L.gate_up, nullptr,
+                              matmul_);
+      } else {
+        linear_rows(h, rows(s.ln, N), L.gate);
+        linear_rows(u, rows(s.ln, N), L.up);
+      }
+      swiglu_forward(rows(s.g, N), h, u);
     }
     linear(s.y, s.g, L.proj);
     residual_forward(x, x, rows(s.y, N));

@@ -11,7 +11,7 @@ namespace qkv {
 
 struct Model::InferenceBuffers {
   int64_t capacity = 0, logit_rows = 0;
-  Tensor x, ln, qkv, att, y, h, u, g, stat, last, logits, sinusoids;
+  Tensor x, ln, qkv, att, y, h, g, stat, last, logits, sinusoids;
   std::vector<int32_t> pos;
   std::vector<int64_t> seq, pos0;  // each row's cache sequence and first position
 };

@@ -204,6 +204,10 @@ void Model::bind_weights() {
                      .proj = linear_of(p + "mlp.proj", c.bias)};
     if (c.mlp == MlpKind::gelu) L.fc = linear_of(p + "mlp.fc", c.bias);
     else L.gate = linear_of(p + "mlp.gate", c.bias), L.up = linear_of(p + "mlp.up", c.bias);
+    if (L.gate.blocks && L.up.blocks && !c.bias) {
+      L.gate_up = *L.gate.blocks;
+      L.gate_up.insert(L.gate_up.end(), L.up.blocks->begin(), L.up.blocks->end());
+    }
     w.layers.push_back(L);
   }
   w.token = in_buffer("embedding.token");

@@ -24,6 +24,9 @@ struct Model::Weights {
   struct Layer {
     Norm norm1, norm2;
     Linear qkv, out, fc, gate, up, proj;  // fc for GELU MLPs, gate and up for SwiGLU
+    // gate's blocks then up's, when both are in a block format without biases: one product
+    // for both (one parallel region, the activations rounded once for int8).
+    std::vector<quant::Matrix> gate_up;
   };
   View token, position;  // token: empty when held in a block format
   View d_token, d_position;
