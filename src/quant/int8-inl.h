@@ -293,23 +293,42 @@ HWY_INLINE const uint8_t* block_at(const uint8_t* row, int64_t b) {
     return row + b * kBlockBytes<T>;
 }
 
+// A K-quant super-block's scales in fp32, unpacked once for its 8 sub-blocks: Q4_K's
+// d · scale_j and −dmin · min_j; Q6_K's d · scale of its 16 groups.
+struct SuperScales {
+  float d[16], m[8];
+};
 template <TensorType T>
-HWY_INLINE Decoded decode_block(const uint8_t* row, int64_t b) {
+HWY_INLINE void unpack_scales(const uint8_t* sb, SuperScales& s) {
+  if constexpr (T == TensorType::q4_k) {
+    const float d = scale_at(sb), dmin = scale_at(sb + 2);
+    for (int j = 0; j < 8; ++j) {
+      int scale, min;
+      q4_k_scale_min(j, sb + kQ4kScales, scale, min);
+      s.d[j] = d * static_cast<float>(scale), s.m[j] = -dmin * static_cast<float>(min);
+    }
+  } else if constexpr (T == TensorType::q6_k) {
+    const float d = scale_at(sb + kQ6kScale);
+    const auto* scales = reinterpret_cast<const int8_t*>(sb + kQ6kScales);
+    for (int g = 0; g < 16; ++g) s.d[g] = d * static_cast<float>(scales[g]);
+  }
+}
+
+// (For the K-quants, `k` holds the super-block's scales, unpack_scales's.)
+template <TensorType T>
+HWY_INLINE Decoded decode_block(const uint8_t* row, int64_t b, const SuperScales& k) {
   if constexpr (kKQuant<T>) {
     const uint8_t* sb = row + b / 8 * kBlockBytes<T>;
     const int j = static_cast<int>(b % 8);
     if constexpr (T == TensorType::q4_k) {
-      int scale, min;
-      q4_k_scale_min(j, sb + kQ4kScales, scale, min);
-      const float d = scale_at(sb) * static_cast<float>(scale);
-      return {bit_field(load_bytes(sb + kQ4kValues + 32 * (j / 2)), 4 * (j % 2), 15), d, d,
-              -scale_at(sb + 2) * static_cast<float>(min)};
+      return {bit_field(load_bytes(sb + kQ4kValues + 32 * (j / 2)), 4 * (j % 2), 15), k.d[j],
+              k.d[j], k.m[j]};
     } else {
       const Q6kSubBlock s = q6_k_sub_block(sb, j);
-      const float d = scale_at(sb + kQ6kScale);
+      const int g = 8 * (j / 4) + 2 * (j % 4);  // its first 16-value group
       return {q6_values(bit_field(load_bytes(s.ql), s.nibble_shift, 15),
                         bit_field(load_bytes(s.qh), s.high_shift, 3)),
-              d * s.scales[0], d * s.scales[1], 0};
+              k.d[g], k.d[g + 1], 0};
     }
   } else {
     const uint8_t* blk = row + b * kBlockBytes<T>;
@@ -330,11 +349,13 @@ HWY_INLINE void dot_tile(const uint8_t* w, int64_t rb, int64_t blocks, const Row
   float offsets[XR][R];
   for (int i = 0; i < XR; ++i)
     for (int r = 0; r < R; ++r) acc[i][r] = sums_zero(), offsets[i][r] = 0;
+  SuperScales k[R];  // (the K-quants')
   for (int64_t b = 0; b < blocks; ++b) {
     Decoded wv[R];
     for (int r = 0; r < R; ++r) {
       hwy::Prefetch(block_at<T>(w + r * rb, b) + 2 * R * rb);  // two steps of R rows ahead
-      wv[r] = decode_block<T>(w + r * rb, b);
+      if (kKQuant<T> && b % 8 == 0) unpack_scales<T>(w + r * rb + b / 8 * kBlockBytes<T>, k[r]);
+      wv[r] = decode_block<T>(w + r * rb, b, k[r]);
     }
     for (int i = 0; i < XR; ++i) {
       const Bytes xv = load_bytes(x[i].q + b * kBlock);
