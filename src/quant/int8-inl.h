@@ -351,10 +351,12 @@ HWY_INLINE void dot_tile(const uint8_t* w, int64_t rb, int64_t blocks, const Row
     for (int r = 0; r < R; ++r) acc[i][r] = sums_zero(), offsets[i][r] = 0;
   SuperScales k[R];  // (the K-quants')
   for (int64_t b = 0; b < blocks; ++b) {
+    if (kKQuant<T> && b % 8 == 0)
+      for (int r = 0; r < R; ++r) unpack_scales<T>(w + r * rb + b / 8 * kBlockBytes<T>, k[r]);
     Decoded wv[R];
+#pragma GCC unroll 4  // (rolled, the decoded blocks went through the stack)
     for (int r = 0; r < R; ++r) {
       hwy::Prefetch(block_at<T>(w + r * rb, b) + 2 * R * rb);  // two steps of R rows ahead
-      if (kKQuant<T> && b % 8 == 0) unpack_scales<T>(w + r * rb + b / 8 * kBlockBytes<T>, k[r]);
       wv[r] = decode_block<T>(w + r * rb, b, k[r]);
     }
     for (int i = 0; i < XR; ++i) {
