@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace qkv::quant {
 
@@ -22,6 +23,18 @@ inline void q4_k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
     scale = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
     min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
+}
+// All 8 at once, four to a 32-bit word (w0, w1, w2 the 12 bytes): scales 0–3 = w0's low 6
+// bits a byte, mins 0–3 = w1's; scales 4–7 = w2's low nibbles with w0's top 2 bits a byte
+// above them, mins 4–7 = w2's high nibbles with w1's.
+inline void q4_k_scales_mins(const uint8_t* s, uint8_t* scales, uint8_t* mins) {
+  uint32_t w[3];
+  std::memcpy(w, s, 12);
+  const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
+  const uint32_t out[4] = {w[0] & low6, (w[2] & low4) | ((w[0] >> 6) & top2) << 4, w[1] & low6,
+                           ((w[2] >> 4) & low4) | ((w[1] >> 6) & top2) << 4};
+  std::memcpy(scales, out, 8);
+  std::memcpy(mins, out + 2, 8);
 }
 inline constexpr int kQ4kScales = 4, kQ4kValues = 16;  // byte offsets in a Q4_K super-block
 
