@@ -9,6 +9,8 @@ same GGUF file, in one process:
               (chunks of --ctx tokens, each chunk's second half scored): qkv's `qkv perplexity`
               in each mode, llama.cpp's from its logits with the same windows
   agreement   greedy continuations of held-out prompts, int8 against llama.cpp, token for token
+  shapes      a 110M Llama shape (`qkv random-model`, `qkv quantize` into each type) decoded in
+              each mode by `qkv bench generate`, against the read loop its process measures
 
    bench/report.py --setup && build/peer/bin/python bench/quantized_compare.py
 """
@@ -17,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -81,6 +84,41 @@ def speeds(path, threads, rounds, decode):
     return out, len(short_prompt), len(long_prompt)
 
 
+# The 110M shape (llama2.c's stories110M: width 768, 12 layers, 32000 tokens) and its types.
+SHAPE = ["--dim", "768", "--hidden", "2048", "--layers", "12", "--heads", "12", "--vocab",
+         "32000", "--seq-len", "1024"]
+SHAPE_TYPES = ("q8_0", "q4_0", "q4_k", "q6_k")
+
+
+def shapes(rounds):
+    """Decode tokens/s of the 110M shape in each type and mode, 2 threads, at a 16-token cache;
+    the best of `rounds` runs, each with its own read loop (its fraction kept with it)."""
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "m.bin")
+        subprocess.run([QKV, "random-model", "-o", model] + SHAPE, check=True, capture_output=True)
+        for t in SHAPE_TYPES:
+            path = os.path.join(tmp, f"m.{t}.gguf")
+            subprocess.run([QKV, "quantize", "--model", model, "--out", path, "--type", t],
+                           check=True, capture_output=True)
+            row = {"type": t, "bytes": os.path.getsize(path)}
+            for mode in MODES:
+                best = None
+                for _ in range(rounds):
+                    r = json.loads(subprocess.run(
+                        [QKV, "bench", "generate", "--model", path, "--prompt", "64",
+                         "--cache-lengths", "16", "--decode", "64", "--threads", "2",
+                         "--matmul", mode, "--json"],
+                        capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+                    d = r["decode"][0]
+                    if best is None or d["tokens_per_s"] > best["tokens_per_s"]:
+                        best = {"tokens_per_s": d["tokens_per_s"], "fraction_of_read": d["fraction_of_read"],
+                                "read_gbps": d["read_gbps"], "prefill_tokens_per_s": r["prefill_tokens_per_s"]}
+                row[mode] = best
+            out.append(row)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=DEFAULT)
@@ -89,7 +127,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--tokens", type=int, default=32, help="greedy tokens per prompt")
+    ap.add_argument("--only-shapes", action="store_true", help="only the 110M shapes")
     a = ap.parse_args()
+    if a.only_shapes:
+        print(json.dumps({"cpu": cpu_name(), "shapes": shapes(a.rounds)}, indent=1))
+        return
     res = {"cpu": cpu_name(), "model": os.path.basename(a.model), "text": a.text, "ctx": a.ctx,
            "llama_cpp_python": llama_cpp.__version__, "speed": {}}
     for threads in (2, 1):
@@ -121,6 +163,7 @@ def main():
         identical += x == y
     res["greedy_int8_vs_llama_cpp"] = {"prompts": len(PROMPTS), "identical": identical,
                                        "tokens_before_divergence": same, "tokens": total}
+    res["shapes"] = shapes(a.rounds)
     print(json.dumps(res, indent=1))
 
 
