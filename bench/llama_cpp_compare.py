@@ -19,7 +19,29 @@ import time
 
 import numpy as np
 import llama_cpp
+import llama_cpp.llama_cpp as llama_cpp_c
 from llama_cpp import Llama
+
+
+def cpu_has_amx():
+    with open("/proc/cpuinfo") as f:
+        return " amx_int8" in f.read()
+
+
+# On a CPU with AMX, llama.cpp runs its quantized products through its AMX kernels (an "extra
+# buffer type"), which crashed (SIGSEGV in ggml_backend_amx_mul_mat, llama-cpp-python 0.3.36
+# built with GGML_NATIVE) on the Sapphire Rapids-class VM measured: there llama.cpp is run
+# without them (its model parameter use_extra_bufts off), its AVX-512 VNNI kernels instead.
+LLAMA_CPP_EXTRA_BUFTS = not cpu_has_amx()
+if not LLAMA_CPP_EXTRA_BUFTS:
+    _default_model_params = llama_cpp_c.llama_model_default_params
+
+    def _without_extra_bufts():
+        p = _default_model_params()
+        p.use_extra_bufts = False
+        return p
+
+    llama_cpp_c.llama_model_default_params = _without_extra_bufts
 
 import qkv
 

@@ -24,7 +24,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_cpp_compare import DEFAULT, PROMPTS, LlamaCpp, cpu_name, qkv_greedy, qkv_timed  # noqa: E402
+from llama_cpp_compare import (DEFAULT, LLAMA_CPP_EXTRA_BUFTS, PROMPTS, LlamaCpp,  # noqa: E402
+                               cpu_name, qkv_greedy, qkv_timed)
 
 import llama_cpp  # noqa: E402
 import qkv  # noqa: E402
@@ -133,7 +134,8 @@ def main():
         print(json.dumps({"cpu": cpu_name(), "shapes": shapes(a.rounds)}, indent=1))
         return
     res = {"cpu": cpu_name(), "model": os.path.basename(a.model), "text": a.text, "ctx": a.ctx,
-           "llama_cpp_python": llama_cpp.__version__, "speed": {}}
+           "llama_cpp_python": llama_cpp.__version__, "llama_cpp_amx": LLAMA_CPP_EXTRA_BUFTS,
+           "speed": {}}
     for threads in (2, 1):
         s, short, long = speeds(a.model, threads, a.rounds, a.decode)
         res["speed"][str(threads)] = s

@@ -226,7 +226,11 @@ def section_quantized(peer_py, quick, args):
         f"integer dot products), beside llama.cpp (llama-cpp-python {r['llama_cpp_python']}) on "
         f"the same file in the same process; tokens/s, the best of alternating rounds; prompts of "
         f"{r['prefill_short_tokens']} and {r['prefill_long_tokens']} tokens; decode after the long "
-        f"prompt.\n")
+        f"prompt."
+        + ("" if r.get("llama_cpp_amx", True) else
+           " This CPU has AMX, and llama.cpp's AMX kernels crashed on it (SIGSEGV in "
+           "`ggml_backend_amx_mul_mat`): llama.cpp ran without them (`use_extra_bufts` off), on "
+           "its AVX-512 VNNI kernels.") + "\n")
     text.append("| threads | phase | qkv exact | qkv int8 | llama.cpp | int8 / llama.cpp |\n"
                 "|---|---|---:|---:|---:|---:|")
     for threads, s in r["speed"].items():

@@ -142,6 +142,23 @@ def test_gguf_models_load():
         qkv.load_gguf(qkv.stories260k_path())
 
 
+def test_k_quant_files():
+    # tests/golden/make_quant_llama.py: a random Llama quantized to Q4_K and Q6_K by llama.cpp's
+    # own quantizer, and the logits of a NumPy forward over its dequantized weights.
+    import json
+    data = os.path.join(source_dir(), "tests", "data")
+    golden = json.load(open(os.path.join(data, "quant_llama.json")))
+    for t in ("q4_k", "q6_k"):
+        path = os.path.join(data, f"quant_llama.{t}.gguf")
+        want = np.array(golden["logits"][t])
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(qkv.load_gguf(path).logits(golden["tokens"]), want,
+                                   atol=1e-5 * scale)
+        got = qkv.load_gguf(path, matmul="int8").logits(golden["tokens"])
+        assert np.abs(got - want).max() > 1e-5 * scale  # the int8 products ran
+        np.testing.assert_allclose(got, want, atol=1e-2 * scale)
+
+
 def smollm2_path():
     # scripts/get-models puts it here (make test runs it); missing, the test fails.
     path = os.path.join(source_dir(), "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
