@@ -178,7 +178,7 @@ static void integer_products_are_exact() {
         for (int64_t r = 0; r < N; ++r)
           for (int64_t b = 0; b < K / 32; ++b) {
             uint8_t* blk = w.data() + r * rb + b * bs.bytes;
-            blk[0] = 0x00, blk[1] = 0x3c;  // d = 1
+            blk[0] = 0x00, blk[1] = 0x3c;                                // d = 1
             if (type == TensorType::q4_1) blk[2] = 0x00, blk[3] = 0xc2;  // m = −3
             if (type == TensorType::q8_0)
               for (int j = 0; j < 32; ++j) blk[2 + j] = static_cast<uint8_t>(value(rng));
@@ -224,7 +224,7 @@ static void k_quant_products_are_exact() {
             uint8_t* sb = w.data() + r * rb + s * block_of(type).bytes;
             if (type == TensorType::q4_k) {
               sb[0] = 0x00, sb[1] = 0x3c, sb[2] = 0x00, sb[3] = 0x3c;  // d = dmin = 1
-              for (int j = 0; j < 8; ++j) sb[4 + j] &= 0x3f;  // scales and mins up to 63
+              for (int j = 0; j < 8; ++j) sb[4 + j] &= 0x3f;           // scales and mins up to 63
             } else {
               for (int j = 0; j < 16; ++j) sb[192 + j] = static_cast<uint8_t>(value(rng) * 9);
               sb[208] = 0x00, sb[209] = 0x3c;  // d = 1
@@ -266,8 +266,8 @@ TEST(QuantInt8, WithinTheActivationRoundingOfTheExactProduct) {
   std::mt19937 rng(22);
   std::normal_distribution<float> normal;
   const int64_t K = 512, N = 133;
-  for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1,
-                          TensorType::q4_k, TensorType::q6_k})
+  for (TensorType type :
+       {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k})
     for (int64_t M : {1, 4}) {
       const std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
       const quant::Matrix m = quant::matrix("w", type, bytes.data(), N, K);
@@ -339,8 +339,8 @@ TEST(Quantize, MatchesLlamaCppsQuantizers) {
     return s;
   };
   const std::vector<float> x = golden["values"], k = golden["k_values"];
-  for (TensorType t : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k,
-                       TensorType::q6_k}) {
+  for (TensorType t :
+       {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k}) {
     const std::vector<float>& v = block_of(t).elements == 256 ? k : x;
     const std::string want = golden[to_string(t)];
     const std::string got = hex(quant::quantize(t, v.data(), static_cast<int64_t>(v.size())));

@@ -1,6 +1,6 @@
 // `qkv quantize`: a llama2.c model or a qkv checkpoint (Llama style) as a GGUF file with its
-// matrices in Q8_0, Q4_0, Q4_1, Q4_K or Q6_K (or F16, F32), its tokenizer inside: what llama.cpp and
-// `qkv generate --model X.gguf` run.
+// matrices in Q8_0, Q4_0, Q4_1, Q4_K or Q6_K (or F16, F32), its tokenizer inside: what llama.cpp
+// and `qkv generate --model X.gguf` run.
 #include <cstdio>
 #include <map>
 

@@ -47,7 +47,6 @@ inline bool dot_product_extension() {
 }  // namespace qkv::quant::int8
 #endif
 
-
 HWY_BEFORE_NAMESPACE();
 namespace qkv::quant {
 namespace HWY_NAMESPACE {
@@ -287,10 +286,8 @@ inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(T))->byt
 // Where block b's bytes begin, about (a K-quant's block is an eighth of its super-block).
 template <TensorType T>
 HWY_INLINE const uint8_t* block_at(const uint8_t* row, int64_t b) {
-  if constexpr (kKQuant<T>)
-    return row + b * kBlockBytes<T> / 8;
-  else
-    return row + b * kBlockBytes<T>;
+  if constexpr (kKQuant<T>) return row + b * kBlockBytes<T> / 8;
+  else return row + b * kBlockBytes<T>;
 }
 
 // A K-quant super-block's scales in fp32, unpacked once for its 8 sub-blocks: Q4_K's
@@ -321,8 +318,9 @@ HWY_INLINE void unpack_scales(const uint8_t* sb, SuperScales& s) {
     for (int half = 0; half < 2; ++half) {
       const __m128i bytes =
           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sb + kQ6kScales + 8 * half));
-      _mm256_storeu_ps(s.d + 8 * half, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)),
-                                                      _mm256_set1_ps(d)));
+      _mm256_storeu_ps(
+          s.d + 8 * half,
+          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), _mm256_set1_ps(d)));
     }
 #else
     const auto* scales = reinterpret_cast<const int8_t*>(sb + kQ6kScales);
@@ -455,8 +453,7 @@ HWY_INLINE void dot_rows_k(const uint8_t* w, int64_t rb, int64_t blocks, const R
         const uint8_t* q = sb + kQ4kValues + 32 * (j / 2);
         int32_t dot = 0;
         for (int l = 0; l < kBlock; ++l) dot += ((q[l] >> (4 * (j % 2))) & 15) * xq[l];
-        sum += half(sb) * scale * x.d[b] * static_cast<float>(dot) -
-               half(sb + 2) * min * x.sums[b];
+        sum += half(sb) * scale * x.d[b] * static_cast<float>(dot) - half(sb + 2) * min * x.sums[b];
       } else {
         const Q6kSubBlock s = q6_k_sub_block(sb, j);
         int32_t dot[2] = {0, 0};
@@ -703,10 +700,8 @@ HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Ro
 #if HWY_TARGET == HWY_AVX3_DL
   if constexpr (T == TensorType::q4_k) return dot_tile_q4_k<R, XR>(w, rb, blocks, x, y);
   if constexpr (!kKQuant<T>) {
-    if constexpr (XR == 1)
-      dot_rows_paired<T, R>(w, rb, blocks / 2, x[0], y[0]);
-    else
-      dot_tile_paired<T, R, XR>(w, rb, blocks / 2, x, y);
+    if constexpr (XR == 1) dot_rows_paired<T, R>(w, rb, blocks / 2, x[0], y[0]);
+    else dot_tile_paired<T, R, XR>(w, rb, blocks / 2, x, y);
     if (blocks % 2 == 0) return;
     const int64_t b = blocks - 1;
     for (int i = 0; i < XR; ++i) {

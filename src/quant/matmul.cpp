@@ -29,7 +29,6 @@
 #include "quant/int8-inl.h"
 #include "quant/k_quants.h"
 
-
 HWY_BEFORE_NAMESPACE();
 namespace qkv::quant {
 namespace HWY_NAMESPACE {
@@ -114,12 +113,12 @@ HWY_INLINE Vf block_q6_k(const uint8_t* sb, int j, const float* x) {
   for (size_t g = 0; g < 2; ++g) {
     Vf group = hn::Zero(df);
     for (size_t i = 16 * g; i < 16 * (g + 1); i += N) {
-      const auto low = hn::And(
-          hn::ShiftRightSame(hn::PromoteTo(di, hn::LoadU(du8, s.ql + i)), s.nibble_shift),
-          hn::Set(di, 15));
-      const auto high = hn::And(
-          hn::ShiftRightSame(hn::PromoteTo(di, hn::LoadU(du8, s.qh + i)), s.high_shift),
-          hn::Set(di, 3));
+      const auto low =
+          hn::And(hn::ShiftRightSame(hn::PromoteTo(di, hn::LoadU(du8, s.ql + i)), s.nibble_shift),
+                  hn::Set(di, 15));
+      const auto high =
+          hn::And(hn::ShiftRightSame(hn::PromoteTo(di, hn::LoadU(du8, s.qh + i)), s.high_shift),
+                  hn::Set(di, 3));
       const auto q = hn::Sub(hn::Or(low, hn::ShiftLeft<4>(high)), hn::Set(di, 32));
       group = hn::MulAdd(hn::ConvertTo(df, q), hn::LoadU(df, x + i), group);
     }
@@ -143,7 +142,7 @@ HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const f
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = w + r * rb + (k_quant ? b / 8 : b) * bytes;
       const int j = static_cast<int>(b % 8);  // a K-quant's sub-block
-      hwy::Prefetch(blk + 2 * R * rb);  // the same block two steps of R rows ahead
+      hwy::Prefetch(blk + 2 * R * rb);        // the same block two steps of R rows ahead
       if constexpr (T == TensorType::q4_k) {
         int scale, min;
         q4_k_scale_min(j, blk + kQ4kScales, scale, min);

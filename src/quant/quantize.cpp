@@ -176,7 +176,8 @@ void q4_k_block(const float* x, uint8_t* o) {
     if (d == 0) continue;
     const float dm = dmin_all * min;
     for (int l = 0; l < 32; ++l)
-      L[32 * j + l] = static_cast<uint8_t>(std::max(0, std::min(15, nearest_int((x[32 * j + l] + dm) / d))));
+      L[32 * j + l] =
+          static_cast<uint8_t>(std::max(0, std::min(15, nearest_int((x[32 * j + l] + dm) / d))));
   }
   uint8_t* q = o + kQ4kValues;
   for (int j = 0; j < 256; j += 64, q += 32)
@@ -189,20 +190,23 @@ void q6_k_block(const float* x, uint8_t* o) {
   float scales[16], max_scale = 0, max_abs_scale = 0;
   for (int g = 0; g < 16; ++g) {
     scales[g] = symmetric_search(16, 32, x + 16 * g, L + 16 * g);
-    if (std::fabs(scales[g]) > max_abs_scale) max_abs_scale = std::fabs(scales[g]), max_scale = scales[g];
+    if (std::fabs(scales[g]) > max_abs_scale)
+      max_abs_scale = std::fabs(scales[g]), max_scale = scales[g];
   }
   std::fill(o, o + 210, uint8_t{0});
   if (max_abs_scale < kGroupMaxEps) return;  // all zeros, d = 0
   const float iscale = -128.f / max_scale;
   put_half(o + kQ6kScale, 1 / iscale);
   auto* sc = reinterpret_cast<int8_t*>(o + kQ6kScales);
-  for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[g])));
+  for (int g = 0; g < 16; ++g)
+    sc[g] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[g])));
   const float d_all = rounded_half(1 / iscale);
   for (int g = 0; g < 16; ++g) {
     const float d = d_all * sc[g];
     if (d == 0) continue;
     for (int i = 0; i < 16; ++i)
-      L[16 * g + i] = static_cast<int8_t>(std::max(-32, std::min(31, nearest_int(x[16 * g + i] / d))) + 32);
+      L[16 * g + i] =
+          static_cast<int8_t>(std::max(-32, std::min(31, nearest_int(x[16 * g + i] / d))) + 32);
   }
   uint8_t *ql = o, *qh = o + kQ6kHigh;
   for (int j = 0; j < 256; j += 128, ql += 64, qh += 32)
@@ -264,7 +268,8 @@ std::vector<uint8_t> quantize(TensorType type, const float* x, int64_t n) {
         put_half(o + 2, min);
         for (int j = 0; j < 16; ++j) {
           const auto q = [&](float y) {
-            return static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>((y - min) * id + 0.5f))));
+            return static_cast<uint8_t>(
+                std::min(15, static_cast<int>(static_cast<int8_t>((y - min) * id + 0.5f))));
           };
           o[4 + j] = static_cast<uint8_t>(q(v[j]) | q(v[j + 16]) << 4);
         }
