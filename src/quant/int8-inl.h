@@ -142,9 +142,15 @@ inline void quantize_row(const float* x, int64_t K, float* base) {
 // Highway 1.0.3 enables AVX-VNNI (the VEX form, which GCC prefers for the low 16 registers)
 // on this target, and Zen 4 has AVX512-VNNI but no AVX-VNNI. (A CPU with Highway's AVX3_DL
 // features has AVX512-VNNI.) Nothing below calls Highway: its functions here carry options
-// these do not, and would not inline.
+// these do not, and would not inline. A build for one CPU that has AVX-VNNI (-march=native,
+// the sanitizer build, on Sapphire Rapids or Zen 5) keeps it: its intrinsics carry it, and
+// would not inline here without it; either form runs on that CPU.
 #pragma GCC push_options
+#ifdef __AVXVNNI__
+#pragma GCC target("avx512vnni")
+#else
 #pragma GCC target("avx512vnni,no-avxvnni")
+#endif
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
