@@ -515,6 +515,73 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_sdot(const uint8
   }
   for (int r = 0; r < R; ++r) y[r] = vaddvq_f32(acc[r]) + offsets[r];
 }
+
+// The K-quants with sdot, a 32-value sub-block at a time: Q4_K's nibbles (0–15, signed bytes as
+// they are) by two sdots scaled by d · scale_j, −dmin · min_j by the activations' d · Σ q
+// apart; Q6_K's values − 32, each 16-value half one sdot scaled by its own scale. A super-
+// block's scales are unpacked once.
+template <TensorType T, int R>
+__attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_k_sdot(const uint8_t* w, int64_t rb,
+                                                                       int64_t blocks, const Row& x,
+                                                                       float* y) {
+  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  float32x4_t acc[R];
+  float offsets[R], d[R][16], m[R][8];
+  for (int r = 0; r < R; ++r) acc[r] = vdupq_n_f32(0.0f), offsets[r] = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int j = static_cast<int>(b % 8);
+    if (j == 0)
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* sb = w + r * rb + b / 8 * bytes;
+        __fp16 h[2];  // (half() is this pass's, with options this function has not)
+        if constexpr (T == TensorType::q4_k) {
+          std::memcpy(h, sb, 4);
+          uint8_t scales[8], mins[8];
+          q4_k_scales_mins(sb + kQ4kScales, scales, mins);
+          for (int k = 0; k < 8; ++k)
+            d[r][k] = static_cast<float>(h[0]) * scales[k],
+            m[r][k] = -static_cast<float>(h[1]) * mins[k];
+        } else {
+          std::memcpy(h, sb + kQ6kScale, 2);
+          const auto* scales = reinterpret_cast<const int8_t*>(sb + kQ6kScales);
+          for (int g = 0; g < 16; ++g) d[r][g] = static_cast<float>(h[0]) * scales[g];
+        }
+      }
+    const int8x16_t x0 = vld1q_s8(x.q + b * kBlock), x1 = vld1q_s8(x.q + b * kBlock + 16);
+    const float xd = x.d[b], xs = x.sums[b];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* sb = w + r * rb + b / 8 * bytes;
+      if (j == 0) __builtin_prefetch(sb + 2 * R * rb);
+      if constexpr (T == TensorType::q4_k) {
+        const uint8_t* q = sb + kQ4kValues + 32 * (j / 2);
+        const int8x16_t right = vdupq_n_s8(static_cast<int8_t>(-4 * (j % 2)));  // >> 0 or 4
+        const int8x16_t w0 =
+            vreinterpretq_s8_u8(vandq_u8(vshlq_u8(vld1q_u8(q), right), vdupq_n_u8(15)));
+        const int8x16_t w1 =
+            vreinterpretq_s8_u8(vandq_u8(vshlq_u8(vld1q_u8(q + 16), right), vdupq_n_u8(15)));
+        const int32x4_t dots = vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, x0), w1, x1);
+        acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(dots), d[r][j] * xd);
+        offsets[r] += m[r][j] * xs;
+      } else {
+        const Q6kSubBlock s = q6_k_sub_block(sb, j);
+        const int8x16_t low_right = vdupq_n_s8(static_cast<int8_t>(-s.nibble_shift));
+        const int8x16_t high_right = vdupq_n_s8(static_cast<int8_t>(-s.high_shift));
+        const auto value = [&](int at) {  // 16 values − 32
+          const uint8x16_t low = vandq_u8(vshlq_u8(vld1q_u8(s.ql + at), low_right), vdupq_n_u8(15));
+          const uint8x16_t high =
+              vandq_u8(vshlq_u8(vld1q_u8(s.qh + at), high_right), vdupq_n_u8(3));
+          return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, vshlq_n_u8(high, 4))), vdupq_n_s8(32));
+        };
+        const int g = 8 * (j / 4) + 2 * (j % 4);  // the first half's scale
+        const int32x4_t dot0 = vdotq_s32(vdupq_n_s32(0), value(0), x0);
+        const int32x4_t dot1 = vdotq_s32(vdupq_n_s32(0), value(16), x1);
+        acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(dot0), d[r][g] * xd);
+        acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(dot1), d[r][g + 1] * xd);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = vaddvq_f32(acc[r]) + offsets[r];
+}
 #endif
 #endif
 
@@ -737,6 +804,10 @@ HWY_INLINE void dot_row_block(const uint8_t* w, int64_t rb, int64_t blocks, cons
   tile_rows<T, R, 1>(w, rb, blocks, &x, &y);
 #else
   if constexpr (kKQuant<T>) {
+#if HWY_ARCH_ARM_A64
+    if (::qkv::quant::int8::dot_product_extension())
+      return dot_rows_k_sdot<T, R>(w, rb, blocks, x, y);
+#endif
     dot_rows_k<T, R>(w, rb, blocks, x, y);
   } else {
 #if HWY_ARCH_ARM_A64
