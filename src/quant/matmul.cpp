@@ -92,17 +92,17 @@ HWY_INLINE Vf block_q4(const uint8_t* q, const float* x, int offset) {
 // The K-quants' 32-value sub-block j of the super-block at sb (layouts in k_quants.h):
 // Σ q·x, with Q4_K's nibbles as they are (the caller applies d · scale_j and − dmin · min_j
 // times the block's Σ x).
-HWY_INLINE Vf block_q4_k(const uint8_t* sb, int j, const float* x) {
+// Q4_K's sub-blocks j and j + 1 (j even) are the low and high nibbles of the same 32 bytes:
+// each byte widened once for both, lo = Σ q·x of j (x at x), hi of j + 1 (x at x + 32).
+HWY_INLINE void block_q4_k_pair(const uint8_t* sb, int j, const float* x, Vf& lo, Vf& hi) {
   const size_t N = hn::Lanes(df);
-  const uint8_t* q = sb + kQ4kValues + 32 * (j / 2);
-  const int shift = 4 * (j % 2);
-  Vf t = hn::Zero(df);
+  const uint8_t* q = sb + kQ4kValues + 16 * j;
+  lo = hn::Zero(df), hi = hn::Zero(df);
   for (size_t i = 0; i < size_t(kBlock); i += N) {
-    const auto v = hn::And(hn::ShiftRightSame(hn::PromoteTo(di, hn::LoadU(du8, q + i)), shift),
-                           hn::Set(di, 15));
-    t = hn::MulAdd(hn::ConvertTo(df, v), hn::LoadU(df, x + i), t);
+    const auto v = hn::PromoteTo(di, hn::LoadU(du8, q + i));
+    lo = hn::MulAdd(hn::ConvertTo(df, hn::And(v, hn::Set(di, 15))), hn::LoadU(df, x + i), lo);
+    hi = hn::MulAdd(hn::ConvertTo(df, hn::ShiftRight<4>(v)), hn::LoadU(df, x + kBlock + i), hi);
   }
-  return t;
 }
 // Q6_K's: Σ (q − 32)·x of each 16-value group scaled by d · its own scale.
 HWY_INLINE Vf block_q6_k(const uint8_t* sb, int j, const float* x) {
@@ -137,18 +137,23 @@ HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const f
   VfSlot acc[R];
   float extra[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df), extra[r] = 0;
-  for (int64_t b = 0; b < blocks; ++b) {
+  for (int64_t b = 0; b < blocks; b += T == TensorType::q4_k ? 2 : 1) {
     const float* xb = x + kBlock * b;
     for (int r = 0; r < R; ++r) {
       const uint8_t* blk = w + r * rb + (k_quant ? b / 8 : b) * bytes;
       const int j = static_cast<int>(b % 8);  // a K-quant's sub-block
       hwy::Prefetch(blk + 2 * R * rb);        // the same block two steps of R rows ahead
-      if constexpr (T == TensorType::q4_k) {
-        int scale, min;
-        q4_k_scale_min(j, blk + kQ4kScales, scale, min);
-        acc[r] = hn::MulAdd(hn::Set(df, half(blk) * static_cast<float>(scale)),
-                            block_q4_k(blk, j, xb), Vf(acc[r]));
-        extra[r] -= half(blk + 2) * static_cast<float>(min) * xsum[b];
+      if constexpr (T == TensorType::q4_k) {  // sub-blocks j and j + 1
+        int scale0, min0, scale1, min1;
+        q4_k_scale_min(j, blk + kQ4kScales, scale0, min0);
+        q4_k_scale_min(j + 1, blk + kQ4kScales, scale1, min1);
+        Vf lo, hi;
+        block_q4_k_pair(blk, j, xb, lo, hi);
+        const float d = half(blk), dmin = half(blk + 2);
+        acc[r] = hn::MulAdd(hn::Set(df, d * static_cast<float>(scale0)), lo, Vf(acc[r]));
+        acc[r] = hn::MulAdd(hn::Set(df, d * static_cast<float>(scale1)), hi, Vf(acc[r]));
+        extra[r] -=
+            dmin * (static_cast<float>(min0) * xsum[b] + static_cast<float>(min1) * xsum[b + 1]);
       } else if constexpr (T == TensorType::q6_k) {
         acc[r] = hn::Add(block_q6_k(blk, j, xb), Vf(acc[r]));
       } else if constexpr (T == TensorType::q8_0) {
