@@ -69,35 +69,8 @@ w.write_tensors_to_file()
 w.close()
 
 
-def rmsnorm(x, g):
-    return llama_numpy.rmsnorm(x, g, EPS)
-
-
-def rope(x, pos):
-    return llama_numpy.rope(x, pos, THETA)
-
-
 tokens = [1, 7, 42, 3, 79, 0, 15, 15, 60, 2, 33]
-T_ = len(tokens)
-x = weights["token_embd.weight"][tokens]
-pos = np.arange(T_, dtype=np.float64)
-for l in range(L):
-    p = f"blk.{l}."
-    h = rmsnorm(x, weights[p + "attn_norm.weight"])
-    q = rope((h @ weights[p + "attn_q.weight"].T).reshape(T_, H, D), pos)
-    k = rope((h @ weights[p + "attn_k.weight"].T).reshape(T_, HKV, D), pos)
-    v = (h @ weights[p + "attn_v.weight"].T).reshape(T_, HKV, D)
-    k, v = np.repeat(k, H // HKV, axis=1), np.repeat(v, H // HKV, axis=1)
-    s = np.einsum("thd,shd->hts", q, k) / np.sqrt(D)
-    s = np.where(np.tri(T_, dtype=bool)[None], s, -np.inf)
-    pr = np.exp(s - s.max(-1, keepdims=True))
-    pr /= pr.sum(-1, keepdims=True)
-    a = np.einsum("hts,shd->thd", pr, v).reshape(T_, H * D)
-    x = x + a @ weights[p + "attn_output.weight"].T
-    h = rmsnorm(x, weights[p + "ffn_norm.weight"])
-    g, u = h @ weights[p + "ffn_gate.weight"].T, h @ weights[p + "ffn_up.weight"].T
-    x = x + (g / (1 + np.exp(-g)) * u) @ weights[p + "ffn_down.weight"].T
-logits = rmsnorm(x, weights["output_norm.weight"]) @ weights["token_embd.weight"].T
+logits = llama_numpy.forward(weights, tokens, H, HKV, EPS, THETA)
 with open(OUT + ".json", "w") as f:
     json.dump({"tokens": tokens, "logits": logits.tolist()}, f)
 print("wrote", OUT, os.path.getsize(OUT), "bytes")

@@ -68,41 +68,18 @@ def forward(path):
     """Logits of TOKENS: the NumPy float64 forward over the file's dequantized weights."""
     ts, r = tensors(path)
     field = lambda k: r.fields[k].parts[r.fields[k].data[0]][0]
-    C = int(field("llama.embedding_length"))
     H, HKV = int(field("llama.attention.head_count")), int(field("llama.attention.head_count_kv"))
     eps, theta = float(field("llama.attention.layer_norm_rms_epsilon")), 10000.0
     if "llama.rope.freq_base" in r.fields:
         theta = float(field("llama.rope.freq_base"))
-    D = C // H
     w = {}
     for name, (qtype, data) in ts.items():
         raw = np.ascontiguousarray(data)
         if qtype in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
-            x = raw.astype(np.float64)
+            w[name] = raw.astype(np.float64)
         else:
-            x = gguf.quants.dequantize(raw.view(np.uint8), qtype).astype(np.float64)
-        w[name] = x
-    T_ = len(TOKENS)
-    x = w["token_embd.weight"][TOKENS]
-    pos = np.arange(T_, dtype=np.float64)
-    layers = 1 + max(int(n.split(".")[1]) for n in w if n.startswith("blk."))
-    for l in range(layers):
-        p = f"blk.{l}."
-        h = llama_numpy.rmsnorm(x, w[p + "attn_norm.weight"], eps)
-        q = llama_numpy.rope((h @ w[p + "attn_q.weight"].T).reshape(T_, H, D), pos, theta)
-        k = llama_numpy.rope((h @ w[p + "attn_k.weight"].T).reshape(T_, HKV, D), pos, theta)
-        v = (h @ w[p + "attn_v.weight"].T).reshape(T_, HKV, D)
-        k, v = np.repeat(k, H // HKV, axis=1), np.repeat(v, H // HKV, axis=1)
-        s = np.einsum("thd,shd->hts", q, k) / np.sqrt(D)
-        s = np.where(np.tri(T_, dtype=bool)[None], s, -np.inf)
-        pr = np.exp(s - s.max(-1, keepdims=True))
-        pr /= pr.sum(-1, keepdims=True)
-        x = x + np.einsum("hts,shd->thd", pr, v).reshape(T_, H * D) @ w[p + "attn_output.weight"].T
-        h = llama_numpy.rmsnorm(x, w[p + "ffn_norm.weight"], eps)
-        g, u = h @ w[p + "ffn_gate.weight"].T, h @ w[p + "ffn_up.weight"].T
-        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
-    head = w.get("output.weight", w["token_embd.weight"])
-    return (llama_numpy.rmsnorm(x, w["output_norm.weight"], eps) @ head.T).tolist()
+            w[name] = gguf.quants.dequantize(raw.view(np.uint8), qtype).astype(np.float64)
+    return llama_numpy.forward(w, TOKENS, H, HKV, eps, theta).tolist()
 
 
 def main():
