@@ -80,6 +80,8 @@ inline Row row_at(const float* base, int64_t K) {
 inline constexpr int kTermsQ8_0 = 0, kTermsQ4_0 = 4, kTermsQ4_1 = 8;  // offsets in a pair's 12
 template <TensorType T>
 inline constexpr bool kKQuant = T == TensorType::q4_k || T == TensorType::q6_k;
+template <TensorType T>  // a block's bytes (a K-quant's super-block's)
+inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(T))->bytes;
 
 // x (K values, whole blocks) into the row at `base`. A block with a value that is not finite
 // gets d = NaN (its products are NaN, as the exact path's would be).
@@ -170,7 +172,6 @@ HWY_INLINE Bytes q4_values(const uint8_t* q) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(15));
 }
-HWY_INLINE Bytes minus_8(Bytes v) { return _mm256_sub_epi8(v, _mm256_set1_epi8(8)); }
 // (v >> shift) & mask per byte, for the K-quants' bit fields.
 HWY_INLINE Bytes bit_field(Bytes v, int shift, int mask) {
   return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)),
@@ -231,10 +232,6 @@ HWY_INLINE Bytes q4_values(const uint8_t* q) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), m = _mm_set1_epi8(15);
   return {_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m)};
 }
-HWY_INLINE Bytes minus_8(Bytes v) {
-  const __m128i e = _mm_set1_epi8(8);
-  return {_mm_sub_epi8(v.lo, e), _mm_sub_epi8(v.hi, e)};
-}
 HWY_INLINE Bytes bit_field(Bytes v, int shift, int mask) {
   const __m128i n = _mm_cvtsi32_si128(shift), m = _mm_set1_epi8(static_cast<char>(mask));
   return {_mm_and_si128(_mm_srl_epi16(v.lo, n), m), _mm_and_si128(_mm_srl_epi16(v.hi, n), m)};
@@ -286,8 +283,6 @@ struct Decoded {
 };
 template <TensorType T>
 inline constexpr bool kSignedValues = T == TensorType::q8_0 || T == TensorType::q6_k;
-template <TensorType T>
-inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(T))->bytes;
 
 // Where block b's bytes begin, about (a K-quant's block is an eighth of its super-block).
 template <TensorType T>
@@ -403,7 +398,7 @@ HWY_INLINE void dot_tile(const uint8_t* w, int64_t rb, int64_t blocks, const Row
 // ---- Elsewhere: int16 pairs, a block's sum reduced to one integer ----------------------------
 template <TensorType T, int R>
 HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Row& x, float* y) {
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  constexpr int64_t bytes = kBlockBytes<T>;
   const int8_t* xq = x.q;
   const float *xd = x.d, *xs = x.sums;
   const hn::CappedTag<int16_t, 16> d16;  // at most 16 lanes: a Q4 block's 16 bytes at a time
@@ -446,7 +441,7 @@ HWY_INLINE void dot_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Row
 // sums in scalar code (as the x86 kernel, unvectorized).
 template <TensorType T, int R>
 HWY_INLINE void dot_rows_k(const uint8_t* w, int64_t rb, int64_t blocks, const Row& x, float* y) {
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  constexpr int64_t bytes = kBlockBytes<T>;
   for (int r = 0; r < R; ++r) {
     float sum = 0;
     for (int64_t b = 0; b < blocks; ++b) {
@@ -486,7 +481,7 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_sdot(const uint8
                                                                      const int8_t* xq,
                                                                      const float* xd,
                                                                      const float* xs, float* y) {
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  constexpr int64_t bytes = kBlockBytes<T>;
   float32x4_t acc[R];
   float offsets[R];
   for (int r = 0; r < R; ++r) acc[r] = vdupq_n_f32(0.0f), offsets[r] = 0;
@@ -524,7 +519,7 @@ template <TensorType T, int R>
 __attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_k_sdot(const uint8_t* w, int64_t rb,
                                                                        int64_t blocks, const Row& x,
                                                                        float* y) {
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
+  constexpr int64_t bytes = kBlockBytes<T>;
   float32x4_t acc[R];
   float offsets[R], d[R][16], m[R][8];
   for (int r = 0; r < R; ++r) acc[r] = vdupq_n_f32(0.0f), offsets[r] = 0;
@@ -594,7 +589,7 @@ __attribute__((target("arch=armv8.2-a+dotprod"))) void dot_rows_k_sdot(const uin
 // (Per pair: 15 instructions, against 17 per block one block at a time.)
 template <TensorType T>
 struct Pair {
-  static constexpr int64_t kBytes = block_size(static_cast<uint32_t>(T))->bytes;  // a block's
+  static constexpr int64_t kBytes = kBlockBytes<T>;  // a block's
   static constexpr int kTerms = T == TensorType::q8_0   ? kTermsQ8_0
                                 : T == TensorType::q4_0 ? kTermsQ4_0
                                                         : kTermsQ4_1;
