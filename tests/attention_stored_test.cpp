@@ -1,7 +1,8 @@
 // Attention over stored keys and values (qkv::attention with a StoredKV): every storage a cache
-// uses — fp32 or bf16 rows, in order or in a ring, with or without fresh rows beside it —
-// against the reference kernel over the same keys and values laid out plainly. Slots the
-// storage does not hold are NaN, so a read of one shows.
+// uses — fp32, bf16 or fp16 rows, or Q8_0 and Q4_0 blocks, in order or in a ring, with or
+// without fresh rows beside it — against the reference kernel over the same keys and values
+// laid out plainly (blocks: as the reference dequantizer reads them). Slots the storage does
+// not hold are NaN, so a read of one shows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/number_format.h"
+#include "qkv/quant.h"
 
 namespace qkv {
 namespace {
@@ -23,14 +25,19 @@ struct StoredCase {
   int window = -1;  // window_left; -1: the whole prefix
   bool alibi = false;
   bool fresh = false;  // the queries' own keys and values given beside the storage
+  int64_t Hq = 4, L = 37;  // query heads (of 2 key/value heads); positions
 };
 
+bool in_blocks(TensorType t) { return t == TensorType::q8_0 || t == TensorType::q4_0; }
+
 std::string name_of(const StoredCase& c) {
-  std::string s = dtype_name(c.type);
+  std::string s = in_blocks(c.type) ? to_string(c.type) : dtype_name(c.type);
   s += c.slots ? "_ring" + std::to_string(c.slots) : "_rows";
   s += "_Tq" + std::to_string(c.Tq) + "_win" + std::to_string(c.window + 1);
   if (c.alibi) s += "_alibi";
   if (c.fresh) s += "_fresh";
+  if (c.Hq != 4) s += "_Hq" + std::to_string(c.Hq);
+  if (c.L != 37) s += "_L" + std::to_string(c.L);
   return s;
 }
 
@@ -40,8 +47,10 @@ class StoredAttention : public ::testing::TestWithParam<StoredCase> {};
 
 TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   const StoredCase c = GetParam();
-  const int64_t Hq = 4, Hkv = 2, D = 16, L = 37;  // L positions, the queries the last Tq
-  const bool half = c.type != TensorType::f32;  // bf16 or fp16 storage
+  const int64_t Hq = c.Hq, Hkv = 2, L = c.L;  // L positions, the queries the last Tq
+  const bool blocks = in_blocks(c.type);
+  const int64_t D = blocks ? 64 : 16;
+  const bool half = c.type == TensorType::bf16 || c.type == TensorType::f16;
   auto round = [&](float x) {
     return c.type == TensorType::bf16 ? float_to_bf16(x) : float_to_half(x);
   };
@@ -57,12 +66,24 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
       const float x = u(rng);
       t->data()[i] = half && t != &q ? widen(round(x)) : x;
     }
+  // Blocks: each row as the reference dequantizer reads its quantized bytes.
+  const int64_t row_bytes = blocks ? quant::row_bytes(c.type, D) : 0;
+  if (blocks)
+    for (Tensor* t : {&k, &v})
+      for (int64_t r = 0; r < Hkv * L; ++r) {
+        float* row = t->data() + r * D;
+        quant::dequantize(c.type, quant::quantize(c.type, row, D).data(), D, row);
+      }
   // The storage: [Hkv, rows, D] per tensor, NaN where nothing is held.
   const int64_t rows = c.slots ? c.slots : L;
   const int64_t stored_end = c.fresh ? L - c.Tq : L;
   const int64_t held_from = c.slots ? std::max<int64_t>(0, stored_end - c.slots) : 0;
   std::vector<float> kf(Hkv * rows * D, NAN), vf(Hkv * rows * D, NAN);
   std::vector<uint16_t> kb(Hkv * rows * D, round(NAN)), vb(Hkv * rows * D, round(NAN));
+  // Blocks: rows of quantized bytes, each block's scale a NaN where nothing is held.
+  std::vector<uint8_t> kq(Hkv * rows * row_bytes), vq(kq.size());
+  for (size_t i = 0; blocks && i < kq.size(); i += row_bytes / (D / 32))
+    kq[i] = vq[i] = 0x00, kq[i + 1] = vq[i + 1] = 0x7e;  // fp16 NaN
   for (int64_t h = 0; h < Hkv; ++h)
     for (int64_t p = held_from; p < stored_end; ++p)
       for (int64_t d = 0; d < D; ++d) {
@@ -70,7 +91,16 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
         kf[at] = k.view()(0, h, p, d), vf[at] = v.view()(0, h, p, d);
         kb[at] = round(kf[at]), vb[at] = round(vf[at]);
       }
-  // Fresh rows as the model has them: fp32, not yet rounded.
+  for (int64_t h = 0; blocks && h < Hkv; ++h)
+    for (int64_t p = held_from; p < stored_end; ++p) {
+      const int64_t at = (h * rows + (c.slots ? p % c.slots : p)) * row_bytes;
+      const auto kr = quant::quantize(c.type, &k.view()(0, h, p, 0), D);
+      const auto vr = quant::quantize(c.type, &v.view()(0, h, p, 0), D);
+      std::copy(kr.begin(), kr.end(), kq.begin() + at);
+      std::copy(vr.begin(), vr.end(), vq.begin() + at);
+    }
+  // Fresh rows as the model has them: fp32, not yet rounded (blocks: a dequantized row
+  // quantizes back to the same bytes).
   Tensor fk({1, Hkv, c.Tq, D}), fv({1, Hkv, c.Tq, D});
   for (int64_t h = 0; h < Hkv; ++h)
     for (int64_t t = 0; t < c.Tq; ++t)
@@ -79,8 +109,12 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
         fv.view()(0, h, t, d) = v.view()(0, h, L - c.Tq + t, d);
       }
   StoredKV kv{.type = c.type,
-              .k = half ? static_cast<const void*>(kb.data()) : kf.data(),
-              .v = half ? static_cast<const void*>(vb.data()) : vf.data(),
+              .k = blocks ? static_cast<const void*>(kq.data())
+                   : half ? static_cast<const void*>(kb.data())
+                          : kf.data(),
+              .v = blocks ? static_cast<const void*>(vq.data())
+                   : half ? static_cast<const void*>(vb.data())
+                          : vf.data(),
               .batch_stride = Hkv * rows * D,
               .head_stride = rows * D,
               .row_stride = D,
@@ -109,7 +143,8 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
 
 std::vector<StoredCase> stored_cases() {
   std::vector<StoredCase> cases;
-  for (TensorType type : {TensorType::f32, TensorType::bf16, TensorType::f16})
+  for (TensorType type : {TensorType::f32, TensorType::bf16, TensorType::f16, TensorType::q8_0,
+                          TensorType::q4_0})
     for (int64_t Tq : {1, 3}) {
       cases.push_back({.type = type, .Tq = Tq});               // rows in order
       cases.push_back({.type = type, .Tq = Tq, .window = 5});  // a window over them
@@ -124,6 +159,14 @@ std::vector<StoredCase> stored_cases() {
       cases.push_back({.type = type, .slots = 6, .Tq = Tq, .window = 5, .fresh = true});
       cases.push_back({.type = type, .Tq = Tq, .fresh = true});
     }
+  // Blocks through every kernel: split-KV decoding with its rows in registers and in tiles
+  // (16 rows per key/value head), over several chunks, and the tiled forward (40 queries).
+  for (TensorType type : {TensorType::q8_0, TensorType::q4_0}) {
+    cases.push_back({.type = type, .Tq = 1, .Hq = 32});
+    cases.push_back({.type = type, .Tq = 2, .window = 300, .Hq = 8, .L = 1100});
+    cases.push_back({.type = type, .Tq = 40, .L = 300});
+    cases.push_back({.type = type, .Tq = 40, .window = 100, .Hq = 8, .L = 300});
+  }
   return cases;
 }
 
@@ -156,9 +199,12 @@ TEST(StoredAttentionErrors, NameWhatIsWrong) {
   AttentionArgs with_k = a;
   with_k.k = q;
   fails(with_k, kv, "leave args.k");
-  StoredKV q8 = kv;
+  StoredKV q41 = kv;
+  q41.type = TensorType::q4_1;
+  fails(a, q41, "Q4_1");
+  StoredKV q8 = kv;  // rows of 4 values
   q8.type = TensorType::q8_0;
-  fails(a, q8, "Q8_0");
+  fails(a, q8, "multiples of 32");
   AttentionArgs biased = a;
   biased.mask.bias = View(rows.data(), {1, 8});
   fails(biased, kv, "bias");

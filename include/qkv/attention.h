@@ -102,7 +102,10 @@ void validate_backward(const AttentionArgs& args, const View& dout, const View& 
 // ---- attention over stored keys and values (a key/value cache) ----------------------------
 //
 // Keys and values as a cache stores them: positions 0 … length − 1 of B sequences, each a row
-// of `type` elements (f32, bf16 or f16). The row of position p, key/value head h, sequence b
+// of `type` elements: f32, bf16 or f16, or q8_0 or q4_0 (ggml's 32-value blocks with an fp16
+// scale, include/qkv/number_format.h: then the dims and strides are multiples of 32 and the
+// value at element offset e lies in block e / 32, at byte e / 32 · 34 or 18). The row of
+// position p, key/value head h, sequence b
 // begins at element b · batch_stride + h · head_stride + slot(p) · row_stride of k (or v):
 // slot(p) = p, or in a ring of `slots` rows (a sliding-window model's cache) p mod slots, and
 // then only the last `slots` positions are held. The queries are the last Tq positions.
@@ -123,7 +126,8 @@ struct StoredKV {
 
 // Attention of args.q over stored keys and values: args as for attention() with k and v left
 // empty, and the mask in positions (causal, window_left; ALiBi by position). One road for
-// every cache: it reads the rows in place, in their stored type (a ring's slots too, for one
+// every cache: it reads the rows in place, in their stored type (16-bit rows widened in
+// registers, 32-value blocks a tile of rows at a time into L1/L2; a ring's slots too, for one
 // query that sees them all), or else — a ring whose slots are out of order, or fresh rows —
 // gathers the positions the queries see as an fp32 copy and runs attention() on it. Throws qkv::Error for arguments
 // attention() would refuse, a position the queries see that the storage no longer holds, a

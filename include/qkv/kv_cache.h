@@ -7,8 +7,11 @@
 // every cached attention goes through qkv::attention over the cache's StoredKV. Positions are
 // rotated (RoPE) before they are stored, so a cached key never needs touching again.
 //
-// Storage: fp32, or bf16 (half the memory; keys and values are rounded to 8 mantissa bits
-// when written, scores and softmax stay fp32 — see docs/api.md for the measured accuracy).
+// Storage: fp32; bf16 or fp16 (half the memory; keys and values are rounded to 8 or 11
+// mantissa bits when written); or q8_0 or q4_0, ggml's 32-value blocks with an fp16 scale
+// (34 or 18 bytes per 32 values: 0.27 or 0.14 of fp32), each row quantized as it is written,
+// as llama.cpp's quantizers do. Scores and softmax stay fp32 whatever the storage (see
+// docs/api.md for the measured accuracy). Block storage needs a head dim of whole 32s.
 // Ring mode (sliding-window models): only the last window + 1 positions are kept; position p
 // lives in slot p mod slots, so memory stays bounded however long the sequence grows.
 #pragma once
@@ -25,9 +28,13 @@ namespace qkv {
 
 struct ModelConfig;
 
-enum class CacheType { f32, bf16, f16 };
-// "f32", "bf16" or "f16" (the CLI's --cache); a qkv::Error naming the choices for anything else.
+enum class CacheType { f32, bf16, f16, q8_0, q4_0 };
+// "f32", "bf16", "f16", "q8_0" or "q4_0" (the CLI's --cache); a qkv::Error naming the choices
+// for anything else.
 CacheType cache_type(const std::string& name);
+const char* cache_type_name(CacheType type);
+// How the cache stores one element: its TensorType (f32, bf16, f16, q8_0, q4_0).
+TensorType cache_element_type(CacheType type);
 
 struct KVCacheOptions {
   int64_t batch = 1;    // sequences held side by side
@@ -81,11 +88,13 @@ class KVCache {
   uint16_t* bits16(bool value) const {
     return reinterpret_cast<uint16_t*>((value ? v_ : k_).data());
   }
+  // q8_0 or q4_0 storage: the byte where element offset `at` (a multiple of 32) begins.
+  uint8_t* block_at(bool value, int64_t at) const;
 
   int64_t batch_, layers_, kv_heads_, d_head_, slots_, max_seq_;
   bool ring_;
   CacheType type_;
-  Tensor k_, v_;  // [layers, batch, kv_heads, slots, d_head]; bf16 and fp16 pack two per float
+  Tensor k_, v_;  // [layers, batch, kv_heads, slots, d_head] elements, packed into floats
   std::vector<int64_t> length_;
 };
 

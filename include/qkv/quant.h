@@ -79,5 +79,8 @@ void dequantize(TensorType type, const uint8_t* data, int64_t n, float* out);
 // Throws qkv::Error for another type or an n that is not whole blocks.
 bool can_quantize(TensorType type);
 std::vector<uint8_t> quantize(TensorType type, const float* x, int64_t n);
+// The same into `out` (n / block elements · block bytes), unchecked: for callers that checked
+// the type and n once (a key/value cache quantizing each row it stores).
+void quantize_into(TensorType type, const float* x, int64_t n, uint8_t* out);
 
 }  // namespace qkv::quant

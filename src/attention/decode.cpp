@@ -44,6 +44,7 @@
 #include "simd/units.h"
 #include "attention/bf16_products-inl.h"
 #include "attention/bf16_packing-inl.h"
+#include "attention/block_rows-inl.h"
 
 #if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
@@ -471,6 +472,47 @@ void block_values(const float* p, int64_t p_stride, const T* v, int64_t vs, int6
 // Value rows per block: the passes over a block's columns find its rows in L1.
 constexpr int64_t kValueBlock = 64;
 
+// o_r += Σ_jj p_r[jj] v_jj over the nk value rows v (vs apart) of one value block, for the
+// n.R rows (p_r = s + r · stride + j), in groups of up to 4 rows and passes of kValueVectors
+// columns; the first pass asks for ahead_rows rows of `next`.
+template <typename T>
+void value_block(const float* s, int64_t stride, int64_t j, int64_t nk, const T* v, int64_t vs,
+                 const T* next, int64_t ahead_rows, const Shape& n, float* const* o) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  const int64_t whole = n.Dv / N * N, paired = paired_span<T>(n.Dv);
+  for (int64_t r = 0; r < n.R; r += kGroupRows) {
+    const float* p = s + r * stride + j;
+      simd::with_count<kGroupRows>(
+          static_cast<int>(std::min<int64_t>(kGroupRows, n.R - r)), [&](auto rows) {
+            constexpr int RG = decltype(rows)::value, W = kValueVectors<RG>;
+            int64_t e = 0;
+            if constexpr (kPaired<T>) {
+              constexpr int WP = W < 2 ? 2 : W / 2 * 2;  // pairs of vectors
+              for (; e + WP * N <= paired; e += WP * N, next = nullptr, ahead_rows = 0)
+                block_values<RG, WP, true>(p, stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
+              if (e < paired)
+                simd::with_count<WP / 2>(static_cast<int>((paired - e) / (2 * N)), [&](auto w) {
+                  block_values<RG, 2 * decltype(w)::value, true>(p, stride, v, vs, nk, e, o + r,
+                                                                 next, ahead_rows, n.Dv);
+                });
+              if (e < paired) e = paired, next = nullptr, ahead_rows = 0;
+            }
+            for (; e + W * N <= whole; e += W * N, next = nullptr, ahead_rows = 0)
+              block_values<RG, W, false>(p, stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
+            if (e < whole)
+              simd::with_count<W>(static_cast<int>((whole - e) / N), [&](auto w) {
+                block_values<RG, decltype(w)::value, false>(p, stride, v, vs, nk, e, o + r, next,
+                                                            ahead_rows, n.Dv);
+              });
+            next = nullptr, ahead_rows = 0;
+          });
+  }
+  for (int64_t e = whole; e < n.Dv; ++e)  // a value dim that is not whole vectors
+    for (int64_t jj = 0; jj < nk; ++jj)
+      for (int64_t r = 0; r < n.R; ++r)
+        o[r][e] += s[r * stride + j + jj] * widen_one(v[jj * vs + e]);
+}
+
 // One unit of R < kTiledDecodeMinRows rows: the scores of the keys N at a time, each row's
 // softmax, then P·V over blocks of value rows, in groups of up to 4 rows and passes of
 // kValueVectors columns. Each key and value row is read from memory once.
@@ -500,46 +542,46 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
     finish_scores(a, bias, n, b, hkv, r, u.ranges[r], lo, hi, s + r * stride, out);
     o[r] = out + 2;
   }
-  const int64_t whole = n.Dv / N * N, paired = paired_span<T>(n.Dv);
   // (o starts at zero: already in pair order.)
   for (int64_t j = lo; j < hi; j += kValueBlock) {
-    const int64_t nk = std::min(kValueBlock, hi - j), vs = V.row_stride;
-    const T* v = V.row(b, hkv, j);
+    const int64_t nk = std::min(kValueBlock, hi - j);
     int64_t ahead_rows;
     const T* next = ahead(V, j, nk, ahead_rows);  // asked for by the first pass only
-    for (int64_t r = 0; r < n.R; r += kGroupRows) {
-      const float* p = s + r * stride + (j - lo);
-      simd::with_count<kGroupRows>(
-          static_cast<int>(std::min<int64_t>(kGroupRows, n.R - r)), [&](auto rows) {
-            constexpr int RG = decltype(rows)::value, W = kValueVectors<RG>;
-            int64_t e = 0;
-            if constexpr (kPaired<T>) {
-              constexpr int WP = W < 2 ? 2 : W / 2 * 2;  // pairs of vectors
-              for (; e + WP * N <= paired; e += WP * N, next = nullptr, ahead_rows = 0)
-                block_values<RG, WP, true>(p, stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
-              if (e < paired)
-                simd::with_count<WP / 2>(static_cast<int>((paired - e) / (2 * N)), [&](auto w) {
-                  block_values<RG, 2 * decltype(w)::value, true>(p, stride, v, vs, nk, e, o + r,
-                                                                 next, ahead_rows, n.Dv);
-                });
-              if (e < paired) e = paired, next = nullptr, ahead_rows = 0;
-            }
-            for (; e + W * N <= whole; e += W * N, next = nullptr, ahead_rows = 0)
-              block_values<RG, W, false>(p, stride, v, vs, nk, e, o + r, next, ahead_rows, n.Dv);
-            if (e < whole)
-              simd::with_count<W>(static_cast<int>((whole - e) / N), [&](auto w) {
-                block_values<RG, decltype(w)::value, false>(p, stride, v, vs, nk, e, o + r, next,
-                                                            ahead_rows, n.Dv);
-              });
-            next = nullptr, ahead_rows = 0;
-          });
-    }
-    for (int64_t e = whole; e < n.Dv; ++e)  // a value dim that is not whole vectors
-      for (int64_t jj = 0; jj < nk; ++jj)
-        for (int64_t r = 0; r < n.R; ++r)
-          o[r][e] += s[r * stride + (j - lo) + jj] * widen_one(v[jj * vs + e]);
+    value_block(s, stride, j - lo, nk, V.row(b, hkv, j), V.row_stride, next, ahead_rows, n, o);
   }
-  for (int64_t r = 0; r < n.R; ++r) pair_order(o[r], paired, true);
+  for (int64_t r = 0; r < n.R; ++r) pair_order(o[r], paired_span<T>(n.Dv), true);
+}
+
+// decode_unit_rows over keys and values in 32-value blocks (a Q8_0 or Q4_0 cache): each block
+// of kValueBlock rows widened once into an fp32 tile in L1, then multiplied there as above.
+void decode_unit_rows_blocks(const AttentionArgs& a, const BlockRows& K, const BlockRows& V,
+                             const View& bias, float scale, const Shape& n, int64_t b,
+                             int64_t hkv, int64_t c, float* parts) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
+  const int64_t lo = u.lo, hi = u.hi;
+  if (lo >= hi) return;
+  const int64_t stride = n.chunk + N;
+  float* s = thread_scratch(ForwardSlot::scores, n.R * stride);
+  float* tile = thread_scratch(BlockSlot::keys, kValueBlock * std::max(n.D, n.Dv));
+  for (int64_t j = lo; j < hi; j += kValueBlock) {
+    const int64_t rows = std::min(kValueBlock, hi - j);
+    widen_rows(K, b, hkv, j, rows, tile);
+    for (int64_t jj = 0; jj < rows; jj += N)
+      block_scores<float>(u.q, n.R, n.D, tile + jj * n.D, n.D, std::min(N, rows - jj), nullptr, 0,
+                          s + (j - lo + jj), stride);
+  }
+  float* o[kTiledDecodeMinRows];
+  for (int64_t r = 0; r < n.R; ++r) {
+    float* out = partial(parts, n, u.unit, r);
+    finish_scores(a, bias, n, b, hkv, r, u.ranges[r], lo, hi, s + r * stride, out);
+    o[r] = out + 2;
+  }
+  for (int64_t j = lo; j < hi; j += kValueBlock) {
+    const int64_t rows = std::min(kValueBlock, hi - j);
+    widen_rows(V, b, hkv, j, rows, tile);
+    value_block<float>(s, stride, j - lo, rows, tile, n.Dv, nullptr, 0, n, o);
+  }
 }
 
 // Many rows per key/value head (a large GQA group, several queries each): up to 64 rows per
@@ -548,10 +590,11 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
 // and value row still read from memory once per unit. (MQA with 32 heads, cache 32k, dim 128,
 // 2 threads: 51.7 ms through the tiled forward, which reads K and V once per query head,
 // 2.45 ms this way.)
+// With KB and VB (T float): keys and values in 32-value blocks, each tile widened first.
 template <typename T>
 void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, const View& bias,
                        float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
-                       float* parts) {
+                       float* parts, const BlockRows* KB = nullptr, const BlockRows* VB = nullptr) {
   using tiles::kKeyTile;
   const int64_t N = static_cast<int64_t>(simd::lanes());
   // On the bf16 units (tiles::kOnUnits): Qt holds the queries unscaled as bf16 pairs along
@@ -600,24 +643,39 @@ void decode_unit_tiled(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& 
   const int64_t NK = simd::product_rows(static_cast<int>(Mq / N));
   const int64_t calls = blocks * ((kKeyTile + NK - 1) / NK + (n.Dv + NK - 1) / NK);
   const int64_t lines_per_row =
-      (n.D * int64_t{sizeof(T)} + 63) / 64 + (n.Dv * int64_t{sizeof(T)} + 63) / 64;
+      KB ? (KB->row_bytes() + 63) / 64 + (VB->row_bytes() + 63) / 64
+         : (n.D * int64_t{sizeof(T)} + 63) / 64 + (n.Dv * int64_t{sizeof(T)} + 63) / 64;
+  float* k_tile = KB ? thread_scratch(BlockSlot::keys, kKeyTile * n.D) : nullptr;
+  float* v_tile = KB ? thread_scratch(BlockSlot::values, kKeyTile * n.Dv) : nullptr;
   for (int64_t j0 = lo; j0 < hi; j0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, hi - j0);
     const int64_t next = j0 + nk, next_rows = std::min(kKeyTile, hi - next);
     const int64_t per_call = std::max<int64_t>(8, (next_rows * lines_per_row + calls - 1) / calls);
     prefetch.issue_all();
-    prefetch.reset(K.row(b, hkv, next), K.row_stride, n.D, V.row(b, hkv, next), V.row_stride, n.Dv,
-                   next_rows, static_cast<int>(per_call));
-    // K rows read in place (widened as broadcast), V rows widened as they are packed.
+    if (KB)
+      prefetch.reset(KB->row(b, hkv, next), KB->stride_bytes(), KB->row_bytes(),
+                     VB->row(b, hkv, next), VB->stride_bytes(), VB->row_bytes(), next_rows,
+                     static_cast<int>(per_call));
+    else
+      prefetch.reset(K.row(b, hkv, next), K.row_stride, n.D, V.row(b, hkv, next), V.row_stride,
+                     n.Dv, next_rows, static_cast<int>(per_call));
+    // K rows read in place (widened as broadcast), V rows widened as they are packed; rows in
+    // blocks widened into tiles first.
     const T* k_rows = K.row(b, hkv, j0);
-    const int64_t ks = K.row_stride;
+    int64_t ks = K.row_stride;
+    if (KB) {
+      widen_rows(*KB, b, hkv, j0, nk, k_tile);
+      widen_rows(*VB, b, hkv, j0, nk, v_tile);
+      k_rows = reinterpret_cast<const T*>(k_tile), ks = n.D;
+    }
 #if defined(QKV_BF16_UNITS)
     if constexpr (kUnits)
       simd::interleave_row_pairs(reinterpret_cast<const uint16_t*>(V.row(b, hkv, j0)),
                                  V.row_stride, nk, n.Dv, reinterpret_cast<uint32_t*>(Vt), n.Dv);
     else
 #endif
-    simd::pack_transposed(V.row(b, hkv, j0), V.row_stride, nk, n.Dv, 1.0f, Vt, kKeyTile);
+    if (KB) simd::pack_transposed(v_tile, n.Dv, nk, n.Dv, 1.0f, Vt, kKeyTile);
+    else simd::pack_transposed(V.row(b, hkv, j0), V.row_stride, nk, n.Dv, 1.0f, Vt, kKeyTile);
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const tiles::TileMask& tm = masks[blk];
       const int64_t rows = std::min(Mq, n.R - blk * Mq);
@@ -980,10 +1038,11 @@ void decode_unit_rows_units(const AttentionArgs& a, const Rows<Bf16>& K, const R
 }
 #endif  // QKV_BF16_UNITS && HWY_ARCH_X86
 
-// The split-KV driver for either element type; Tk, Hkv and Dv come from the rows' caller.
+// The split-KV driver for any element type; Tk, Hkv and Dv come from the rows' caller. With KB
+// and VB (T float, K and V unused): keys and values in 32-value blocks.
 template <typename T>
 void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t Hkv, int64_t Tk,
-            int64_t Dv) {
+            int64_t Dv, const BlockRows* KB = nullptr, const BlockRows* VB = nullptr) {
   Shape n{a.q.shape[0], a.q.shape[1], Hkv, a.q.shape[2], Tk, a.q.shape[3], Dv, 0, 0, 0, 0};
   n.G = n.Hq / n.Hkv;
   n.R = n.G * n.Tq;
@@ -996,6 +1055,11 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
   const int threads = detail::threads_for(units * n.chunk * (n.D + n.Dv) * n.R);
   parallel_for(units, threads, [&](int64_t u) {
     const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
+    if (KB) {
+      if (n.R >= kTiledDecodeMinRows)
+        return decode_unit_tiled(a, K, V, bias, scale, n, b, hkv, c, parts, KB, VB);
+      return decode_unit_rows_blocks(a, *KB, *VB, bias, scale, n, b, hkv, c, parts);
+    }
     if (keys_in_lanes(n)) return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
 #if defined(QKV_BF16_UNITS) && HWY_ARCH_X86
     if constexpr (std::is_same_v<T, Bf16>)
@@ -1024,9 +1088,17 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
   });
 }
 
+// Keys and values in 32-value blocks (Q8_0, Q4_0).
+void decode_blocks(const AttentionArgs& a) {
+  const BlockRows K = block_rows(a.k), V = block_rows(a.v);
+  const Rows<float> none{nullptr, 0, 0, 0};
+  decode(a, none, none, a.k.shape[1], a.k.shape[2], a.v.shape[3], &K, &V);
+}
+
 }  // namespace
 
 void decode_forward(const AttentionArgs& a) {
+  if (is_block_type(a.k.type)) return decode_blocks(a);
   // K and V rows are read as vectors; a (rare) strided head dim goes through flash_forward.
   if (a.k.stride[3] != 1 || a.v.stride[3] != 1) return flash_forward(a);
   auto run = [&](auto element) {

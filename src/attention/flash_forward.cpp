@@ -54,6 +54,7 @@
 #include "simd/units.h"
 #include "attention/bf16_products-inl.h"
 #include "attention/bf16_packing-inl.h"
+#include "attention/block_rows-inl.h"
 
 #if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
@@ -125,13 +126,14 @@ void for_visible_scores(bool masked, const VisibleBlocks& blocks, int64_t nk, F&
 // (simd::interleave_row_pairs), zero past j1 to an even count.
 template <int NQV>
 void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b,
-                    int64_t h, const simd::Bf16* k0, const uint16_t* V2, int64_t j0, int64_t j1,
-                    QueryTile& t, float* S, simd::PrefetchQueue& prefetch) {
+                    int64_t h, const simd::Bf16* k_tile, int64_t ks, const uint16_t* V2,
+                    int64_t j0, int64_t j1, QueryTile& t, float* S,
+                    simd::PrefetchQueue& prefetch) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  const int64_t Mq = n.Mq, nk = j1 - j0, ks = a.k.stride[2];
+  const int64_t Mq = n.Mq, nk = j1 - j0;
   const auto* q2 = reinterpret_cast<const uint32_t*>(t.Qt);
   simd::rows_times_pairs_tile<NQV, simd::Into::kStore>(
-      reinterpret_cast<const uint16_t*>(k0 + j0 * ks), ks, 2, nk, q2,
+      reinterpret_cast<const uint16_t*>(k_tile), ks, 2, nk, q2,
       t.two ? q2 + n.D / 2 * Mq : nullptr, n.D / 2, Mq, S, Mq, t.scale, nullptr, &prefetch);
   const bool masked = !t.tm.covers(j0, j1, t.rows);
   VisibleBlocks blocks;
@@ -159,29 +161,29 @@ void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, in
 #endif  // QKV_BF16_UNITS
 
 // One key tile [j0, j1) for one query tile: scores, online softmax, P V. K's elements are
-// fp32, bf16 or fp16.
+// fp32, bf16 or fp16: key j0 at k_tile, the others ks elements apart.
 template <int NQV, class T>
 void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
-              const T* k0, const float* Vt, int64_t j0, int64_t j1, QueryTile& t, float* S,
+              const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1, QueryTile& t,
+              float* S,
               simd::PrefetchQueue& prefetch) {
 #if defined(QKV_BF16_UNITS)
   if constexpr (kOnUnits<T>)
-    return key_step_units<NQV>(a, bias, n, b, h, k0, reinterpret_cast<const uint16_t*>(Vt), j0,
+    return key_step_units<NQV>(a, bias, n, b, h, k_tile, ks, reinterpret_cast<const uint16_t*>(Vt), j0,
                                j1, t, S, prefetch);
 #endif
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq, nk = j1 - j0;
-  const int64_t ks = a.k.stride[2];
   float *m = t.m, *l = t.l, *alpha = t.alpha;
   const bool masked = !t.tm.covers(j0, j1, t.rows);
   VisibleBlocks blocks;
   if (!masked) {
-    simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, t.Qt, n.D, Mq, S, &prefetch);
+    simd::scores_tile<NQV>(k_tile, ks, nk, t.Qt, n.D, Mq, S, &prefetch);
   } else {
     // Only the blocks some query sees; the mask below sets -inf where a row of a partial
     // block may not look.
     blocks.find(t.tm, NQV, t.rows, j0, j1);
-    visible_scores<NQV>(blocks, k0 + j0 * ks, ks, nk, t.Qt, n.D, Mq, S, &prefetch);
+    visible_scores<NQV>(blocks, k_tile, ks, nk, t.Qt, n.D, Mq, S, &prefetch);
   }
   if (has_score_transforms(a))
     transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
@@ -272,30 +274,54 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
   }
 
   const int64_t hkv = h / (n.Hq / n.Hkv);
-  const T* k0 = with_typed(a.k, b, hkv, 0, 0, [](auto* p) { return reinterpret_cast<const T*>(p); });
-  const T* v0 = with_typed(a.v, b, hkv, 0, 0, [](auto* p) { return reinterpret_cast<const T*>(p); });
-  const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
+  // Keys and values in 32-value blocks (a Q8_0 or Q4_0 cache; T is float): each key tile's
+  // rows widened into tiles first, then read as fp32 rows.
+  const bool in_blocks = is_block_type(a.k.type);
+  const T* k0 = nullptr;
+  const T* v0 = nullptr;
+  BlockRows KB, VB;
+  float *k_tile = nullptr, *v_tile = nullptr;
+  if (in_blocks) {
+    KB = block_rows(a.k), VB = block_rows(a.v);
+    k_tile = thread_scratch(BlockSlot::keys, kKeyTile * n.D);
+    v_tile = thread_scratch(BlockSlot::values, kKeyTile * n.Dv);
+  } else {
+    k0 = with_typed(a.k, b, hkv, 0, 0, [](auto* p) { return reinterpret_cast<const T*>(p); });
+    v0 = with_typed(a.v, b, hkv, 0, 0, [](auto* p) { return reinterpret_cast<const T*>(p); });
+  }
+  const int64_t ks = in_blocks ? n.D : a.k.stride[2], vs = a.v.stride[2];
   simd::PrefetchQueue prefetch;
   for (int64_t j0 = lo / kKeyTile * kKeyTile; j0 < hi; j0 += kKeyTile) {
     // The next key tile's K and V rows, asked for while this one computes.
     prefetch.issue_all();  // what the last tile's products left over
     const int64_t next = j0 + kKeyTile, next_rows = std::min(kKeyTile, hi - next);
-    prefetch.reset(k0 + next * ks, ks, n.D, v0 + next * vs, vs, n.Dv,
-                   std::max<int64_t>(next_rows, 0));
+    const int64_t rows = std::min(kKeyTile, hi - j0);
+    const T* k_rows = nullptr;
+    if (in_blocks) {
+      prefetch.reset(KB.row(b, hkv, next), KB.stride_bytes(), KB.row_bytes(), VB.row(b, hkv, next),
+                     VB.stride_bytes(), VB.row_bytes(), std::max<int64_t>(next_rows, 0));
+      widen_rows(KB, b, hkv, j0, rows, k_tile);
+      widen_rows(VB, b, hkv, j0, rows, v_tile);
+      k_rows = reinterpret_cast<const T*>(k_tile);
+      simd::pack_transposed(v_tile, n.Dv, rows, n.Dv, 1.0f, Vt, kKeyTile);
+    } else {
+      prefetch.reset(k0 + next * ks, ks, n.D, v0 + next * vs, vs, n.Dv,
+                     std::max<int64_t>(next_rows, 0));
+      k_rows = k0 + j0 * ks;
 #if defined(QKV_BF16_UNITS)
-    if constexpr (kOnUnits<T>)
-      simd::interleave_row_pairs(reinterpret_cast<const uint16_t*>(v0 + j0 * vs), vs,
-                                 std::min(kKeyTile, hi - j0), n.Dv,
-                                 reinterpret_cast<uint32_t*>(Vt), n.Dv);
-    else
+      if constexpr (kOnUnits<T>)
+        simd::interleave_row_pairs(reinterpret_cast<const uint16_t*>(v0 + j0 * vs), vs, rows, n.Dv,
+                                   reinterpret_cast<uint32_t*>(Vt), n.Dv);
+      else
 #endif
-    simd::pack_transposed(v0 + j0 * vs, vs, std::min(kKeyTile, hi - j0), n.Dv, 1.0f, Vt, kKeyTile);
+      simd::pack_transposed(v0 + j0 * vs, vs, rows, n.Dv, 1.0f, Vt, kKeyTile);
+    }
     for (QueryTile& t : group) {
       // The same key tiles, clipped the same way, as if the tile were alone.
       if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi) continue;
       const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
       simd::with_count<kQueryVectors>(t.nqv, [&](auto c) {
-        key_step<decltype(c)::value>(a, bias, n, b, h, k0, Vt, j0, j1, t, S, prefetch);
+        key_step<decltype(c)::value>(a, bias, n, b, h, k_rows, ks, Vt, j0, j1, t, S, prefetch);
       });
     }
   }
@@ -358,7 +384,8 @@ void flash_forward(const AttentionArgs& args) {
                           stream_out);
     }
   };
-  with_element_type(a.k.type, group);
+  if (is_block_type(a.k.type)) group(float{});  // widened to fp32 a tile at a time
+  else with_element_type(a.k.type, group);
 }
 
 

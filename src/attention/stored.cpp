@@ -2,12 +2,14 @@
 // key/value cache to the kernels. It reads the cache in place where the kernels can, and
 // gathers an fp32 copy of the positions the queries see where they cannot.
 #include <algorithm>
+#include <vector>
 
 #include "attention/kernels.h"
 #include "attention/overlap.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/number_format.h"
+#include "qkv/quant.h"
 #include "qkv/threads.h"
 #include "util/parallel.h"
 #include "util/scratch.h"
@@ -23,6 +25,11 @@ int64_t first_seen(const Mask& m, int64_t length, int64_t Tq) {
 }
 
 int64_t fresh_rows(const StoredKV& kv) { return kv.fresh_k.empty() ? 0 : kv.fresh_k.shape[2]; }
+
+// Q8_0 and Q4_0: rows of 32-value blocks.
+bool in_blocks(TensorType t) { return t == TensorType::q8_0 || t == TensorType::q4_0; }
+constexpr int64_t kBlock = 32;
+int64_t block_bytes(TensorType t) { return block_size(static_cast<uint32_t>(t))->bytes; }
 
 // The stored rows [0, rows) of keys or values as a view [B, Hkv, rows, dim] of the storage's type.
 View stored_view(const StoredKV& kv, const void* p, int64_t B, int64_t rows, int64_t dim) {
@@ -41,10 +48,16 @@ View stored_view(const StoredKV& kv, const void* p, int64_t B, int64_t rows, int
 void validate(const AttentionArgs& a, const StoredKV& kv) {
   check(a.k.empty() && a.v.empty(), kWhere,
         ": k and v are read from the storage; leave args.k and args.v empty");
-  if (kv.type != TensorType::f32 && kv.type != TensorType::bf16 &&
-      kv.type != TensorType::f16)  // (to_string only on failure)
+  if (kv.type != TensorType::f32 && kv.type != TensorType::bf16 && kv.type != TensorType::f16 &&
+      !in_blocks(kv.type))  // (to_string only on failure)
     fail(kWhere, ": keys and values stored as ", to_string(kv.type),
-         " (fp32, bf16 and fp16 are read)");
+         " (fp32, bf16, fp16, Q8_0 and Q4_0 are read)");
+  if (in_blocks(kv.type))
+    check(kv.dim_k % kBlock == 0 && kv.dim_v % kBlock == 0 && kv.batch_stride % kBlock == 0 &&
+              kv.head_stride % kBlock == 0 && kv.row_stride % kBlock == 0,
+          kWhere, ": ", to_string(kv.type), " rows are 32-value blocks: dim_k ", kv.dim_k,
+          ", dim_v ", kv.dim_v, " and the strides (", kv.batch_stride, ", ", kv.head_stride, ", ",
+          kv.row_stride, ") must be multiples of 32");
   check(kv.k != nullptr && kv.v != nullptr, kWhere, ": no stored keys or values (null)");
   check(kv.heads > 0 && kv.dim_k > 0 && kv.dim_v > 0, kWhere,
         ": heads, dim_k and dim_v must be > 0, got ", kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
@@ -61,8 +74,10 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   // The checks of attention(), on the shapes the stored keys and values have (views of
   // those shapes that nothing reads).
   AttentionArgs shapes = a;
-  shapes.k = stored_view(kv, kv.k, B, kv.length, kv.dim_k);
-  shapes.v = stored_view(kv, kv.v, B, kv.length, kv.dim_v);
+  StoredKV as_elements = kv;  // blocks: their shapes checked as fp32 views of the same dims
+  if (in_blocks(kv.type)) as_elements.type = TensorType::f32;
+  shapes.k = stored_view(as_elements, kv.k, B, kv.length, kv.dim_k);
+  shapes.v = stored_view(as_elements, kv.v, B, kv.length, kv.dim_v);
   detail::validate_shapes(shapes, kWhere);
   const int64_t n = fresh_rows(kv);
   if (n > 0 || !kv.fresh_v.empty()) {
@@ -76,11 +91,17 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
           kv.heads, ", n <= ", kv.length, ", ", kv.dim_k, " and ", kv.dim_v, "]");
   }
   // The outputs apart from the queries and from the rows the storage holds.
-  const size_t element = kv.type == TensorType::f32 ? 4 : 2;
   const int64_t rows = kv.slots > 0 ? kv.slots : kv.length;
   auto stored = [&](const char* name, const void* p, int64_t dim) {
-    const int64_t shape[3] = {B, kv.heads, rows * kv.row_stride - kv.row_stride + dim};
-    const int64_t stride[3] = {kv.batch_stride, kv.head_stride, 1};
+    int64_t shape[3] = {B, kv.heads, rows * kv.row_stride - kv.row_stride + dim};
+    int64_t stride[3] = {kv.batch_stride, kv.head_stride, 1};
+    size_t element = kv.type == TensorType::f32 ? 4 : 2;
+    if (in_blocks(kv.type)) {  // in bytes
+      const int64_t bytes = block_bytes(kv.type);
+      shape[2] = shape[2] / kBlock * bytes;
+      stride[0] = stride[0] / kBlock * bytes, stride[1] = stride[1] / kBlock * bytes;
+      element = 1;
+    }
     detail::Extent e = detail::extent_of(name, p, 3, shape, stride, element);
     e.dense = true;  // compared by its whole range: the rows between are the cache's own
     return e;
@@ -114,6 +135,12 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
   auto stored_row = [&](const void* base, int64_t b, int64_t h, int64_t p, int64_t dim,
                         float* out) {
     const int64_t at = slot_of(kv, p) * kv.row_stride;
+    if (in_blocks(kv.type)) {
+      const int64_t value = b * kv.batch_stride + h * kv.head_stride + at;
+      return quant::dequantize(
+          kv.type, static_cast<const uint8_t*>(base) + value / kBlock * block_bytes(kv.type), dim,
+          out);
+    }
     const uint16_t* bits = rows_of<uint16_t>(kv, base, b, h) + at;
     if (kv.type == TensorType::bf16)
       for (int64_t d = 0; d < dim; ++d) out[d] = bf16_to_float(bits[d]);
@@ -126,6 +153,13 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
   };
   auto fresh_row = [&](const View& fresh, int64_t b, int64_t h, int64_t t, int64_t dim,
                        float* out) {
+    if (in_blocks(kv.type)) {  // quantized and back, as storing it would
+      for (int64_t d = 0; d < dim; ++d) out[d] = fresh.get(b, h, t, d);
+      thread_local std::vector<uint8_t> blocks;
+      blocks.resize(dim / kBlock * block_bytes(kv.type));
+      quant::quantize_into(kv.type, out, dim, blocks.data());
+      return quant::dequantize(kv.type, blocks.data(), dim, out);
+    }
     for (int64_t d = 0; d < dim; ++d) {
       const float x = fresh.get(b, h, t, d);
       out[d] = kv.type == TensorType::bf16  ? bf16_to_float(float_to_bf16(x))

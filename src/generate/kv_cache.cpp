@@ -6,15 +6,46 @@
 #include "qkv/error.h"
 #include "qkv/model.h"
 #include "qkv/number_format.h"
+#include "qkv/quant.h"
 
 namespace qkv {
 
 CacheType cache_type(const std::string& name) {
-  if (name == "f32") return CacheType::f32;
-  if (name == "bf16") return CacheType::bf16;
-  if (name == "f16") return CacheType::f16;
-  fail("kv cache: storage must be f32, bf16 or f16, got \"", name, "\"");
+  for (CacheType t : {CacheType::f32, CacheType::bf16, CacheType::f16, CacheType::q8_0,
+                      CacheType::q4_0})
+    if (name == cache_type_name(t)) return t;
+  fail("kv cache: storage must be f32, bf16, f16, q8_0 or q4_0, got \"", name, "\"");
 }
+
+const char* cache_type_name(CacheType type) {
+  switch (type) {
+    case CacheType::f32: return "f32";
+    case CacheType::bf16: return "bf16";
+    case CacheType::f16: return "f16";
+    case CacheType::q8_0: return "q8_0";
+    case CacheType::q4_0: return "q4_0";
+  }
+  return "?";
+}
+
+TensorType cache_element_type(CacheType type) {
+  switch (type) {
+    case CacheType::f32: return TensorType::f32;
+    case CacheType::bf16: return TensorType::bf16;
+    case CacheType::f16: return TensorType::f16;
+    case CacheType::q8_0: return TensorType::q8_0;
+    case CacheType::q4_0: return TensorType::q4_0;
+  }
+  return TensorType::f32;
+}
+
+namespace {
+bool in_blocks(CacheType t) { return t == CacheType::q8_0 || t == CacheType::q4_0; }
+constexpr int64_t kBlock = 32;
+int64_t block_bytes(CacheType t) {
+  return block_size(static_cast<uint32_t>(cache_element_type(t)))->bytes;
+}
+}  // namespace
 
 KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
     : batch_(o.batch),
@@ -36,9 +67,15 @@ KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
   if (config.positions == PositionKind::learned)
     check(max_seq_ <= config.context, "kv cache: max_seq ", max_seq_, " is longer than the ",
           config.context, " learned positions of the model");
+  check(!in_blocks(type_) || d_head_ % kBlock == 0, "kv cache: a ", cache_type_name(type_),
+        " cache stores rows as blocks of 32 values; the model's head dim ", d_head_,
+        " is not a multiple of 32 (use f32, bf16 or f16)");
   slots_ = ring_ ? std::min(config.window + 1, max_seq_) : max_seq_;
   const int64_t n = layers_ * batch_ * kv_heads_ * slots_ * d_head_;
-  const int64_t floats = type_ == CacheType::f32 ? n : (n + 1) / 2;
+  const int64_t bytes = type_ == CacheType::f32 ? 4 * n
+                        : in_blocks(type_)      ? n / kBlock * block_bytes(type_)
+                                                : 2 * n;
+  const int64_t floats = (bytes + 3) / 4;
   k_ = Tensor({floats});
   v_ = Tensor({floats});
   length_.assign(batch_, 0);
@@ -73,6 +110,10 @@ int64_t KVCache::offset(int64_t layer, int64_t seq, int64_t head, int64_t slot) 
   return (((layer * batch_ + seq) * kv_heads_ + head) * slots_ + slot) * d_head_;
 }
 
+uint8_t* KVCache::block_at(bool value, int64_t at) const {
+  return reinterpret_cast<uint8_t*>((value ? v_ : k_).data()) + at / kBlock * block_bytes(type_);
+}
+
 void KVCache::write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, const float* k_rows,
                     const float* v_rows, int64_t row_stride) {
   check(pos0 >= 0 && pos0 + count <= max_seq_, "kv cache: positions [", pos0, ", ", pos0 + count,
@@ -88,6 +129,10 @@ void KVCache::write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, con
       if (type_ == CacheType::f32) {
         std::copy(k, k + d_head_, f32(false) + at);
         std::copy(v, v + d_head_, f32(true) + at);
+      } else if (in_blocks(type_)) {
+        const TensorType t = cache_element_type(type_);
+        quant::quantize_into(t, k, d_head_, block_at(false, at));
+        quant::quantize_into(t, v, d_head_, block_at(true, at));
       } else {
         const auto round = type_ == CacheType::bf16 ? float_to_bf16 : float_to_half;
         for (int64_t d = 0; d < d_head_; ++d) {
@@ -101,12 +146,11 @@ void KVCache::write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, con
 
 StoredKV KVCache::stored(int64_t layer, int64_t seq, int64_t length) const {
   StoredKV kv;
-  kv.type = type_ == CacheType::f32    ? TensorType::f32
-            : type_ == CacheType::bf16 ? TensorType::bf16
-                                       : TensorType::f16;
+  kv.type = cache_element_type(type_);
   const int64_t at = offset(layer, seq, 0, 0);
-  kv.k = type_ == CacheType::f32 ? static_cast<const void*>(f32(false) + at) : bits16(false) + at;
-  kv.v = type_ == CacheType::f32 ? static_cast<const void*>(f32(true) + at) : bits16(true) + at;
+  if (type_ == CacheType::f32) kv.k = f32(false) + at, kv.v = f32(true) + at;
+  else if (in_blocks(type_)) kv.k = block_at(false, at), kv.v = block_at(true, at);
+  else kv.k = bits16(false) + at, kv.v = bits16(true) + at;
   kv.batch_stride = kv_heads_ * slots_ * d_head_;
   kv.head_stride = slots_ * d_head_;
   kv.row_stride = d_head_;

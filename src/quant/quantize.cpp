@@ -227,7 +227,12 @@ std::vector<uint8_t> quantize(TensorType type, const float* x, int64_t n) {
   check(n >= 0 && n % b.elements == 0, "quantize: ", n, " values is not whole ", to_string(type),
         " blocks of ", b.elements);
   std::vector<uint8_t> out(n / b.elements * b.bytes);
-  uint8_t* o = out.data();
+  quantize_into(type, x, n, out.data());
+  return out;
+}
+
+void quantize_into(TensorType type, const float* x, int64_t n, uint8_t* o) {
+  const BlockSize b = block_of(type);
   for (int64_t i = 0; i < n / b.elements; ++i, o += b.bytes) {
     const float* v = x + i * b.elements;
     switch (type) {
@@ -285,7 +290,6 @@ std::vector<uint8_t> quantize(TensorType type, const float* x, int64_t n) {
         break;
     }
   }
-  return out;
 }
 
 }  // namespace qkv::quant

@@ -45,7 +45,9 @@ enum class RingSlot {
   part_dk,
   part_dv
 };
-inline constexpr int kScratchSlots = 24;
+// Keys and values in 32-value blocks widened a tile at a time (src/attention/block_rows-inl.h).
+enum class BlockSlot { keys = 23, values };
+inline constexpr int kScratchSlots = 25;
 
 // A buffer of at least `floats` floats for the calling thread, in slot `slot`. Contents are
 // not preserved when it grows. Throws std::bad_alloc if memory runs out.
