@@ -15,8 +15,9 @@
 namespace qkv {
 namespace {
 
-ModelConfig config_of(const std::string& style) {
-  ModelConfig c = testing::small_model(37, 64, style == "llama" || style == "window", 32);
+// d_model 32 (head dim 8) unless told; block caches need a head dim of whole 32s (d_model 128).
+ModelConfig config_of(const std::string& style, int64_t d_model = 32) {
+  ModelConfig c = testing::small_model(37, 64, style == "llama" || style == "window", d_model);
   c.init_std = 0.25f;  // large enough that the logits differ clearly from position to position
   if (style == "sinusoidal") c.positions = PositionKind::sinusoidal;
   if (style == "alibi") c.positions = PositionKind::alibi;
@@ -201,6 +202,78 @@ TEST(KVCache, Bf16DecodingInPlaceMatchesTheCopiedRows) {
   }
 }
 
+// q8_0 and q4_0 storage: 34 and 18 bytes per 32 values (0.27 and 0.14 of fp32), each row
+// quantized as it is written; the logits stay close to the full forward's.
+TEST(KVCache, BlockStorageIsSmallAndStaysClose) {
+  for (const char* style : {"llama", "window"})
+    for (CacheType type : {CacheType::q8_0, CacheType::q4_0}) {
+      const ModelConfig c = config_of(style, 128);
+      Model m(c, 7);
+      const auto tokens = tokens_of(30, 4, c.vocab_size);
+      const auto expected = full_logits(m, tokens);
+      KVCache f32(c, {.max_seq = 30}), blocks(c, {.max_seq = 30, .type = type});
+      EXPECT_EQ(blocks.bytes() * 128, f32.bytes() * (type == CacheType::q8_0 ? 34 : 18));
+      m.forward_cached(blocks, tokens.data(), 1, 10);
+      double worst = 0;
+      for (int64_t t = 10; t < 30; ++t) {
+        const View l = m.forward_cached(blocks, &tokens[t], 1, 1);
+        worst = std::max(worst, relative_error(expected, t, l, 0, c.vocab_size));
+      }
+      // Measured with these weights (std 0.25, which amplify any change): bf16 2.2e-2, q8_0
+      // 5.9e-2 and 6.7e-2, q4_0 (16x coarser steps) 0.67 and 0.57. SmolLM2's perplexity is the
+      // quality measure that matters (docs/api.md); this bounds the noise to its expected size.
+      EXPECT_LE(worst, type == CacheType::q8_0 ? 0.12 : 1.0) << style;
+      EXPECT_GT(worst, 0) << style << ": the rounding should show";
+    }
+}
+
+// One token at a time (split-KV decoding), a chunk (the tiled forward), a ring of window + 1
+// slots (its overrun chunk through an fp32 copy of the dequantized rows) and a batch of
+// sequences of different lengths all read the same quantized rows: each row is quantized
+// alone, wherever it is stored. So they agree up to summation order (the bound of the bf16
+// test above), and a sequence reset and run again gives its logits again.
+TEST(KVCache, BlockCachesAgreeAcrossKernelsRingsAndBatches) {
+  for (CacheType type : {CacheType::q8_0, CacheType::q4_0}) {
+    const ModelConfig c = config_of("window", 128);
+    const int64_t V = c.vocab_size;
+    Model m(c, 12);
+    const auto tokens = tokens_of(40, 6, V);
+    KVCache one(c, {.max_seq = 40, .type = type});
+    const View all = m.forward_cached(one, tokens.data(), 1, 40, nullptr, true);
+    const std::vector<float> expected(all.data, all.data + 40 * V);
+    one.reset();
+    m.forward_cached(one, tokens.data(), 1, 10);
+    for (int64_t t = 10; t < 40; ++t)
+      EXPECT_LE(relative_error(expected, t, m.forward_cached(one, &tokens[t], 1, 1), 0, V), 2e-4)
+          << cache_type_name(type) << " one token, position " << t;
+    for (int64_t chunk : {1, 7}) {
+      KVCache ring(c, {.max_seq = 64, .type = type, .ring = true});
+      for (int64_t done = 0; done < 40; done += chunk) {
+        const int64_t n = std::min<int64_t>(chunk, 40 - done);
+        const View l = m.forward_cached(ring, &tokens[done], 1, n, nullptr, true);
+        for (int64_t t = 0; t < n; ++t)
+          EXPECT_LE(relative_error(expected, done + t, l, t, V), 2e-4)
+              << cache_type_name(type) << " ring chunk " << chunk << ", position " << done + t;
+      }
+    }
+    // Three sequences in one cache: the first is `tokens`, the others shorter prefixes of it.
+    KVCache batch(c, {.batch = 3, .max_seq = 40, .type = type});
+    const int64_t prompt[3] = {12, 5, 9};
+    for (int64_t s = 0; s < 3; ++s) m.forward_cached(batch, tokens.data(), 1, prompt[s], &s);
+    batch.reset(1);  // forgotten, then run again: the same rows again
+    const int64_t seq1 = 1;
+    m.forward_cached(batch, tokens.data(), 1, prompt[1], &seq1);
+    for (int64_t step = 0; step < 20; ++step) {
+      int32_t next[3];
+      for (int s = 0; s < 3; ++s) next[s] = tokens[prompt[s] + step];
+      const View l = m.forward_cached(batch, next, 3, 1);
+      for (int s = 0; s < 3; ++s)
+        EXPECT_LE(relative_error(expected, prompt[s] + step, l, s, V), 2e-4)
+            << cache_type_name(type) << " batch sequence " << s << ", step " << step;
+    }
+  }
+}
+
 TEST(KVCache, OutgrowingTheCacheIsAClearError) {
   const ModelConfig c = config_of("gpt2");
   Model m(c, 8);
@@ -232,6 +305,12 @@ TEST(KVCache, BadArgumentsAreErrors) {
   EXPECT_THROW(m.forward_cached(cache, &token, 3, 1), Error);
   EXPECT_THROW(KVCache(c, {.max_seq = 100}), Error);  // past 64 learned positions
   EXPECT_THROW(KVCache(c, {.ring = true}), Error);    // no window in this model
+  try {  // head dim 8: not whole blocks of 32
+    KVCache(c, {.type = CacheType::q8_0});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a multiple of 32"), std::string::npos) << e.what();
+  }
   ModelConfig other = c;
   other.n_layers = 3;
   KVCache wrong(other, {.max_seq = 8});

@@ -3,6 +3,7 @@
 // and the error against the reference kernel.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -14,6 +15,8 @@
 #include "cli.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/kv_cache.h"
+#include "qkv/quant.h"
 #include "qkv/targets.h"
 #include "qkv/threads.h"
 #include "yardsticks.h"
@@ -31,6 +34,47 @@ struct BenchOptions {
   int threads = 0;
   double min_time = 1.0;
   std::string dtype = "fp32";  // of q, k, v, out (and the gradients)
+  std::string cache;           // K and V stored as a cache of this type (f32 … q4_0)
+};
+
+// K and V [B, Hkv, T, D] (fp32, contiguous) stored as a key/value cache of `type` stores them
+// (rows rounded or quantized as written), and the StoredKV that attention reads them through.
+struct CacheStorage {
+  std::vector<uint8_t> k, v;
+  StoredKV kv;
+  CacheStorage(const Tensor& kt, const Tensor& vt, TensorType type) {
+    const int64_t B = kt.size(0), H = kt.size(1), T = kt.size(2), D = kt.size(3);
+    check(vt.size(3) == D, "bench: --cache needs --dim-v equal to --dim");
+    if (type == TensorType::q8_0 || type == TensorType::q4_0)
+      check(D % 32 == 0, "bench: a ", to_string(type), " cache needs a head dim of whole 32s, got ",
+            D);
+    auto store = [&](const Tensor& t, std::vector<uint8_t>& bytes) {
+      const int64_t rows = B * H * T, row_bytes = quant::row_bytes(type, D);
+      bytes.resize(rows * row_bytes);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* x = t.data() + r * D;
+        if (type == TensorType::bf16)
+          for (int64_t d = 0; d < D; ++d) {
+            const uint16_t b = float_to_bf16(x[d]);
+            std::memcpy(bytes.data() + r * row_bytes + 2 * d, &b, 2);
+          }
+        else quant::quantize_into(type, x, D, bytes.data() + r * row_bytes);
+      }
+    };
+    store(kt, k);
+    store(vt, v);
+    kv = StoredKV{.type = type, .k = k.data(), .v = v.data(), .batch_stride = H * T * D,
+                  .head_stride = T * D, .row_stride = D, .heads = H, .dim_k = D, .dim_v = D,
+                  .length = T};
+  }
+  // Head (b, h)'s keys or values as the cache holds them, in fp32 [1, 1, T, D].
+  Tensor widened(bool values, int64_t b, int64_t h) const {
+    const int64_t T = kv.length, D = kv.dim_k, row_bytes = quant::row_bytes(kv.type, D);
+    Tensor out({1, 1, T, D});
+    const uint8_t* at = (values ? v : k).data() + ((b * kv.heads + h) * T) * row_bytes;
+    quant::dequantize(kv.type, at, T * D, out.data());
+    return out;
+  }
 };
 
 // The 16-bit copy of an fp32 tensor, element for element in its layout (seen through the same
@@ -139,6 +183,13 @@ void bench_attention(const BenchOptions& o) {
 
   // In a 16-bit type every tensor the kernels read and write has a 16-bit copy.
   const TensorType type = dtype_of(o.dtype);
+  // --cache: K and V as a key/value cache stores them, read through attention(args, StoredKV).
+  std::unique_ptr<CacheStorage> cache;
+  if (!o.cache.empty()) {
+    check(!o.seq_major && !o.backward && o.kv_len == 0, "bench: --cache times the forward over "
+          "[B, H, T, D] rows (no --bthd, --backward or --kv-len)");
+    cache = std::make_unique<CacheStorage>(k, v, cache_element_type(cache_type(o.cache)));
+  }
   std::vector<std::unique_ptr<Storage16>> storage16;
   auto typed = [&](const Tensor& t) {
     if (type == TensorType::f32) return view(t);
@@ -156,6 +207,8 @@ void bench_attention(const BenchOptions& o) {
   a.mask.window_left = o.window;
   if (o.kv_len > 0) a.mask.kv_len = kv_len.data();
   validate(a, "bench");
+  AttentionArgs over_cache = a;  // with --cache: k and v come from the storage
+  over_cache.k = over_cache.v = View();
 
   // --backward times one forward and one backward (the attention of a training step) and
   // counts them as 3.5 forwards: the backward's five tile products against the forward's two.
@@ -171,16 +224,24 @@ void bench_attention(const BenchOptions& o) {
     bytes *= 2;  // the backward reads q, k, v, out, dout and writes dq, dk, dv
   }
   // The read yardstick reads the run's own K and V, in their type (no second copy of them).
-  const double kv_bytes = double(element_bytes) * (k.numel() + v.numel());
+  const double kv_bytes =
+      cache ? double(cache->k.size() + cache->v.size())
+            : double(element_bytes) * (k.numel() + v.numel());
   auto span_of = [&](const View& x, const Tensor& t) {
     return std::span<const float>(static_cast<const float*>(x.address()),
                                   static_cast<size_t>(t.numel() * element_bytes / 4));
   };
+  auto bytes_of = [](const std::vector<uint8_t>& b) {
+    return std::span<const float>(reinterpret_cast<const float*>(b.data()), b.size() / 4);
+  };
   auto read_kv = [&] {
+    if (cache)
+      return detail::measure_read_gbps({bytes_of(cache->k), bytes_of(cache->v)}, threads, 0.1);
     return detail::measure_read_gbps({span_of(a.k, k), span_of(a.v, v)}, threads, 0.1);
   };
   const Timing timing = time_against_peak(
       [&] {
+        if (cache) return attention(over_cache, cache->kv);
         attention(a);
         if (o.backward) attention_backward(a, dout_view, dq_view, dk_view, dv_view);
       },
@@ -201,6 +262,11 @@ void bench_attention(const BenchOptions& o) {
   r.q = a.q.slice(0, 0, 1).slice(1, 0, 1).slice(2, Tq - rows, Tq);
   r.k = a.k.slice(0, 0, 1).slice(1, 0, 1);
   r.v = a.v.slice(0, 0, 1).slice(1, 0, 1);
+  Tensor cached_k, cached_v;  // with --cache: as the cache holds them
+  if (cache) {
+    cached_k = cache->widened(false, 0, 0), cached_v = cache->widened(true, 0, 0);
+    r.k = cached_k, r.v = cached_v;
+  }
   r.out = ref_out;
   r.lse = nullptr;
   reference::attention(r);
@@ -212,7 +278,7 @@ void bench_attention(const BenchOptions& o) {
 
   // The whole reference, timed, when its score grids fit and it takes seconds, not minutes.
   json reference_ms = nullptr;
-  if (!o.no_reference && type == TensorType::f32 && flops < 2e10 &&
+  if (!o.no_reference && !cache && type == TensorType::f32 && flops < 2e10 &&
       double(Tq) * Tk * threads * 4 < 2e9) {
     reference::attention(a);  // warm-up
     reference_ms = 1e3 * time_median([&] { reference::attention(a); }, 0);
@@ -233,6 +299,7 @@ void bench_attention(const BenchOptions& o) {
                  {"kv_len", o.kv_len > 0 ? o.kv_len : Tk},
                  {"layout", o.seq_major ? "bthd" : "bhtd"},
                  {"dtype", o.dtype},
+                 {"cache", o.cache.empty() ? json(nullptr) : json(o.cache)},
                  {"backward", o.backward},
                  {"threads", threads},
                  {"target", current_target()},
@@ -254,7 +321,8 @@ void bench_attention(const BenchOptions& o) {
     std::cout << std::fixed << std::setprecision(2)
               << (o.backward ? "attention forward + backward B=" : "attention B=") << B
               << " Hq=" << Hq << " Hkv=" << Hkv << " Tq=" << Tq << " Tk=" << Tk << " D=" << D
-              << (o.causal ? " causal" : "") << " " << o.dtype << ", " << threads << " thread(s), SIMD target "
+              << (o.causal ? " causal" : "") << " " << o.dtype
+              << (cache ? ", " + o.cache + " cache" : std::string()) << ", " << threads << " thread(s), SIMD target "
               << current_target() << "\n"
               << "  " << seconds * 1e3 << " ms, " << gflops
               << " GFLOP/s = " << 100 * timing.fraction << "% of the measured fp32 FMA peak ("
@@ -264,7 +332,8 @@ void bench_attention(const BenchOptions& o) {
                 << timing.bf16_peak << " GFLOP/s, "
                 << (current_target() == "neon_bf16" ? "bfdot" : "vdpbf16ps")
                 << ", the unit the bf16 kernels run on)\n";
-    std::cout << "  K and V read at " << result["kv_gbps"].get<double>()
+    std::cout << (cache ? "  K and V (as stored) read at " : "  K and V read at ")
+              << result["kv_gbps"].get<double>()
               << " GB/s = " << 100 * timing.read_fraction
               << "% of a plain read loop over the same bytes (" << read_gbps
               << " GB/s; medians over the rounds)\n"
@@ -317,6 +386,11 @@ void add_bench(CLI::App& app) {
                   "bf16 or fp16 (fractions of the fp32 FMA peak, and on avx512_bf16 and neon_bf16 of the bf16 dot peak too)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
+  cmd->add_option("--cache", o->cache,
+                  "K and V stored as a key/value cache of this type (f32, bf16, f16, q8_0, "
+                  "q4_0), read through qkv::attention over the storage; the read loop reads the "
+                  "stored bytes")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0"}));
   cmd->add_flag("--json", o->json, "Print only the JSON result line");
   cmd->callback([o] { bench_attention(*o); });
 }

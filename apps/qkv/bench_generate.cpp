@@ -81,7 +81,9 @@ void bench_generate(const BenchGenerateOptions& o) {
   std::mt19937 rng(1);
   std::vector<int32_t> tokens(longest);
   for (auto& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
-  const double element = type == CacheType::f32 ? 4 : 2;
+  // Bytes stored per cached value: what decode reads per key and value element.
+  const double element = static_cast<double>(cache.bytes()) /
+                         (2.0 * c.n_layers * c.n_kv_heads * cache.slots() * c.d_head);
 
   // Prefill: the whole prompt in one call; best of `repeats`.
   double prefill = 1e30;
@@ -170,7 +172,7 @@ void add_bench_generate(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Prefill runs (the best is kept)")
       ->capture_default_str();
-  cmd->add_option("--cache", o->cache, "f32, bf16 or f16")->capture_default_str();
+  cmd->add_option("--cache", o->cache, "f32, bf16, f16, q8_0 or q4_0")->capture_default_str();
   add_matmul_option(*cmd, o->matmul);
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "Only the JSON line");

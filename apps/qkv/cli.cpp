@@ -35,7 +35,7 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
   cmd.add_option("--top-k", f.top_k, "Keep the k most likely tokens (0 = off)")
       ->capture_default_str();
   cmd.add_option("--seed", f.seed, "Random seed (default: from the clock)");
-  cmd.add_option("--cache", f.cache, "KV cache storage: f32, bf16 or f16")->capture_default_str();
+  cmd.add_option("--cache", f.cache, "KV cache storage: f32, bf16, f16, q8_0 or q4_0")->capture_default_str();
 }
 
 Sampling sampling_of(const SamplingFlags& f) {

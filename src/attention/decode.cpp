@@ -552,8 +552,93 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
   for (int64_t r = 0; r < n.R; ++r) pair_order(o[r], paired_span<T>(n.Dv), true);
 }
 
-// decode_unit_rows over keys and values in 32-value blocks (a Q8_0 or Q4_0 cache): each block
-// of kValueBlock rows widened once into an fp32 tile in L1, then multiplied there as above.
+// decode_unit_rows over keys and values in 32-value blocks (a Q8_0 or Q4_0 cache): the same
+// walk, each stored vector of values widened and scaled in registers as it is read
+// (widen_vector), so the rows' bytes are read once and no fp32 copy of them is made.
+
+// The next rows into L1, and rows kFarRows further on into L2: the blocks' rows are short, so
+// one distance alone leaves the hardware prefetcher behind.
+HWY_INLINE void prefetch_blocks(const uint8_t* row, int64_t stride, int64_t bytes) {
+  for (int64_t i = 0; i < bytes; i += 64) {
+    __builtin_prefetch(row + i);
+    __builtin_prefetch(row + kFarRows * stride + i, 0, 1);
+  }
+}
+
+// key_dots over rows of blocks: part[r][jj + j] ← q_r ⊙ k_j for RG rows and KG keys (ks bytes
+// apart), D a multiple of 32.
+template <TensorType kType, int RG, int KG>
+HWY_INLINE void key_dots_blocks(const float* q, int64_t D, const uint8_t* k, int64_t ks,
+                                PartialDots* part, int64_t jj) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  simd::VfSlot acc[RG][KG];
+  for (int r = 0; r < RG; ++r)
+    for (int j = 0; j < KG; ++j) acc[r][j] = hn::Zero(df);
+  for (int64_t d = 0; d < D; d += N) {
+    simd::VfSlot kv[KG];
+    for (int j = 0; j < KG; ++j) kv[j] = widen_vector<kType>(k + j * ks, d);
+    for (int r = 0; r < RG; ++r) {
+      const Vf qv = hn::LoadU(df, q + r * D + d);
+      for (int j = 0; j < KG; ++j) acc[r][j] = hn::MulAdd(qv, kv[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < RG; ++r)
+    for (int j = 0; j < KG; ++j) part[r][jj + j] = acc[r][j];
+}
+
+// block_scores over rows of blocks: s[r · s_stride + jj] ← q_r · k_jj for nk ≤ N keys.
+template <TensorType kType>
+void block_scores_blocks(const float* q, int64_t R, int64_t D, const BlockRows& K, const uint8_t* k,
+                         int64_t nk, int64_t ahead_rows, float* s, int64_t s_stride) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  const int64_t ks = K.stride_bytes(), bytes = K.row_bytes();
+  PartialDots part[kTiledDecodeMinRows];
+  const auto keys_from = [&](int64_t jj, auto keys) {
+    constexpr int KG = decltype(keys)::value;
+    for (int j = 0; j < KG; ++j)
+      if (jj + j < ahead_rows) prefetch_blocks(k + (jj + j + kPrefetchRows) * ks, ks, bytes);
+    for (int64_t r = 0; r < R; r += kGroupRows)
+      simd::with_count<kGroupRows>(
+          static_cast<int>(std::min<int64_t>(kGroupRows, R - r)), [&](auto rows) {
+            key_dots_blocks<kType, decltype(rows)::value, KG>(q + r * D, D, k + jj * ks, ks,
+                                                              part + r, jj);
+          });
+  };
+  int64_t jj = 0;
+  if (R <= 2)  // four chains of FMAs rather than two: more in flight
+    for (; jj + 4 <= nk; jj += 4) keys_from(jj, std::integral_constant<int, 4>{});
+  for (; jj + 2 <= nk; jj += 2) keys_from(jj, std::integral_constant<int, 2>{});
+  if (jj < nk) keys_from(jj, std::integral_constant<int, 1>{});
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t lane = nk; lane < N; ++lane) part[r][lane] = hn::Zero(df);
+    hn::StoreU(lane_sums(part[r]), df, s + r * s_stride);
+  }
+}
+
+// block_values over rows of blocks: o_r[e0, e0 + W N) += Σ_jj p_r[jj] v_jj for nk value rows
+// (vs bytes apart); the first ahead_rows rows kPrefetchRows further on are asked for.
+template <TensorType kType, int RG, int W>
+void block_values_blocks(const float* p, int64_t p_stride, const uint8_t* v, int64_t vs,
+                         int64_t bytes, int64_t nk, int64_t e0, float* const* o,
+                         int64_t ahead_rows) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  simd::VfSlot acc[RG][W];
+  for (int r = 0; r < RG; ++r)
+    for (int w = 0; w < W; ++w) acc[r][w] = hn::LoadU(df, o[r] + e0 + w * N);
+  for (int64_t jj = 0; jj < nk; ++jj) {
+    if (jj < ahead_rows) prefetch_blocks(v + (jj + kPrefetchRows) * vs, vs, bytes);
+    simd::VfSlot x[W];
+    for (int w = 0; w < W; ++w) x[w] = widen_vector<kType>(v + jj * vs, e0 + w * N);
+    for (int r = 0; r < RG; ++r) {
+      const Vf pr = hn::Set(df, p[r * p_stride + jj]);
+      for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(pr, x[w], acc[r][w]);
+    }
+  }
+  for (int r = 0; r < RG; ++r)
+    for (int w = 0; w < W; ++w) hn::StoreU(acc[r][w], df, o[r] + e0 + w * N);
+}
+
+template <TensorType kType>
 void decode_unit_rows_blocks(const AttentionArgs& a, const BlockRows& K, const BlockRows& V,
                              const View& bias, float scale, const Shape& n, int64_t b,
                              int64_t hkv, int64_t c, float* parts) {
@@ -563,13 +648,14 @@ void decode_unit_rows_blocks(const AttentionArgs& a, const BlockRows& K, const B
   if (lo >= hi) return;
   const int64_t stride = n.chunk + N;
   float* s = thread_scratch(ForwardSlot::scores, n.R * stride);
-  float* tile = thread_scratch(BlockSlot::keys, kValueBlock * std::max(n.D, n.Dv));
-  for (int64_t j = lo; j < hi; j += kValueBlock) {
-    const int64_t rows = std::min(kValueBlock, hi - j);
-    widen_rows(K, b, hkv, j, rows, tile);
-    for (int64_t jj = 0; jj < rows; jj += N)
-      block_scores<float>(u.q, n.R, n.D, tile + jj * n.D, n.D, std::min(N, rows - jj), nullptr, 0,
-                          s + (j - lo + jj), stride);
+  // Rows kPrefetchRows ahead, up to hi, are asked for as each row is read.
+  const auto ahead = [&](int64_t j, int64_t count) {
+    return std::clamp<int64_t>(hi - (j + kPrefetchRows), 0, count);
+  };
+  for (int64_t j = lo; j < hi; j += N) {
+    const int64_t nk = std::min(N, hi - j);
+    block_scores_blocks<kType>(u.q, n.R, n.D, K, K.row(b, hkv, j), nk, ahead(j, nk), s + (j - lo),
+                               stride);
   }
   float* o[kTiledDecodeMinRows];
   for (int64_t r = 0; r < n.R; ++r) {
@@ -577,10 +663,27 @@ void decode_unit_rows_blocks(const AttentionArgs& a, const BlockRows& K, const B
     finish_scores(a, bias, n, b, hkv, r, u.ranges[r], lo, hi, s + r * stride, out);
     o[r] = out + 2;
   }
+  const int64_t vs = V.stride_bytes(), bytes = V.row_bytes();
   for (int64_t j = lo; j < hi; j += kValueBlock) {
-    const int64_t rows = std::min(kValueBlock, hi - j);
-    widen_rows(V, b, hkv, j, rows, tile);
-    value_block<float>(s, stride, j - lo, rows, tile, n.Dv, nullptr, 0, n, o);
+    const int64_t nk = std::min(kValueBlock, hi - j);
+    const uint8_t* v = V.row(b, hkv, j);
+    int64_t ahead_rows = ahead(j, nk);  // asked for by the first pass only
+    for (int64_t r = 0; r < n.R; r += kGroupRows) {
+      const float* p = s + r * stride + (j - lo);
+      simd::with_count<kGroupRows>(
+          static_cast<int>(std::min<int64_t>(kGroupRows, n.R - r)), [&](auto rows) {
+            constexpr int RG = decltype(rows)::value, W = kValueVectors<RG>;
+            int64_t e = 0;
+            for (; e + W * N <= n.Dv; e += W * N, ahead_rows = 0)
+              block_values_blocks<kType, RG, W>(p, stride, v, vs, bytes, nk, e, o + r, ahead_rows);
+            if (e < n.Dv)
+              simd::with_count<W>(static_cast<int>((n.Dv - e) / N), [&](auto w) {
+                block_values_blocks<kType, RG, decltype(w)::value>(p, stride, v, vs, bytes, nk, e,
+                                                                   o + r, ahead_rows);
+              });
+            ahead_rows = 0;
+          });
+    }
   }
 }
 
@@ -1058,7 +1161,11 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
     if (KB) {
       if (n.R >= kTiledDecodeMinRows)
         return decode_unit_tiled(a, K, V, bias, scale, n, b, hkv, c, parts, KB, VB);
-      return decode_unit_rows_blocks(a, *KB, *VB, bias, scale, n, b, hkv, c, parts);
+      if (KB->type == TensorType::q8_0)
+        return decode_unit_rows_blocks<TensorType::q8_0>(a, *KB, *VB, bias, scale, n, b, hkv, c,
+                                                         parts);
+      return decode_unit_rows_blocks<TensorType::q4_0>(a, *KB, *VB, bias, scale, n, b, hkv, c,
+                                                       parts);
     }
     if (keys_in_lanes(n)) return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
 #if defined(QKV_BF16_UNITS) && HWY_ARCH_X86

@@ -69,7 +69,7 @@ KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
           config.context, " learned positions of the model");
   check(!in_blocks(type_) || d_head_ % kBlock == 0, "kv cache: a ", cache_type_name(type_),
         " cache stores rows as blocks of 32 values; the model's head dim ", d_head_,
-        " is not a multiple of 32 (use f32, bf16 or f16)");
+        " is not a multiple of 32 (use f32, bf16 or f16 for this model)");
   slots_ = ring_ ? std::min(config.window + 1, max_seq_) : max_seq_;
   const int64_t n = layers_ * batch_ * kv_heads_ * slots_ * d_head_;
   const int64_t bytes = type_ == CacheType::f32 ? 4 * n
