@@ -16,7 +16,7 @@ namespace qkv::cli {
 namespace {
 
 struct PerplexityCliOptions {
-  std::string model, text, matmul = "exact";
+  std::string model, text, matmul = "exact", cache = "f32";
   int64_t ctx = 512;
   int threads = 0;
   bool json = false;
@@ -31,12 +31,14 @@ void run_perplexity(const PerplexityCliOptions& o) {
   set_matmul(*f.model, o.matmul);
   const Tokenizer& tok = *f.tokenizer;
   const std::vector<int32_t> tokens = tok.encode(text);
-  const PerplexityResult r = perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1);
+  const PerplexityResult r =
+      perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1, cache_type(o.cache));
   nlohmann::json j = {{"model", o.model},           {"text", o.text},
                       {"tokens", tokens.size()},    {"ctx", r.ctx},
                       {"chunks", r.chunks},         {"scored", r.scored},
                       {"perplexity", r.perplexity}, {"nll", r.nll},
                       {"nll_stderr", r.nll_stderr}, {"matmul", o.matmul},
+                      {"cache", o.cache},
                       {"threads", num_threads()},   {"target", current_target()},
                       {"seconds", r.seconds},       {"chunk_perplexity", r.chunk_perplexity}};
   if (o.json) {
@@ -44,7 +46,7 @@ void run_perplexity(const PerplexityCliOptions& o) {
     return;
   }
   std::cout << o.text << ": " << tokens.size() << " tokens, " << r.chunks << " chunks of " << r.ctx
-            << ", " << r.scored << " scored (" << o.matmul << " matmul)\n";
+            << ", " << r.scored << " scored (" << o.matmul << " matmul, " << o.cache << " cache)\n";
   for (size_t k = 0; k < r.chunk_perplexity.size(); ++k)
     std::cout << "[" << k + 1 << "]" << r.chunk_perplexity[k]
               << (k + 1 < r.chunk_perplexity.size() ? "," : "\n");
@@ -64,6 +66,8 @@ void add_perplexity(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "Tokens per chunk; the second half of each is scored")
       ->capture_default_str();
   add_matmul_option(*cmd, o->matmul);
+  cmd->add_option("--cache", o->cache, "KV cache storage: f32, bf16, f16, q8_0 or q4_0")
+      ->capture_default_str();
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "One JSON line");
   cmd->callback([o] { run_perplexity(*o); });

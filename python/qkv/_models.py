@@ -110,10 +110,11 @@ class Model:
         """The logits [len(tokens), vocab] of one forward over `tokens` (text or ids)."""
         return self._file.logits(self._ids(tokens))
 
-    def perplexity(self, text, ctx=512):
+    def perplexity(self, text, ctx=512, cache="f32"):
         """Perplexity on `text` (a string, or token ids), windowed as llama.cpp's
         llama-perplexity: chunks of `ctx` tokens, each run on its own (starting with BOS when
-        the tokenizer adds one), the predictions of each chunk's second half scored. A dict:
+        the tokenizer adds one), the predictions of each chunk's second half scored; cache:
+        the KV cache's storage, as in generate(). A dict:
         perplexity, nll (nats per token) and its nll_stderr, ctx, chunks, scored,
         chunk_perplexity (after each chunk), seconds."""
         tok = self.tokenizer
@@ -124,7 +125,7 @@ class Model:
         else:
             ids = [int(t) for t in text]
         bos = tok.bos if tok is not None and tok.adds_bos else -1
-        return self._file.perplexity(ids, int(ctx), bos)
+        return self._file.perplexity(ids, int(ctx), bos, str(cache))
 
 
 def load_llama2c(path, tokenizer=None):

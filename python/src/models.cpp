@@ -160,11 +160,13 @@ void bind_models(nb::module_& m) {
           nb::arg("tokens"), "The logits [len(tokens), vocab] of one forward over the tokens")
       .def(
           "perplexity",
-          [](ModelFile& f, const std::vector<int32_t>& tokens, int64_t ctx, int32_t bos) {
+          [](ModelFile& f, const std::vector<int32_t>& tokens, int64_t ctx, int32_t bos,
+             const std::string& cache) {
             PerplexityResult r;
+            const CacheType type = cache_type(cache);
             {
               nb::gil_scoped_release unlocked;
-              r = perplexity(*f.model, tokens, ctx, bos);
+              r = perplexity(*f.model, tokens, ctx, bos, type);
             }
             nb::dict d;
             d["perplexity"] = r.perplexity, d["nll"] = r.nll, d["nll_stderr"] = r.nll_stderr;
@@ -172,7 +174,7 @@ void bind_models(nb::module_& m) {
             d["chunk_perplexity"] = r.chunk_perplexity, d["seconds"] = r.seconds;
             return d;
           },
-          nb::arg("tokens"), nb::arg("ctx"), nb::arg("bos"))
+          nb::arg("tokens"), nb::arg("ctx"), nb::arg("bos"), nb::arg("cache"))
       .def("_attention_maps", [](ModelFile& f, const std::string& name, const std::string& prompt,
                                  const std::string& prompt_ids) {
         AttentionMaps maps;

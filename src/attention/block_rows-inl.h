@@ -59,28 +59,37 @@ inline BlockRows block_rows(const View& v) {
   return r;
 }
 
-// Values [e, e + N) of a row of blocks (N divides 32, e a multiple of N), widened and scaled
-// in registers: x = d · q (Q8_0) or d · (q − 8) (Q4_0, whose value i < 16 is byte i's low
-// nibble and value 16 + i its high one).
 template <TensorType kType>
-HWY_INLINE simd::Vf widen_vector(const uint8_t* row, int64_t e) {
+inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(kType))->bytes;
+
+// A block's fp16 scale d.
+HWY_INLINE float block_scale(const uint8_t* blk) { return quant::HWY_NAMESPACE::half(blk); }
+
+// Values [i, i + N) of one block (N divides 32, i a multiple of N) as fp32, before the scale:
+// q (Q8_0), or q − 8 (Q4_0, whose value i < 16 is byte i's low nibble, value 16 + i its high).
+// Kernels multiply by d once per block, not once per vector.
+template <TensorType kType>
+HWY_INLINE simd::Vf block_ints(const uint8_t* blk, int64_t i) {
   namespace hn = simd::hn;
   const simd::Df df;
   const hn::RebindToSigned<simd::Df> di;
-  constexpr int64_t kBytes = kType == TensorType::q8_0 ? 34 : 18;
-  const uint8_t* blk = row + e / kBlockValues * kBytes;
-  const int64_t i = e % kBlockValues;
-  const float d = quant::HWY_NAMESPACE::half(blk);
   if constexpr (kType == TensorType::q8_0) {
     const hn::Rebind<int8_t, simd::Df> di8;
-    const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
-    return hn::Mul(hn::Set(df, d), hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, q + i))));
+    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(blk + 2) + i)));
   } else {
     const hn::Rebind<uint8_t, simd::Df> du8;
     const auto v = hn::PromoteTo(di, hn::LoadU(du8, blk + 2 + i % (kBlockValues / 2)));
     const auto q = i < kBlockValues / 2 ? hn::And(v, hn::Set(di, 15)) : hn::ShiftRight<4>(v);
-    return hn::MulAdd(hn::Set(df, d), hn::ConvertTo(df, q), hn::Set(df, -8.0f * d));
+    return hn::ConvertTo(df, hn::Sub(q, hn::Set(di, 8)));
   }
+}
+
+// Values [e, e + N) of a row of blocks (e a multiple of N), widened and scaled: d · block_ints.
+template <TensorType kType>
+HWY_INLINE simd::Vf widen_vector(const uint8_t* row, int64_t e) {
+  const uint8_t* blk = row + e / kBlockValues * kBlockBytes<kType>;
+  return simd::hn::Mul(simd::hn::Set(simd::Df(), block_scale(blk)),
+                       block_ints<kType>(blk, e % kBlockValues));
 }
 
 // Rows this far ahead are asked for into L1 as a row is widened, and kFarBlockRows ahead into

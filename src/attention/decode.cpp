@@ -567,19 +567,38 @@ HWY_INLINE void prefetch_blocks(const uint8_t* row, int64_t stride, int64_t byte
 
 // key_dots over rows of blocks: part[r][jj + j] ← q_r ⊙ k_j for RG rows and KG keys (ks bytes
 // apart), D a multiple of 32.
+// Block by block: one row sums q · (the block's integers) and scales that by d once (one
+// FMA per block, not a multiply per vector); several rows share each key vector, scaled once.
 template <TensorType kType, int RG, int KG>
 HWY_INLINE void key_dots_blocks(const float* q, int64_t D, const uint8_t* k, int64_t ks,
                                 PartialDots* part, int64_t jj) {
-  constexpr int64_t N = hn::MaxLanes(df);
+  constexpr int64_t N = hn::MaxLanes(df), kBytes = kBlockBytes<kType>;
   simd::VfSlot acc[RG][KG];
   for (int r = 0; r < RG; ++r)
     for (int j = 0; j < KG; ++j) acc[r][j] = hn::Zero(df);
-  for (int64_t d = 0; d < D; d += N) {
-    simd::VfSlot kv[KG];
-    for (int j = 0; j < KG; ++j) kv[j] = widen_vector<kType>(k + j * ks, d);
-    for (int r = 0; r < RG; ++r) {
-      const Vf qv = hn::LoadU(df, q + r * D + d);
-      for (int j = 0; j < KG; ++j) acc[r][j] = hn::MulAdd(qv, kv[j], acc[r][j]);
+  for (int64_t d0 = 0, at = 0; d0 < D; d0 += kBlockValues, at += kBytes) {
+    if constexpr (RG == 1) {
+      simd::VfSlot dot[KG];
+      for (int64_t i = 0; i < kBlockValues; i += N) {
+        const Vf qv = hn::LoadU(df, q + d0 + i);
+        for (int j = 0; j < KG; ++j) {
+          const Vf x = block_ints<kType>(k + j * ks + at, i);
+          dot[j] = i == 0 ? hn::Mul(qv, x) : hn::MulAdd(qv, x, dot[j]);
+        }
+      }
+      for (int j = 0; j < KG; ++j)
+        acc[0][j] = hn::MulAdd(hn::Set(df, block_scale(k + j * ks + at)), dot[j], acc[0][j]);
+    } else {
+      simd::VfSlot scale[KG];
+      for (int j = 0; j < KG; ++j) scale[j] = hn::Set(df, block_scale(k + j * ks + at));
+      for (int64_t i = 0; i < kBlockValues; i += N) {
+        simd::VfSlot kv[KG];
+        for (int j = 0; j < KG; ++j) kv[j] = hn::Mul(scale[j], block_ints<kType>(k + j * ks + at, i));
+        for (int r = 0; r < RG; ++r) {
+          const Vf qv = hn::LoadU(df, q + r * D + d0 + i);
+          for (int j = 0; j < KG; ++j) acc[r][j] = hn::MulAdd(qv, kv[j], acc[r][j]);
+        }
+      }
     }
   }
   for (int r = 0; r < RG; ++r)
@@ -617,7 +636,8 @@ void block_scores_blocks(const float* q, int64_t R, int64_t D, const BlockRows& 
 
 // block_values over rows of blocks: o_r[e0, e0 + W N) += Σ_jj p_r[jj] v_jj for nk value rows
 // (vs bytes apart); the first ahead_rows rows kPrefetchRows further on are asked for.
-template <TensorType kType, int RG, int W>
+// kAligned: e0 is a multiple of 32 (so vector w begins a block where w · N is one).
+template <TensorType kType, int RG, int W, bool kAligned>
 void block_values_blocks(const float* p, int64_t p_stride, const uint8_t* v, int64_t vs,
                          int64_t bytes, int64_t nk, int64_t e0, float* const* o,
                          int64_t ahead_rows) {
@@ -627,11 +647,25 @@ void block_values_blocks(const float* p, int64_t p_stride, const uint8_t* v, int
     for (int w = 0; w < W; ++w) acc[r][w] = hn::LoadU(df, o[r] + e0 + w * N);
   for (int64_t jj = 0; jj < nk; ++jj) {
     if (jj < ahead_rows) prefetch_blocks(v + (jj + kPrefetchRows) * vs, vs, bytes);
-    simd::VfSlot x[W];
-    for (int w = 0; w < W; ++w) x[w] = widen_vector<kType>(v + jj * vs, e0 + w * N);
-    for (int r = 0; r < RG; ++r) {
-      const Vf pr = hn::Set(df, p[r * p_stride + jj]);
-      for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(pr, x[w], acc[r][w]);
+    const uint8_t* row = v + jj * vs;
+    if constexpr (kAligned && RG <= 2) {
+      // p · d once per block and row, the block's integers widened into the FMAs.
+      simd::VfSlot pd[RG];
+      for (int w = 0; w < W; ++w) {
+        const uint8_t* blk = row + (e0 + w * N) / kBlockValues * kBlockBytes<kType>;
+        if ((w * N) % kBlockValues == 0)
+          for (int r = 0; r < RG; ++r)
+            pd[r] = hn::Set(df, p[r * p_stride + jj] * block_scale(blk));
+        const Vf x = block_ints<kType>(blk, (w * N) % kBlockValues);
+        for (int r = 0; r < RG; ++r) acc[r][w] = hn::MulAdd(pd[r], x, acc[r][w]);
+      }
+    } else {
+      simd::VfSlot x[W];
+      for (int w = 0; w < W; ++w) x[w] = widen_vector<kType>(row, e0 + w * N);
+      for (int r = 0; r < RG; ++r) {
+        const Vf pr = hn::Set(df, p[r * p_stride + jj]);
+        for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(pr, x[w], acc[r][w]);
+      }
     }
   }
   for (int r = 0; r < RG; ++r)
@@ -673,13 +707,15 @@ void decode_unit_rows_blocks(const AttentionArgs& a, const BlockRows& K, const B
       simd::with_count<kGroupRows>(
           static_cast<int>(std::min<int64_t>(kGroupRows, n.R - r)), [&](auto rows) {
             constexpr int RG = decltype(rows)::value, W = kValueVectors<RG>;
+            constexpr bool kAligned = W * hn::MaxLanes(df) % kBlockValues == 0;
             int64_t e = 0;
             for (; e + W * N <= n.Dv; e += W * N, ahead_rows = 0)
-              block_values_blocks<kType, RG, W>(p, stride, v, vs, bytes, nk, e, o + r, ahead_rows);
+              block_values_blocks<kType, RG, W, kAligned>(p, stride, v, vs, bytes, nk, e, o + r,
+                                                          ahead_rows);
             if (e < n.Dv)
               simd::with_count<W>(static_cast<int>((n.Dv - e) / N), [&](auto w) {
-                block_values_blocks<kType, RG, decltype(w)::value>(p, stride, v, vs, bytes, nk, e,
-                                                                   o + r, ahead_rows);
+                block_values_blocks<kType, RG, decltype(w)::value, kAligned>(
+                    p, stride, v, vs, bytes, nk, e, o + r, ahead_rows);
               });
             ahead_rows = 0;
           });
