@@ -466,6 +466,16 @@ TEST(CliChat, SmolLM2AnswersTurnByTurn) {
   EXPECT_EQ(pj["matmul"], "int8");
   EXPECT_GT(pj["perplexity"].get<double>(), 1.0);  // a repeated sentence: low, never below 1
   EXPECT_NEAR(std::log(pj["perplexity"].get<double>()), pj["nll"].get<double>(), 1e-9);
+  // The same through a q8_0 cache: keys and values in 8 bits, the perplexity barely moves
+  // (measured 1.5719 and 1.5736 on Zen 4: mean NLLs 0.2% apart).
+  const Result ppl8 = run("perplexity --model " + model + " --text " + text +
+                          " --ctx 64 --matmul int8 --cache q8_0 --json");
+  ASSERT_EQ(ppl8.status, 0) << ppl8.output;
+  const json p8 = json::parse(ppl8.output);
+  EXPECT_EQ(p8["cache"], "q8_0");
+  EXPECT_NEAR(p8["nll"].get<double>(), pj["nll"].get<double>(), 0.01 * pj["nll"].get<double>());
+  EXPECT_EQ(run("perplexity --model " + model + " --text " + text + " --cache q4_1", true).status,
+            2);
   const Result short_text =
       run("perplexity --model " + model + " --text " + text + " --ctx 4096", true);
   EXPECT_EQ(short_text.status, 2);

@@ -556,13 +556,12 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
 // walk, each stored vector of values widened and scaled in registers as it is read
 // (widen_vector), so the rows' bytes are read once and no fp32 copy of them is made.
 
-// The next rows into L1, and rows kFarRows further on into L2: the blocks' rows are short, so
-// one distance alone leaves the hardware prefetcher behind.
+// The row 8 rows past `row` (itself kPrefetchRows ahead of the one being read) into L1. A row
+// of blocks is read faster than an fp32 one, so it is asked for further ahead; a second,
+// farther request into L2 (as the fp32 rows have) measured slower here: 37-56% of the read
+// loop against 62-72% (Zen 4, 8/8 heads, 32k q8_0 cache; no prefetch at all 55-78%).
 HWY_INLINE void prefetch_blocks(const uint8_t* row, int64_t stride, int64_t bytes) {
-  for (int64_t i = 0; i < bytes; i += 64) {
-    __builtin_prefetch(row + i);
-    __builtin_prefetch(row + kFarRows * stride + i, 0, 1);
-  }
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(row + 8 * stride + i);
 }
 
 // key_dots over rows of blocks: part[r][jj + j] ← q_r ⊙ k_j for RG rows and KG keys (ks bytes
