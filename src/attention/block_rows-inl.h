@@ -62,8 +62,15 @@ inline BlockRows block_rows(const View& v) {
 template <TensorType kType>
 inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(kType))->bytes;
 
-// A block's fp16 scale d.
-HWY_INLINE float block_scale(const uint8_t* blk) { return quant::HWY_NAMESPACE::half(blk); }
+// A block's fp16 scale d. On x86 the conversion reads its operand from memory: 8 bytes (the
+// scale and the block's first values), one instruction instead of an insert and a convert.
+HWY_INLINE float block_scale(const uint8_t* blk) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk))));
+#else
+  return quant::HWY_NAMESPACE::half(blk);
+#endif
+}
 
 // Values [i, i + N) of one block (N divides 32, i a multiple of N) as fp32, before the scale:
 // q (Q8_0), or q − 8 (Q4_0, whose value i < 16 is byte i's low nibble, value 16 + i its high).

@@ -649,12 +649,14 @@ void block_values_blocks(const float* p, int64_t p_stride, const uint8_t* v, int
     const uint8_t* row = v + jj * vs;
     if constexpr (kAligned && RG <= 2) {
       // p · d once per block and row, the block's integers widened into the FMAs.
-      simd::VfSlot pd[RG];
+      simd::VfSlot pr[RG], pd[RG];
+      for (int r = 0; r < RG; ++r) pr[r] = hn::Set(df, p[r * p_stride + jj]);
       for (int w = 0; w < W; ++w) {
         const uint8_t* blk = row + (e0 + w * N) / kBlockValues * kBlockBytes<kType>;
-        if ((w * N) % kBlockValues == 0)
-          for (int r = 0; r < RG; ++r)
-            pd[r] = hn::Set(df, p[r * p_stride + jj] * block_scale(blk));
+        if ((w * N) % kBlockValues == 0) {
+          const Vf d = hn::Set(df, block_scale(blk));
+          for (int r = 0; r < RG; ++r) pd[r] = hn::Mul(pr[r], d);
+        }
         const Vf x = block_ints<kType>(blk, (w * N) % kBlockValues);
         for (int r = 0; r < RG; ++r) acc[r][w] = hn::MulAdd(pd[r], x, acc[r][w]);
       }
