@@ -143,6 +143,8 @@ def main():
     ap.add_argument("--decode", type=int, default=1000, help="tokens timed before --context")
     ap.add_argument("--min-time", type=float, default=2.0)
     ap.add_argument("--max-reply", type=int, default=200)
+    ap.add_argument("--threads", default="1,2", help="thread counts for generate")
+    ap.add_argument("--caches", default=",".join(CACHES), help="cache types for generate and perplexity")
     ap.add_argument("--only", choices=("decode", "generate", "perplexity", "chat"), action="append")
     a = ap.parse_args()
     parts = a.only or ["decode", "generate", "perplexity", "chat"]
@@ -152,8 +154,8 @@ def main():
         res["decode"] = decode_fractions(a.min_time)
     if "generate" in parts:
         res["generate"] = {"context": a.context, "decode": a.decode, "rows": []}
-        for threads in (1, 2):
-            for cache in CACHES:
+        for threads in (int(t) for t in a.threads.split(",")):
+            for cache in a.caches.split(","):
                 q = qkv_generate(a.model, threads, cache, a.context, a.decode)
                 ll = llama_generate(a.model, threads, cache, a.context, a.decode)
                 res["generate"]["rows"].append({"threads": threads, "cache": cache, "qkv": q,
@@ -161,7 +163,7 @@ def main():
                 print(json.dumps(res["generate"]["rows"][-1]), file=sys.stderr)
     if "perplexity" in parts:
         res["perplexity"] = {"text": a.text, "ctx": a.ctx, "rows": []}
-        for cache in CACHES:
+        for cache in a.caches.split(","):
             r = qkv_json(["perplexity", "--model", a.model, "--text", a.text, "--ctx", str(a.ctx),
                           "--cache", cache, "--threads", "2"])
             res["perplexity"]["rows"].append({

@@ -39,8 +39,8 @@ QKV = os.path.join(ROOT, "build", "release", "qkv")
 PEER = os.path.join(ROOT, "build", "peer")
 SMOLLM2 = os.path.join(ROOT, "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 STORIES = os.path.join(ROOT, "models", "stories260K")
-SECTIONS = ["attention", "units", "training", "generation", "quantized", "python", "mpi", "ggml",
-            "llama2c"]
+SECTIONS = ["attention", "units", "training", "generation", "quantized", "kv_cache", "python",
+            "mpi", "ggml", "llama2c"]
 
 
 def run(cmd, timeout=3600, env=None):
@@ -271,6 +271,69 @@ def section_quantized(peer_py, quick, args):
     return "\n".join(text)
 
 
+def section_kv_cache(peer_py, quick, args):
+    text = ["## Quantized KV caches\n"]
+    if args.kv_cache_json:  # the output of an earlier bench/kv_cache_compare.py run
+        with open(args.kv_cache_json, encoding="utf-8") as f:
+            r = json.load(f)
+    elif not python_has(peer_py, "llama_cpp") or not os.path.exists(SMOLLM2):
+        text.append("Not measured: it needs llama-cpp-python in the peer's Python "
+                    "(`bench/report.py --setup`) and SmolLM2 (`scripts/get-models`).\n")
+        return "\n".join(text)
+    else:
+        r = json.loads(run([peer_py, "bench/kv_cache_compare.py"] +
+                           (["--decode", "200", "--min-time", "0.5"] if quick else []), timeout=7200))
+    text.append(
+        "`bench/kv_cache_compare.py`: keys and values stored as fp32, fp16, or ggml's 32-value "
+        "blocks (q8_0: 34 bytes per 32 values, q4_0: 18), read in place by every attention "
+        "kernel.\n\n**Decoding over a 32k cache** (`qkv bench attention --queries 1 --seq 32768 "
+        "--dim 128 --kv-heads 8 --cache T`, 2 threads): the cache's stored bytes per second "
+        "against a read loop over the same bytes in the same process, and the arithmetic against "
+        "the fp32 FMA peak (medians of 5 rounds):\n\n| heads | cache | ms | GB/s | of read | "
+        "GFLOP/s | of FMA peak | vs f32 cache |\n|---|---|---:|---:|---:|---:|---:|---:|")
+    f32_ms = {d["heads"]: d["ms"] for d in r["decode"] if d["cache"] == "f32"}
+    for d in r["decode"]:
+        text.append(f"| {d['heads']}/{d['kv_heads']} | {d['cache']} | {d['ms']:.2f} | "
+                    f"{d['kv_gbps']:.1f} | {d['fraction_of_read']:.0%} | {d['gflops']:.0f} | "
+                    f"{d['fraction_of_peak']:.0%} | {f32_ms[d['heads']] / d['ms']:.2f}x |")
+    g = r["generate"]
+    text.append(
+        f"\n**SmolLM2 near its full context** ({r['model']}): tokens/s over the last "
+        f"{g['decode']:,} tokens before position {g['context']:,} — the cache filled by a prompt, "
+        f"then one token at a time; qkv's `qkv bench generate --matmul int8` (llama.cpp's "
+        f"arithmetic for the weights) and llama.cpp (llama-cpp-python {r['llama_cpp_python']}, "
+        f"flash attention on, `type_k` and `type_v` the same cache type), one after the other in "
+        f"one run:\n\n| threads | cache | qkv tok/s | llama.cpp tok/s | qkv / llama.cpp |\n"
+        f"|---|---|---:|---:|---:|")
+    for row in g["rows"]:
+        text.append(f"| {row['threads']} | {row['cache']} | {row['qkv']:.1f} | "
+                    f"{row['llama_cpp']:.1f} | {row['qkv'] / row['llama_cpp']:.2f}x |")
+    p = r["perplexity"]
+    rows = {row["cache"]: row for row in p["rows"]}
+    first = p["rows"][0]
+    text.append(
+        f"\n**Perplexity** on {p['text']} ({first['tokens']:,} tokens, {first['chunks']} chunks "
+        f"of {p['ctx']}, {first['scored']:,} scored): `qkv perplexity --cache T` (fp32 "
+        f"activations), and llama.cpp's logits with its cache in the same type, in the same "
+        f"windows:\n\n| cache | qkv | against f32 | llama.cpp | against its f32 |\n"
+        f"|---|---:|---:|---:|---:|")
+    for cache, row in rows.items():
+        text.append(f"| {cache} | {row['qkv']:.4f} | {100 * (row['qkv'] / rows['f32']['qkv'] - 1):+.2f}% | "
+                    f"{row['llama_cpp']:.4f} | "
+                    f"{100 * (row['llama_cpp'] / rows['f32']['llama_cpp'] - 1):+.2f}% |")
+    c = r["chat"]
+    text.append(
+        f"\n**A long chat** ({c['turns']} turns, greedy, up to {c['max_reply']} tokens a reply, "
+        f"each reply kept in the cache for the next turn; `qkv.Chat`): each cache's replies "
+        f"against the f32 cache's:\n\n| cache | identical replies | characters before the "
+        f"first divergence |\n|---|---:|---:|")
+    for cache, s in c["caches"].items():
+        text.append(f"| {cache} | {s['identical_replies']} of {s['replies']} | "
+                    f"{s['chars_before_divergence']:,} of {s['chars']:,} |")
+    text.append("")
+    return "\n".join(text)
+
+
 def section_python(peer_py, quick, args):
     if not python_has(peer_py, "qkv"):
         return ("## Python\n\nNot measured: qkv is not installed in the peer's Python "
@@ -406,6 +469,9 @@ def main():
     ap.add_argument("--ggml", help="ggml's test-backend-ops binary")
     ap.add_argument("--llama2c", help="llama2.c's run binary")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--kv-cache-json", help="the kv_cache section from this output of "
+                    "bench/kv_cache_compare.py instead of running it (it takes the better part "
+                    "of an hour: llama.cpp decodes slowly over quantized caches)")
     ap.add_argument("--only", help="comma-separated sections: " + ",".join(SECTIONS))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     ap.add_argument("--splice", action="store_true",

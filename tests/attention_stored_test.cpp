@@ -174,6 +174,43 @@ INSTANTIATE_TEST_SUITE_P(Storage, StoredAttention, ::testing::ValuesIn(stored_ca
                          [](const auto& info) { return name_of(info.param); });
 
 // The mistakes a caller can make get errors that name them.
+// A bf16 query and output (a bf16 model's attention) against q8_0 blocks, one query
+// (split-KV decoding) and several (the tiled forward): the query read as bf16 as against any
+// cache, the output the fp32 result rounded to bf16 once.
+TEST(StoredAttentionBf16Query, AgainstBlocks) {
+  const int64_t Hq = 4, Hkv = 2, L = 50, D = 64;
+  for (int64_t Tq : {1, 6}) {
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1, 1);
+    Tensor k({1, Hkv, L, D}), v({1, Hkv, L, D}), q({1, Hq, Tq, D}), expected({1, Hq, Tq, D});
+    std::vector<uint16_t> qb(q.numel()), ob(q.numel());
+    for (int64_t i = 0; i < q.numel(); ++i) qb[i] = float_to_bf16(u(rng)), q.data()[i] = bf16_to_float(qb[i]);
+    std::vector<uint8_t> kq, vq;
+    for (Tensor* t : {&k, &v})
+      for (int64_t r = 0; r < Hkv * L; ++r) {
+        float* row = t->data() + r * D;
+        for (int64_t d = 0; d < D; ++d) row[d] = u(rng);
+        const auto bytes = quant::quantize(TensorType::q8_0, row, D);
+        quant::dequantize(TensorType::q8_0, bytes.data(), D, row);  // what the blocks hold
+        (t == &k ? kq : vq).insert((t == &k ? kq : vq).end(), bytes.begin(), bytes.end());
+      }
+    const StoredKV kv{.type = TensorType::q8_0, .k = kq.data(), .v = vq.data(),
+                      .batch_stride = Hkv * L * D, .head_stride = L * D, .row_stride = D,
+                      .heads = Hkv, .dim_k = D, .dim_v = D, .length = L};
+    View qv(reinterpret_cast<bf16*>(qb.data()), {1, Hq, Tq, D}),
+        ov(reinterpret_cast<bf16*>(ob.data()), {1, Hq, Tq, D});
+    qv.type = ov.type = TensorType::bf16;
+    AttentionArgs a{.q = qv, .out = ov};
+    a.mask.causal = true;
+    attention(a, kv);
+    AttentionArgs r{.q = q, .k = k, .v = v, .out = expected};
+    r.mask.causal = true;
+    reference::attention(r);
+    for (int64_t i = 0; i < q.numel(); ++i)  // |x| < 1: half a bf16 ulp is at most 2^-9
+      ASSERT_NEAR(bf16_to_float(ob[i]), expected.data()[i], 2.5e-3) << "Tq " << Tq << ", element " << i;
+  }
+}
+
 TEST(StoredAttentionErrors, NameWhatIsWrong) {
   std::vector<float> rows(2 * 8 * 4, 0.5f);
   Tensor q({1, 2, 1, 4}), out({1, 2, 1, 4});

@@ -1,8 +1,9 @@
 // Keys and values stored in 32-value blocks (a key/value cache in Q8_0 or Q4_0), as the
-// attention kernels read them: a tile of rows at a time widened to fp32 in the thread's
-// scratch, where the fp32 kernels multiply them. Each stored byte is read once per tile and
-// the tile stays in L1 or L2; the cache is never copied whole. Per Highway target, like
-// src/simd/simd-inl.h.
+// attention kernels read them: split-KV decoding widens a block's values in registers
+// (block_ints, block_scale) as it multiplies them; the tiled kernels widen a tile of rows at
+// a time to fp32 in the thread's scratch (widen_rows), where the fp32 micro-kernels multiply
+// them. Each stored byte is read once per pass and the cache is never copied whole. Per
+// Highway target, like src/simd/simd-inl.h.
 //
 // Strides count values, as for every view (include/qkv/attention.h, StoredKV): position j of
 // head h, sequence b begins at value b · batch_stride + h · head_stride + j · row_stride, whose

@@ -553,8 +553,10 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
 }
 
 // decode_unit_rows over keys and values in 32-value blocks (a Q8_0 or Q4_0 cache): the same
-// walk, each stored vector of values widened and scaled in registers as it is read
-// (widen_vector), so the rows' bytes are read once and no fp32 copy of them is made.
+// walk, each block's values widened in registers as they are read and its scale applied once,
+// so the rows' bytes are read once and no fp32 copy of them is made. (Fewer operations per
+// stored byte than the fp32 rows: still more than 85% of the read loop allows from 4 rows per
+// kv head on; docs/tuning.md has the arithmetic.)
 
 // The row 8 rows past `row` (itself kPrefetchRows ahead of the one being read) into L1. A row
 // of blocks is read faster than an fp32 one, so it is asked for further ahead; a second,
