@@ -8,6 +8,23 @@
 
 namespace qkv {
 
+const std::vector<TensorType>& kv_row_types() {
+  static const std::vector<TensorType> types = {TensorType::f32,  TensorType::bf16,
+                                                TensorType::f16,  TensorType::q8_0,
+                                                TensorType::q4_0, TensorType::q4_1};
+  return types;
+}
+
+bool is_kv_row_type(TensorType t) {
+  for (TensorType k : kv_row_types())
+    if (k == t) return true;
+  return false;
+}
+
+bool is_kv_block_type(TensorType t) {
+  return is_kv_row_type(t) && block_of(t).elements == kKvBlockValues;
+}
+
 std::string to_string(TensorType t) {
   switch (t) {
     case TensorType::f32:

@@ -28,7 +28,7 @@ struct StoredCase {
   int64_t Hq = 4, L = 37;  // query heads (of 2 key/value heads); positions
 };
 
-bool in_blocks(TensorType t) { return t == TensorType::q8_0 || t == TensorType::q4_0; }
+bool in_blocks(TensorType t) { return is_kv_block_type(t); }
 
 std::string name_of(const StoredCase& c) {
   std::string s = in_blocks(c.type) ? to_string(c.type) : dtype_name(c.type);
@@ -143,8 +143,7 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
 
 std::vector<StoredCase> stored_cases() {
   std::vector<StoredCase> cases;
-  for (TensorType type : {TensorType::f32, TensorType::bf16, TensorType::f16, TensorType::q8_0,
-                          TensorType::q4_0})
+  for (TensorType type : kv_row_types())  // every type a cache stores
     for (int64_t Tq : {1, 3}) {
       cases.push_back({.type = type, .Tq = Tq});               // rows in order
       cases.push_back({.type = type, .Tq = Tq, .window = 5});  // a window over them
@@ -161,7 +160,8 @@ std::vector<StoredCase> stored_cases() {
     }
   // Blocks through every kernel: split-KV decoding with its rows in registers and in tiles
   // (16 rows per key/value head), over several chunks, and the tiled forward (40 queries).
-  for (TensorType type : {TensorType::q8_0, TensorType::q4_0}) {
+  for (TensorType type : kv_row_types()) {
+    if (!in_blocks(type)) continue;
     cases.push_back({.type = type, .Tq = 1, .Hq = 32});
     cases.push_back({.type = type, .Tq = 2, .window = 300, .Hq = 8, .L = 1100});
     cases.push_back({.type = type, .Tq = 40, .L = 300});

@@ -248,15 +248,21 @@ static void k_quant_products_are_exact() {
       }
 }
 
-// On a CPU with AVX-VNNI, the AVX2 target's two ways (vpdpbusd, and vpmaddubsw + vpmaddwd).
+// Every int8 unit this CPU has: on x86 AVX-VNNI and vpmaddubsw + vpmaddwd (the AVX2 target's
+// two ways), on AArch64 sdot and int16 pairs.
 TEST(QuantInt8, IntegerProductsAreExact) {
-  for (bool vnni : {true, false}) {
-    if (!vnni && !quant::int8::avx_vnni()) break;
-    quant::int8::allow_avx_vnni(vnni);
+  for (simd::Unit unit : {simd::Unit::avx_vnni, simd::Unit::vpmaddubsw, simd::Unit::sdot,
+                          simd::Unit::int16}) {
+    try {
+      simd::force_unit(simd::Work::int8, unit);
+    } catch (const Error&) {
+      continue;  // not on this CPU
+    }
+    SCOPED_TRACE(simd::name_of(unit));
     integer_products_are_exact();
     k_quant_products_are_exact();
   }
-  quant::int8::allow_avx_vnni(true);
+  simd::force_unit(simd::Work::int8, std::nullopt);
 }
 
 // Real scales: the int8 output against the exact one, within what rounding the activations

@@ -9,6 +9,7 @@
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/targets.h"
+#include "simd/cpu.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -59,7 +60,12 @@ TEST(Targets, EachSupportedTargetCanBeForcedAndHasItsOwnWidth) {
     EXPECT_EQ(target_vector_registers(), known->second.registers);
   }
   set_target("best");
-  EXPECT_EQ(current_target(), supported_targets().front());
+  // The best supported target, but for the bf16 units where the registry widens bf16.
+  std::string best = supported_targets().front();
+  if ((best == "avx512_bf16" || best == "neon_bf16") &&
+      simd::unit_of(simd::Work::bf16) != simd::Unit::bf16_dot)
+    best = supported_targets().at(1);
+  EXPECT_EQ(current_target(), best);
 }
 
 TEST(Targets, EveryTargetComputesTheSameAttentionWithinRounding) {
@@ -117,6 +123,101 @@ TEST(Targets, UnknownUncompiledAndUnsupportedNamesAreErrors) {
       }
     }
   EXPECT_TRUE(contains(supported_targets(), current_target()));  // unchanged by the errors
+}
+
+// ---- Product units: the CPU-feature registry's table ---------------------------------------
+
+simd::CpuFeatures intel_emerald_rapids() {
+  simd::CpuFeatures f;
+  f.vendor = "GenuineIntel", f.family = 6, f.model = 207;
+  f.avx512 = f.avx512_bf16 = f.avx512_vnni = f.avx_vnni = f.amx_bf16 = f.amx_int8 = true;
+  return f;
+}
+simd::CpuFeatures amd_zen(int family, bool avx512) {
+  simd::CpuFeatures f;
+  f.vendor = "AuthenticAMD", f.family = family, f.model = 17;
+  f.avx512 = f.avx512_bf16 = f.avx512_vnni = avx512;
+  return f;
+}
+simd::CpuFeatures arm(bool bf16, bool dotprod) {
+  simd::CpuFeatures f;
+  f.vendor = "arm", f.arm_bf16 = bf16, f.arm_dotprod = dotprod;
+  return f;
+}
+
+TEST(Units, TheTableChoosesByVendorAndFeatures) {
+  using simd::Unit, simd::Work, simd::choose_unit;
+  // bf16: widened on Intel (its vdpbf16ps is slower than its FMAs), the dot unit on AMD and
+  // Arm where the CPU and the build have it.
+  EXPECT_EQ(choose_unit(Work::bf16, intel_emerald_rapids(), true).unit, Unit::fma);
+  EXPECT_EQ(choose_unit(Work::bf16, amd_zen(25, true), true).unit, Unit::bf16_dot);
+  EXPECT_EQ(choose_unit(Work::bf16, amd_zen(25, true), false).unit, Unit::fma);  // no kernels
+  EXPECT_EQ(choose_unit(Work::bf16, amd_zen(25, false), true).unit, Unit::fma);  // Zen 3
+  EXPECT_EQ(choose_unit(Work::bf16, arm(true, true), true).unit, Unit::bf16_dot);
+  EXPECT_EQ(choose_unit(Work::bf16, arm(false, true), true).unit, Unit::fma);
+  EXPECT_NE(choose_unit(Work::bf16, intel_emerald_rapids(), true).why.find("Intel"),
+            std::string::npos);
+  // int8: this architecture's dot instruction where the CPU has it.
+#if defined(__x86_64__)
+  EXPECT_EQ(choose_unit(Work::int8, intel_emerald_rapids(), true).unit, Unit::avx_vnni);
+  EXPECT_EQ(choose_unit(Work::int8, amd_zen(25, true), true).unit, Unit::vpmaddubsw);
+#elif defined(__aarch64__)
+  EXPECT_EQ(choose_unit(Work::int8, arm(false, true), true).unit, Unit::sdot);
+  EXPECT_EQ(choose_unit(Work::int8, arm(false, false), true).unit, Unit::int16);
+#endif
+}
+
+// What a forcing names is checked against the CPU: an error that names the work and the unit,
+// never an illegal instruction later.
+TEST(Units, ForcingIsCheckedAgainstTheCpu) {
+  const auto error_of = [](const std::string& spec, const simd::CpuFeatures& f) -> std::string {
+    try {
+      simd::parse_units(spec, f, true, "QKV_UNITS");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string no_bf16 = error_of("bf16=bf16_dot", amd_zen(25, false));
+  EXPECT_NE(no_bf16.find("QKV_UNITS: cannot force bf16=bf16_dot"), std::string::npos) << no_bf16;
+  EXPECT_NE(no_bf16.find("AVX512-BF16"), std::string::npos) << no_bf16;
+  const std::string wrong = error_of("bf16=sdot", arm(true, true));
+  EXPECT_NE(wrong.find("'sdot' is not a unit for bf16 (fma, bf16_dot)"), std::string::npos) << wrong;
+  EXPECT_NE(error_of("fp8=fma", amd_zen(25, true)).find("unknown work 'fp8'"), std::string::npos);
+  EXPECT_NE(error_of("bf16", amd_zen(25, true)).find("not work=unit"), std::string::npos);
+  EXPECT_EQ(error_of("bf16=bf16_dot", amd_zen(26, true)), "");
+  EXPECT_EQ(error_of("", amd_zen(26, true)), "");
+  const auto forced = simd::parse_units("bf16=fma", intel_emerald_rapids(), true, "x");
+  ASSERT_EQ(forced.size(), 1u);
+  EXPECT_EQ(forced[0].second, simd::Unit::fma);
+}
+
+// A forced unit is the one that runs, and the list `qkv info` prints says so.
+TEST(Units, AForcedUnitRunsAndIsReported) {
+  TargetGuard guard;
+  struct UnitsGuard {
+    ~UnitsGuard() { set_units(""); }
+  } units_guard;
+  set_target("best");
+  const auto bf16_row = [] {
+    for (const UnitInUse& u : units_in_use())
+      if (u.data == "bf16") return u;
+    return UnitInUse{};
+  };
+  set_units("bf16=fma");
+  EXPECT_EQ(bf16_row().unit, "fma");
+  EXPECT_NE(current_target(), "avx512_bf16");
+  EXPECT_NE(current_target(), "neon_bf16");
+  const auto supported = supported_targets();
+  if (contains(supported, "avx512_bf16") || contains(supported, "neon_bf16")) {
+    set_units("bf16=bf16_dot");
+    EXPECT_EQ(bf16_row().unit, "bf16_dot");
+    EXPECT_EQ(current_target(), supported.front());
+    set_target(supported.at(1));  // a lower target forced by name widens bf16
+    EXPECT_EQ(bf16_row().unit, "fma");
+  } else {
+    EXPECT_THROW(set_units("bf16=bf16_dot"), Error);
+  }
 }
 
 }  // namespace

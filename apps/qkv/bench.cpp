@@ -34,7 +34,7 @@ struct BenchOptions {
   int threads = 0;
   double min_time = 1.0;
   std::string dtype = "fp32";  // of q, k, v, out (and the gradients)
-  std::string cache;           // K and V stored as a cache of this type (f32 … q4_0)
+  std::string cache;           // K and V stored as a cache of this type (cache_type_names())
 };
 
 // K and V [B, Hkv, T, D] (fp32, contiguous) stored as a key/value cache of `type` stores them
@@ -45,8 +45,8 @@ struct CacheStorage {
   CacheStorage(const Tensor& kt, const Tensor& vt, TensorType type) {
     const int64_t B = kt.size(0), H = kt.size(1), T = kt.size(2), D = kt.size(3);
     check(vt.size(3) == D, "bench: --cache needs --dim-v equal to --dim");
-    if (type == TensorType::q8_0 || type == TensorType::q4_0)
-      check(D % 32 == 0, "bench: a ", to_string(type), " cache needs a head dim of whole 32s, got ",
+    if (is_kv_block_type(type))
+      check(D % kKvBlockValues == 0, "bench: a ", to_string(type), " cache needs a head dim of whole 32s, got ",
             D);
     auto store = [&](const Tensor& t, std::vector<uint8_t>& bytes) {
       const int64_t rows = B * H * T, row_bytes = quant::row_bytes(type, D);
@@ -386,11 +386,9 @@ void add_bench(CLI::App& app) {
                   "bf16 or fp16 (fractions of the fp32 FMA peak, and on avx512_bf16 and neon_bf16 of the bf16 dot peak too)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  cmd->add_option("--cache", o->cache,
-                  "K and V stored as a key/value cache of this type (f32, bf16, f16, q8_0, "
-                  "q4_0), read through qkv::attention over the storage; the read loop reads the "
-                  "stored bytes")
-      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0"}));
+  add_cache_option(*cmd, o->cache,
+                   "K and V stored as a key/value cache of this type, read through "
+                   "qkv::attention over the storage; the read loop reads the stored bytes");
   cmd->add_flag("--json", o->json, "Print only the JSON result line");
   cmd->callback([o] { bench_attention(*o); });
 }

@@ -172,7 +172,7 @@ void add_bench_generate(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Prefill runs (the best is kept)")
       ->capture_default_str();
-  cmd->add_option("--cache", o->cache, "f32, bf16, f16, q8_0 or q4_0")->capture_default_str();
+  add_cache_option(*cmd, o->cache, "KV cache storage");
   add_matmul_option(*cmd, o->matmul);
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "Only the JSON line");

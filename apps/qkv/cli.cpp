@@ -35,7 +35,13 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
   cmd.add_option("--top-k", f.top_k, "Keep the k most likely tokens (0 = off)")
       ->capture_default_str();
   cmd.add_option("--seed", f.seed, "Random seed (default: from the clock)");
-  cmd.add_option("--cache", f.cache, "KV cache storage: f32, bf16, f16, q8_0 or q4_0")->capture_default_str();
+  add_cache_option(cmd, f.cache, "KV cache storage");
+}
+
+CLI::Option* add_cache_option(CLI::App& cmd, std::string& cache, const std::string& help) {
+  return cmd.add_option("--cache", cache, help + ": " + cache_type_choices())
+      ->check(CLI::IsMember(cache_type_names()))
+      ->capture_default_str();
 }
 
 Sampling sampling_of(const SamplingFlags& f) {

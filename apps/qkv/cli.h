@@ -36,8 +36,11 @@ void add_info(CLI::App& app);
 // --threads N, 0 to 1024: 0 (the default) means every core.
 void add_threads_option(CLI::App& cmd, int& threads);
 
+// --cache: a key/value cache's storage, one of cache_type_names() (checked as it is parsed).
+CLI::Option* add_cache_option(CLI::App& cmd, std::string& cache, const std::string& help);
+
 // The sampling and KV-cache flags of generate and chat: --temperature, --top-p, --top-k,
-// --seed (0: from the clock) and --cache f32|bf16.
+// --seed (0: from the clock) and --cache.
 // --matmul: how products with Q8_0, Q4_0 and Q4_1 weights take their activations
 // (quant::Matmul), applied to a loaded model by set_matmul.
 void add_matmul_option(CLI::App& cmd, std::string& matmul);

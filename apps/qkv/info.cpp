@@ -81,8 +81,12 @@ void info(const InfoOptions& o) {
   const double peak = detail::measure_fma_peak_gflops(threads, 0.3);
   const double bf16_peak = detail::measure_bf16_peak_gflops(threads, 0.3);  // 0: no bf16 unit
   const double read = detail::measure_read_gbps(size_t{256} << 20, threads);
+  json units = json::array();
+  for (const UnitInUse& u : units_in_use())
+    units.push_back({{"data", u.data}, {"unit", u.unit}, {"why", u.why}});
   const json result = {
       {"cpu", model},
+      {"cpu_id", cpu_identity()},
       {"arch", arch},
       {"logical_cpus", omp_get_num_procs()},
       {"threads", threads},
@@ -95,20 +99,25 @@ void info(const InfoOptions& o) {
       {"fma_peak_gflops", peak},
       {"bf16_peak_gflops", bf16_peak > 0 ? json(bf16_peak) : json(nullptr)},
       {"read_gbps", read},
+      {"units", units},
   };
   if (o.json) {
     std::cout << result.dump() << "\n";
     return;
   }
   std::cout << "cpu:      " << model << " (" << arch << "), " << omp_get_num_procs()
-            << " logical CPUs\ncaches:  ";
+            << " logical CPUs\n          " << cpu_identity() << "\ncaches:  ";
   for (const json& c : result["caches"])
     std::cout << " " << c["name"].get<std::string>() << " " << c["size"].get<std::string>()
               << " (CPUs " << c["shared_by"].get<std::string>() << ")";
   std::cout << "\nsimd:     compiled " << joined(compiled_targets()) << "; this CPU runs "
             << joined(supported_targets()) << "\n          in use: " << target << " ("
             << target_vector_bits() << "-bit vectors, " << target_vector_registers()
-            << " registers)\n"
+            << " registers)\nunits:    (QKV_UNITS=bf16=fma,… forces)\n";
+  for (const UnitInUse& u : units_in_use())
+    std::cout << "  " << std::left << std::setw(22) << u.data << std::setw(11) << u.unit << u.why
+              << "\n";
+  std::cout << std::right
             << std::fixed << std::setprecision(1) << "fp32 FMA peak, " << threads << " thread(s), "
             << target << ": " << peak << " GFLOP/s (measured now)\n";
   if (bf16_peak > 0)

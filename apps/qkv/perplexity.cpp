@@ -66,8 +66,7 @@ void add_perplexity(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "Tokens per chunk; the second half of each is scored")
       ->capture_default_str();
   add_matmul_option(*cmd, o->matmul);
-  cmd->add_option("--cache", o->cache, "KV cache storage: f32, bf16, f16, q8_0 or q4_0")
-      ->capture_default_str();
+  add_cache_option(*cmd, o->cache, "KV cache storage");
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "One JSON line");
   cmd->callback([o] { run_perplexity(*o); });

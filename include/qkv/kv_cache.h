@@ -8,9 +8,9 @@
 // rotated (RoPE) before they are stored, so a cached key never needs touching again.
 //
 // Storage: fp32; bf16 or fp16 (half the memory; keys and values are rounded to 8 or 11
-// mantissa bits when written); or q8_0 or q4_0, ggml's 32-value blocks with an fp16 scale
-// (34 or 18 bytes per 32 values: 0.27 or 0.14 of fp32), each row quantized as it is written,
-// as llama.cpp's quantizers do. Scores and softmax stay fp32 whatever the storage (see
+// mantissa bits when written); or q8_0, q4_0 or q4_1, ggml's 32-value blocks with an fp16
+// scale (q4_1: and an fp16 offset; 34, 18 or 20 bytes per 32 values: 0.27, 0.14 or 0.16 of
+// fp32), each row quantized as it is written, as llama.cpp's quantizers do. Scores and softmax stay fp32 whatever the storage (see
 // docs/api.md for the measured accuracy). Block storage needs a head dim of whole 32s.
 // Ring mode (sliding-window models): only the last window + 1 positions are kept; position p
 // lives in slot p mod slots, so memory stays bounded however long the sequence grows.
@@ -28,12 +28,16 @@ namespace qkv {
 
 struct ModelConfig;
 
-enum class CacheType { f32, bf16, f16, q8_0, q4_0 };
-// "f32", "bf16", "f16", "q8_0" or "q4_0" (the CLI's --cache); a qkv::Error naming the choices
-// for anything else.
+enum class CacheType { f32, bf16, f16, q8_0, q4_0, q4_1 };
+// "f32", "bf16", "f16", "q8_0", "q4_0" or "q4_1" (the CLI's --cache); a qkv::Error naming the
+// choices for anything else.
 CacheType cache_type(const std::string& name);
 const char* cache_type_name(CacheType type);
-// How the cache stores one element: its TensorType (f32, bf16, f16, q8_0, q4_0).
+// Every cache type's name, in that order (one table, kv_cache.cpp), and as a sentence:
+// "f32, bf16, f16, q8_0, q4_0 or q4_1".
+const std::vector<std::string>& cache_type_names();
+std::string cache_type_choices();
+// How the cache stores one element: its TensorType (f32, bf16, f16, q8_0, q4_0, q4_1).
 TensorType cache_element_type(CacheType type);
 
 struct KVCacheOptions {

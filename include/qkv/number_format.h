@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace qkv {
 
@@ -95,6 +96,15 @@ inline int64_t bytes_of(TensorType type, int64_t n) {
   const BlockSize b = block_of(type);
   return n / b.elements * b.bytes;
 }
+
+// The types of key and value rows that attention reads in place, and so those a key/value
+// cache stores: f32, bf16, f16 and the 32-value block formats q8_0, q4_0, q4_1 (one list, in
+// number_format.cpp; src/attention/block_rows-inl.h holds each block format's kernels).
+const std::vector<TensorType>& kv_row_types();
+bool is_kv_row_type(TensorType t);
+// Whether a key/value row type is stored in blocks (of kKvBlockValues values).
+bool is_kv_block_type(TensorType t);
+inline constexpr int64_t kKvBlockValues = 32;
 
 // IEEE half and bfloat16 bits to float and back (round to nearest even; NaN stays NaN).
 float half_to_float(uint16_t h);

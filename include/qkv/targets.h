@@ -33,6 +33,29 @@ void set_target_from(const std::string& name, const char* where);
 // names a target that is unknown or not supported here.
 void check_target_environment();
 
+// The product units: which unit multiplies each kind of data now, and why. A static table by
+// CPU vendor and family chooses (the same machine makes the same choice on every run): bf16
+// data goes to the bf16 dot unit (vdpbf16ps, bfdot) on AMD Zen 4/5 and Arm, and is widened to
+// fp32 on Intel, whose vdpbf16ps peaks below its fp32 FMAs; int8 weight products use AVX-VNNI
+// or Arm's sdot where the CPU has them. `qkv info` prints this list.
+struct UnitInUse {
+  std::string data;  // "bf16", "q8_0 cache", "int8 weight products", …
+  std::string unit;  // "fma", "bf16_dot", "avx_vnni", "vpmaddubsw", "vpdpbusd", "sdot", "int16"
+  std::string why;
+};
+std::vector<UnitInUse> units_in_use();
+// The CPU as the table reads it: vendor, family, model and the product features it has, e.g.
+// "AuthenticAMD family 25 model 17: avx512 avx512_bf16 avx512_vnni".
+std::string cpu_identity();
+
+// Forces units from now on: "bf16=fma", "bf16=bf16_dot,int8=vpmaddubsw"; "" goes back to the
+// table. The environment variable QKV_UNITS (read at the first kernel call) does the same.
+// Throws qkv::Error naming the work, the unit and the choices when a unit is unknown, does not
+// multiply that data, or is one this CPU or build lacks (never an illegal instruction later).
+// A SIMD target forced by name (set_target) decides for bf16: avx512_bf16 / neon_bf16 run the
+// bf16 dot unit, a lower target widens. Not to be called while kernels run on other threads.
+void set_units(const std::string& spec);
+
 // Vector width (bits) and vector register count of the current target.
 int target_vector_bits();
 int target_vector_registers();

@@ -87,9 +87,9 @@ class Model:
         gives the same text), with top_p (nucleus) and top_k (0 = off). Ends at max_tokens new
         tokens, at the model's context, or at the model's stop token (a llama2.c model starting a
         new story with BOS, a GGUF model's EOS). cache: how the KV cache stores keys and values,
-        "f32"; "bf16" or "f16" (half the memory); "q8_0" or "q4_0" (32-value blocks with an
-        fp16 scale: 0.27 or 0.14 of the memory, for head dims of whole 32s). Attention reads
-        every storage in place.
+        "f32"; "bf16" or "f16" (half the memory); "q8_0", "q4_0" or "q4_1" (32-value blocks
+        with an fp16 scale, q4_1 with an fp16 offset too: 0.27, 0.14 or 0.16 of the memory, for
+        head dims of whole 32s). Attention reads every storage in place.
         """
         tok = self.tokenizer
         if tok is None:
@@ -163,7 +163,7 @@ class Chat:
     system: the system prompt (None: the one the template writes, "" for none); max_reply:
     tokens per answer at most; context: positions for all turns together (0: the model's);
     temperature (0: greedy), top_p, top_k and seed sample as generate() does; cache: the KV
-    cache's storage, "f32", "bf16", "f16", "q8_0" or "q4_0", as in generate().
+    cache's storage, "f32", "bf16", "f16", "q8_0", "q4_0" or "q4_1", as in generate().
     """
 
     def __init__(self, model, system=None, *, max_reply=1024, context=0, temperature=0.7,

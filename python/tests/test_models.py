@@ -221,16 +221,16 @@ def test_smollm2_with_int8_products():
 
 def test_smollm2_generates_and_chats_from_16_bit_and_block_caches():
     m = qkv.load_gguf(smollm2_path())
-    for cache in ("bf16", "f16", "q8_0", "q4_0"):
+    for cache in ("bf16", "f16", "q8_0", "q4_0", "q4_1"):
         text = "".join(m.generate("The capital of France is", max_tokens=8, temperature=0,
                                   cache=cache))
         assert text.startswith(" Paris"), (cache, text)
     for cache in ("bf16", "q8_0"):
         chat = qkv.Chat(m, temperature=0, max_reply=16, cache=cache)
         assert "Paris" in chat.reply("What is the capital of France?"), cache
-    with pytest.raises(ValueError, match="f32, bf16, f16, q8_0 or q4_0"):
+    with pytest.raises(ValueError, match="f32, bf16, f16, q8_0, q4_0 or q4_1"):
         next(m.generate("x", cache="fp8"))
-    with pytest.raises(ValueError, match="f32, bf16, f16, q8_0 or q4_0"):
+    with pytest.raises(ValueError, match="f32, bf16, f16, q8_0, q4_0 or q4_1"):
         qkv.Chat(m, cache="int4")
 
 

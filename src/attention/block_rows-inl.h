@@ -1,5 +1,6 @@
-// Keys and values stored in 32-value blocks (a key/value cache in Q8_0 or Q4_0), as the
-// attention kernels read them: split-KV decoding widens a block's values in registers
+// Keys and values stored in 32-value blocks (a key/value cache in Q8_0, Q4_0 or Q4_1), as the
+// attention kernels read them: one place per block format (block_ints, block_min, kDataOffset;
+// with_block_format names them all), read by every kernel. split-KV decoding widens a block's values in registers
 // (block_ints, block_scale) as it multiplies them; the tiled kernels widen a tile of rows at
 // a time to fp32 in the thread's scratch (widen_rows), where the fp32 micro-kernels multiply
 // them. Each stored byte is read once per pass and the cache is never copied whole. Per
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include <hwy/highway.h>
 
@@ -30,10 +32,18 @@ namespace qkv::detail {
 namespace HWY_NAMESPACE {
 namespace simd = ::qkv::simd::HWY_NAMESPACE;
 
-inline constexpr int64_t kBlockValues = 32;
+inline constexpr int64_t kBlockValues = kKvBlockValues;
 
-// Whether attention reads this key/value type as blocks.
-inline bool is_block_type(TensorType t) { return t == TensorType::q8_0 || t == TensorType::q4_0; }
+// Calls f(std::integral_constant<TensorType, T>{}) for a block format attention reads (the
+// one list of them here: q8_0, q4_0, q4_1).
+template <typename F>
+decltype(auto) with_block_format(TensorType type, F&& f) {
+  switch (type) {
+    case TensorType::q8_0: return f(std::integral_constant<TensorType, TensorType::q8_0>{});
+    case TensorType::q4_0: return f(std::integral_constant<TensorType, TensorType::q4_0>{});
+    default: return f(std::integral_constant<TensorType, TensorType::q4_1>{});
+  }
+}
 
 struct BlockRows {
   TensorType type = TensorType::q8_0;
@@ -49,7 +59,7 @@ struct BlockRows {
   int64_t stride_bytes() const { return row_stride / kBlockValues * block_bytes; }
 };
 
-// The rows of a Q8_0 or Q4_0 view [B, H, T, dim].
+// The rows of a view [B, H, T, dim] of a block format.
 inline BlockRows block_rows(const View& v) {
   BlockRows r;
   r.type = v.type;
@@ -63,41 +73,67 @@ inline BlockRows block_rows(const View& v) {
 template <TensorType kType>
 inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(kType))->bytes;
 
-// A block's fp16 scale d. On x86 the conversion reads its operand from memory: 8 bytes (the
-// scale and the block's first values), one instruction instead of an insert and a convert.
-HWY_INLINE float block_scale(const uint8_t* blk) {
+// Each format's block: an fp16 scale d first, then (Q4_1) an fp16 offset m, then the values:
+//   Q8_0  x = d · q            q: 32 int8
+//   Q4_0  x = d · (q − 8)      q: 16 bytes of nibbles, value i < 16 byte i's low, 16 + i its high
+//   Q4_1  x = d · q + m        the same nibbles
+template <TensorType kType>
+inline constexpr bool kHasMin = kType == TensorType::q4_1;
+template <TensorType kType>
+inline constexpr int64_t kDataOffset = kHasMin<kType> ? 4 : 2;
+
+// The fp16 at p. On x86 the conversion reads its operand from memory: 8 bytes (the half and
+// what follows it in the block), one instruction instead of an insert and a convert.
+HWY_INLINE float block_half(const uint8_t* p) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk))));
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 #else
-  return quant::HWY_NAMESPACE::half(blk);
+  return quant::HWY_NAMESPACE::half(p);
 #endif
 }
+// A block's scale d, and its offset m (0 for formats without one).
+HWY_INLINE float block_scale(const uint8_t* blk) { return block_half(blk); }
+template <TensorType kType>
+HWY_INLINE float block_min(const uint8_t* blk) {
+  if constexpr (kHasMin<kType>) return block_half(blk + 2);
+  else return 0.0f;
+}
 
-// Values [i, i + N) of one block (N divides 32, i a multiple of N) as fp32, before the scale:
-// q (Q8_0), or q − 8 (Q4_0, whose value i < 16 is byte i's low nibble, value 16 + i its high).
-// Kernels multiply by d once per block, not once per vector.
+// Values [i, i + N) of one block (N divides 32, i a multiple of N) as fp32 before the scale
+// and offset: q, q − 8 or q as the format says. Kernels multiply by d (and add m) once per
+// block, not once per vector.
 template <TensorType kType>
 HWY_INLINE simd::Vf block_ints(const uint8_t* blk, int64_t i) {
   namespace hn = simd::hn;
   const simd::Df df;
   const hn::RebindToSigned<simd::Df> di;
+  const uint8_t* q = blk + kDataOffset<kType>;
   if constexpr (kType == TensorType::q8_0) {
     const hn::Rebind<int8_t, simd::Df> di8;
-    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(blk + 2) + i)));
+    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(q) + i)));
   } else {
     const hn::Rebind<uint8_t, simd::Df> du8;
-    const auto v = hn::PromoteTo(di, hn::LoadU(du8, blk + 2 + i % (kBlockValues / 2)));
-    const auto q = i < kBlockValues / 2 ? hn::And(v, hn::Set(di, 15)) : hn::ShiftRight<4>(v);
-    return hn::ConvertTo(df, hn::Sub(q, hn::Set(di, 8)));
+    const auto v = hn::PromoteTo(di, hn::LoadU(du8, q + i % (kBlockValues / 2)));
+    const auto n = i < kBlockValues / 2 ? hn::And(v, hn::Set(di, 15)) : hn::ShiftRight<4>(v);
+    if constexpr (kHasMin<kType>) return hn::ConvertTo(df, n);
+    else return hn::ConvertTo(df, hn::Sub(n, hn::Set(di, 8)));
   }
 }
 
-// Values [e, e + N) of a row of blocks (e a multiple of N), widened and scaled: d · block_ints.
+// Values [i, i + N) of one block, widened, scaled and offset: d · block_ints (+ m).
+template <TensorType kType>
+HWY_INLINE simd::Vf block_values(const uint8_t* blk, int64_t i) {
+  const simd::Df df;
+  const simd::Vf d = simd::hn::Set(df, block_scale(blk));
+  if constexpr (kHasMin<kType>)
+    return simd::hn::MulAdd(d, block_ints<kType>(blk, i), simd::hn::Set(df, block_min<kType>(blk)));
+  else return simd::hn::Mul(d, block_ints<kType>(blk, i));
+}
+
+// Values [e, e + N) of a row of blocks (e a multiple of N), widened.
 template <TensorType kType>
 HWY_INLINE simd::Vf widen_vector(const uint8_t* row, int64_t e) {
-  const uint8_t* blk = row + e / kBlockValues * kBlockBytes<kType>;
-  return simd::hn::Mul(simd::hn::Set(simd::Df(), block_scale(blk)),
-                       block_ints<kType>(blk, e % kBlockValues));
+  return block_values<kType>(row + e / kBlockValues * kBlockBytes<kType>, e % kBlockValues);
 }
 
 // Rows this far ahead are asked for into L1 as a row is widened, and kFarBlockRows ahead into
@@ -105,14 +141,10 @@ HWY_INLINE simd::Vf widen_vector(const uint8_t* row, int64_t e) {
 inline constexpr int64_t kAheadBlockRows = 4, kFarBlockRows = 32;
 
 // Rows [j, j + count) of head (b, h) as fp32 into out (count × dim, rows dim apart).
-inline void widen_rows(const BlockRows& r, int64_t b, int64_t h, int64_t j, int64_t count,
-                       float* out) {
-  namespace hn = simd::hn;
+template <TensorType kType>
+void widen_rows_of(const BlockRows& r, int64_t b, int64_t h, int64_t j, int64_t count, float* out) {
   const simd::Df df;
-  const hn::RebindToSigned<simd::Df> di;
-  const hn::Rebind<int8_t, simd::Df> di8;
-  const hn::Rebind<uint8_t, simd::Df> du8;
-  const size_t N = hn::Lanes(df);
+  const int64_t N = static_cast<int64_t>(simd::hn::Lanes(df));
   const int64_t stride = r.stride_bytes(), bytes = r.row_bytes(), blocks = r.dim / kBlockValues;
   const uint8_t* row = r.row(b, h, j);
   for (int64_t t = 0; t < count; ++t, row += stride) {
@@ -122,28 +154,16 @@ inline void widen_rows(const BlockRows& r, int64_t b, int64_t h, int64_t j, int6
     }
     float* y = out + t * r.dim;
     const uint8_t* blk = row;
-    if (r.type == TensorType::q8_0) {
-      for (int64_t k = 0; k < blocks; ++k, blk += r.block_bytes, y += kBlockValues) {
-        const auto d = hn::Set(df, quant::HWY_NAMESPACE::half(blk));
-        const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
-        for (size_t i = 0; i < size_t{kBlockValues}; i += N)
-          hn::StoreU(hn::Mul(d, hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, q + i)))), df,
-                     y + i);
-      }
-    } else {  // Q4_0: x = d · (q − 8); low nibbles are values 0–15, high nibbles 16–31
-      for (int64_t k = 0; k < blocks; ++k, blk += r.block_bytes, y += kBlockValues) {
-        const float dv = quant::HWY_NAMESPACE::half(blk);
-        const auto d = hn::Set(df, dv), offset = hn::Set(df, -8.0f * dv);
-        for (size_t i = 0; i < size_t{kBlockValues / 2}; i += N) {
-          const auto v = hn::PromoteTo(di, hn::LoadU(du8, blk + 2 + i));
-          hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, hn::And(v, hn::Set(di, 15))), offset), df,
-                     y + i);
-          hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, hn::ShiftRight<4>(v)), offset), df,
-                     y + kBlockValues / 2 + i);
-        }
-      }
-    }
+    for (int64_t k = 0; k < blocks; ++k, blk += kBlockBytes<kType>, y += kBlockValues)
+      for (int64_t i = 0; i < kBlockValues; i += N)
+        simd::hn::StoreU(block_values<kType>(blk, i), df, y + i);
   }
+}
+inline void widen_rows(const BlockRows& r, int64_t b, int64_t h, int64_t j, int64_t count,
+                       float* out) {
+  with_block_format(r.type, [&](auto format) {
+    widen_rows_of<decltype(format)::value>(r, b, h, j, count, out);
+  });
 }
 
 }  // namespace HWY_NAMESPACE

@@ -552,7 +552,7 @@ void decode_unit_rows(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V
   for (int64_t r = 0; r < n.R; ++r) pair_order(o[r], paired_span<T>(n.Dv), true);
 }
 
-// decode_unit_rows over keys and values in 32-value blocks (a Q8_0 or Q4_0 cache): the same
+// decode_unit_rows over keys and values in 32-value blocks (a Q8_0, Q4_0 or Q4_1 cache): the same
 // walk, each block's values widened in registers as they are read and its scale applied once,
 // so the rows' bytes are read once and no fp32 copy of them is made. (Fewer operations per
 // stored byte than the fp32 rows: still more than 85% of the read loop allows from 4 rows per
@@ -579,22 +579,36 @@ HWY_INLINE void key_dots_blocks(const float* q, int64_t D, const uint8_t* k, int
     for (int j = 0; j < KG; ++j) acc[r][j] = hn::Zero(df);
   for (int64_t d0 = 0, at = 0; d0 < D; d0 += kBlockValues, at += kBytes) {
     if constexpr (RG == 1) {
+      // With an offset m: q · x = d (q · ints) + m Σ q, Σ q kept in lanes beside the dots.
       simd::VfSlot dot[KG];
+      [[maybe_unused]] Vf qsum = hn::Zero(df);
       for (int64_t i = 0; i < kBlockValues; i += N) {
         const Vf qv = hn::LoadU(df, q + d0 + i);
+        if constexpr (kHasMin<kType>) qsum = hn::Add(qsum, qv);
         for (int j = 0; j < KG; ++j) {
           const Vf x = block_ints<kType>(k + j * ks + at, i);
           dot[j] = i == 0 ? hn::Mul(qv, x) : hn::MulAdd(qv, x, dot[j]);
         }
       }
-      for (int j = 0; j < KG; ++j)
+      for (int j = 0; j < KG; ++j) {
         acc[0][j] = hn::MulAdd(hn::Set(df, block_scale(k + j * ks + at)), dot[j], acc[0][j]);
+        if constexpr (kHasMin<kType>)
+          acc[0][j] = hn::MulAdd(hn::Set(df, block_min<kType>(k + j * ks + at)), qsum, acc[0][j]);
+      }
     } else {
       simd::VfSlot scale[KG];
-      for (int j = 0; j < KG; ++j) scale[j] = hn::Set(df, block_scale(k + j * ks + at));
+      [[maybe_unused]] simd::VfSlot min[KG];
+      for (int j = 0; j < KG; ++j) {
+        scale[j] = hn::Set(df, block_scale(k + j * ks + at));
+        if constexpr (kHasMin<kType>) min[j] = hn::Set(df, block_min<kType>(k + j * ks + at));
+      }
       for (int64_t i = 0; i < kBlockValues; i += N) {
         simd::VfSlot kv[KG];
-        for (int j = 0; j < KG; ++j) kv[j] = hn::Mul(scale[j], block_ints<kType>(k + j * ks + at, i));
+        for (int j = 0; j < KG; ++j) {
+          const Vf x = block_ints<kType>(k + j * ks + at, i);
+          if constexpr (kHasMin<kType>) kv[j] = hn::MulAdd(scale[j], x, min[j]);
+          else kv[j] = hn::Mul(scale[j], x);
+        }
         for (int r = 0; r < RG; ++r) {
           const Vf qv = hn::LoadU(df, q + r * D + d0 + i);
           for (int j = 0; j < KG; ++j) acc[r][j] = hn::MulAdd(qv, kv[j], acc[r][j]);
@@ -651,16 +665,25 @@ void block_values_blocks(const float* p, int64_t p_stride, const uint8_t* v, int
     const uint8_t* row = v + jj * vs;
     if constexpr (kAligned && RG <= 2) {
       // p · d once per block and row, the block's integers widened into the FMAs.
+      // (and p · m, with an offset)
       simd::VfSlot pr[RG], pd[RG];
+      [[maybe_unused]] simd::VfSlot pm[RG];
       for (int r = 0; r < RG; ++r) pr[r] = hn::Set(df, p[r * p_stride + jj]);
       for (int w = 0; w < W; ++w) {
         const uint8_t* blk = row + (e0 + w * N) / kBlockValues * kBlockBytes<kType>;
         if ((w * N) % kBlockValues == 0) {
           const Vf d = hn::Set(df, block_scale(blk));
           for (int r = 0; r < RG; ++r) pd[r] = hn::Mul(pr[r], d);
+          if constexpr (kHasMin<kType>) {
+            const Vf m = hn::Set(df, block_min<kType>(blk));
+            for (int r = 0; r < RG; ++r) pm[r] = hn::Mul(pr[r], m);
+          }
         }
         const Vf x = block_ints<kType>(blk, (w * N) % kBlockValues);
-        for (int r = 0; r < RG; ++r) acc[r][w] = hn::MulAdd(pd[r], x, acc[r][w]);
+        for (int r = 0; r < RG; ++r) {
+          acc[r][w] = hn::MulAdd(pd[r], x, acc[r][w]);
+          if constexpr (kHasMin<kType>) acc[r][w] = hn::Add(acc[r][w], pm[r]);
+        }
       }
     } else {
       simd::VfSlot x[W];
@@ -1200,11 +1223,10 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
     if (KB) {
       if (n.R >= kTiledDecodeMinRows)
         return decode_unit_tiled(a, K, V, bias, scale, n, b, hkv, c, parts, KB, VB);
-      if (KB->type == TensorType::q8_0)
-        return decode_unit_rows_blocks<TensorType::q8_0>(a, *KB, *VB, bias, scale, n, b, hkv, c,
+      return with_block_format(KB->type, [&](auto format) {
+        decode_unit_rows_blocks<decltype(format)::value>(a, *KB, *VB, bias, scale, n, b, hkv, c,
                                                          parts);
-      return decode_unit_rows_blocks<TensorType::q4_0>(a, *KB, *VB, bias, scale, n, b, hkv, c,
-                                                       parts);
+      });
     }
     if (keys_in_lanes(n)) return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
 #if defined(QKV_BF16_UNITS) && HWY_ARCH_X86
@@ -1234,7 +1256,7 @@ void decode(const AttentionArgs& a, const Rows<T>& K, const Rows<T>& V, int64_t 
   });
 }
 
-// Keys and values in 32-value blocks (Q8_0, Q4_0).
+// Keys and values in 32-value blocks (Q8_0, Q4_0, Q4_1).
 void decode_blocks(const AttentionArgs& a) {
   const BlockRows K = block_rows(a.k), V = block_rows(a.v);
   const Rows<float> none{nullptr, 0, 0, 0};
@@ -1244,7 +1266,7 @@ void decode_blocks(const AttentionArgs& a) {
 }  // namespace
 
 void decode_forward(const AttentionArgs& a) {
-  if (is_block_type(a.k.type)) return decode_blocks(a);
+  if (is_kv_block_type(a.k.type)) return decode_blocks(a);
   // K and V rows are read as vectors; a (rare) strided head dim goes through flash_forward.
   if (a.k.stride[3] != 1 || a.v.stride[3] != 1) return flash_forward(a);
   auto run = [&](auto element) {

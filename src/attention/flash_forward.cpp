@@ -274,9 +274,9 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
   }
 
   const int64_t hkv = h / (n.Hq / n.Hkv);
-  // Keys and values in 32-value blocks (a Q8_0 or Q4_0 cache; T is float): each key tile's
+  // Keys and values in 32-value blocks (a Q8_0, Q4_0 or Q4_1 cache; T is float): each key tile's
   // rows widened into tiles first, then read as fp32 rows.
-  const bool in_blocks = is_block_type(a.k.type);
+  const bool in_blocks = is_kv_block_type(a.k.type);
   const T* k0 = nullptr;
   const T* v0 = nullptr;
   BlockRows KB, VB;
@@ -384,7 +384,7 @@ void flash_forward(const AttentionArgs& args) {
                           stream_out);
     }
   };
-  if (is_block_type(a.k.type)) group(float{});  // widened to fp32 a tile at a time
+  if (is_kv_block_type(a.k.type)) group(float{});  // widened to fp32 a tile at a time
   else with_element_type(a.k.type, group);
 }
 

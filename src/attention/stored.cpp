@@ -2,6 +2,7 @@
 // key/value cache to the kernels. It reads the cache in place where the kernels can, and
 // gathers an fp32 copy of the positions the queries see where they cannot.
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "attention/kernels.h"
@@ -26,9 +27,9 @@ int64_t first_seen(const Mask& m, int64_t length, int64_t Tq) {
 
 int64_t fresh_rows(const StoredKV& kv) { return kv.fresh_k.empty() ? 0 : kv.fresh_k.shape[2]; }
 
-// Q8_0 and Q4_0: rows of 32-value blocks.
-bool in_blocks(TensorType t) { return t == TensorType::q8_0 || t == TensorType::q4_0; }
-constexpr int64_t kBlock = 32;
+// Rows of 32-value blocks (q8_0, q4_0, q4_1).
+bool in_blocks(TensorType t) { return is_kv_block_type(t); }
+constexpr int64_t kBlock = kKvBlockValues;
 int64_t block_bytes(TensorType t) { return block_size(static_cast<uint32_t>(t))->bytes; }
 
 // The stored rows [0, rows) of keys or values as a view [B, Hkv, rows, dim] of the storage's type.
@@ -48,10 +49,11 @@ View stored_view(const StoredKV& kv, const void* p, int64_t B, int64_t rows, int
 void validate(const AttentionArgs& a, const StoredKV& kv) {
   check(a.k.empty() && a.v.empty(), kWhere,
         ": k and v are read from the storage; leave args.k and args.v empty");
-  if (kv.type != TensorType::f32 && kv.type != TensorType::bf16 && kv.type != TensorType::f16 &&
-      !in_blocks(kv.type))  // (to_string only on failure)
-    fail(kWhere, ": keys and values stored as ", to_string(kv.type),
-         " (fp32, bf16, fp16, Q8_0 and Q4_0 are read)");
+  if (!is_kv_row_type(kv.type)) {  // (the names only on failure)
+    std::string names;
+    for (TensorType t : kv_row_types()) names += (names.empty() ? "" : ", ") + to_string(t);
+    fail(kWhere, ": keys and values stored as ", to_string(kv.type), " (", names, " are read)");
+  }
   if (in_blocks(kv.type))
     check(kv.dim_k % kBlock == 0 && kv.dim_v % kBlock == 0 && kv.batch_stride % kBlock == 0 &&
               kv.head_stride % kBlock == 0 && kv.row_stride % kBlock == 0,

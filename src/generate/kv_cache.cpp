@@ -10,41 +10,60 @@
 
 namespace qkv {
 
+namespace {
+
+// The cache types: name and element type (the one table; kv_row_types() lists what attention
+// reads).
+struct CacheFormat {
+  CacheType type;
+  const char* name;
+  TensorType element;
+};
+constexpr CacheFormat kCacheFormats[] = {
+    {CacheType::f32, "f32", TensorType::f32},    {CacheType::bf16, "bf16", TensorType::bf16},
+    {CacheType::f16, "f16", TensorType::f16},    {CacheType::q8_0, "q8_0", TensorType::q8_0},
+    {CacheType::q4_0, "q4_0", TensorType::q4_0}, {CacheType::q4_1, "q4_1", TensorType::q4_1},
+};
+
+const CacheFormat& format_of(CacheType type) {
+  for (const CacheFormat& f : kCacheFormats)
+    if (f.type == type) return f;
+  fail("kv cache: unknown cache type ", static_cast<int>(type));
+}
+
+}  // namespace
+
+const std::vector<std::string>& cache_type_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const CacheFormat& f : kCacheFormats) out.push_back(f.name);
+    return out;
+  }();
+  return names;
+}
+
+std::string cache_type_choices() {
+  const std::vector<std::string>& names = cache_type_names();
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
+
 CacheType cache_type(const std::string& name) {
-  for (CacheType t : {CacheType::f32, CacheType::bf16, CacheType::f16, CacheType::q8_0,
-                      CacheType::q4_0})
-    if (name == cache_type_name(t)) return t;
-  fail("kv cache: storage must be f32, bf16, f16, q8_0 or q4_0, got \"", name, "\"");
+  for (const CacheFormat& f : kCacheFormats)
+    if (name == f.name) return f.type;
+  fail("kv cache: storage must be ", cache_type_choices(), ", got \"", name, "\"");
 }
 
-const char* cache_type_name(CacheType type) {
-  switch (type) {
-    case CacheType::f32: return "f32";
-    case CacheType::bf16: return "bf16";
-    case CacheType::f16: return "f16";
-    case CacheType::q8_0: return "q8_0";
-    case CacheType::q4_0: return "q4_0";
-  }
-  return "?";
-}
+const char* cache_type_name(CacheType type) { return format_of(type).name; }
 
-TensorType cache_element_type(CacheType type) {
-  switch (type) {
-    case CacheType::f32: return TensorType::f32;
-    case CacheType::bf16: return TensorType::bf16;
-    case CacheType::f16: return TensorType::f16;
-    case CacheType::q8_0: return TensorType::q8_0;
-    case CacheType::q4_0: return TensorType::q4_0;
-  }
-  return TensorType::f32;
-}
+TensorType cache_element_type(CacheType type) { return format_of(type).element; }
 
 namespace {
-bool in_blocks(CacheType t) { return t == CacheType::q8_0 || t == CacheType::q4_0; }
-constexpr int64_t kBlock = 32;
-int64_t block_bytes(CacheType t) {
-  return block_size(static_cast<uint32_t>(cache_element_type(t)))->bytes;
-}
+bool in_blocks(CacheType t) { return is_kv_block_type(cache_element_type(t)); }
+constexpr int64_t kBlock = kKvBlockValues;
+int64_t block_bytes(CacheType t) { return block_of(cache_element_type(t)).bytes; }
 }  // namespace
 
 KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)

@@ -37,14 +37,6 @@
 #if HWY_ARCH_ARM_A64 && !defined(QKV_QUANT_INT8_ONCE)
 #define QKV_QUANT_INT8_ONCE
 #include <arm_neon.h>  // (the SVE passes' Highway headers bring arm_sve.h only)
-#include <sys/auxv.h>
-namespace qkv::quant::int8 {
-// Whether the CPU has AArch64's dot product extension (HWCAP_ASIMDDP, asm/hwcap.h).
-inline bool dot_product_extension() {
-  static const bool has = (getauxval(AT_HWCAP) & (1UL << 20)) != 0;
-  return has;
-}
-}  // namespace qkv::quant::int8
 #endif
 
 HWY_BEFORE_NAMESPACE();
@@ -146,12 +138,19 @@ inline void quantize_row(const float* x, int64_t K, float* base) {
 // features has AVX512-VNNI.) Nothing below calls Highway: its functions here carry options
 // these do not, and would not inline. A build for one CPU that has AVX-VNNI (-march=native,
 // the sanitizer build, on Sapphire Rapids or Zen 5) keeps it: its intrinsics carry it, and
-// would not inline here without it; either form runs on that CPU.
+// would not inline here without it; either form runs on that CPU. (clang takes one target
+// attribute per function, not a pragma on top of Highway's: Highway's is replaced by one with
+// AVX512-VNNI added, and put back at the end.)
+#if defined(__clang__)
+HWY_POP_ATTRIBUTES
+HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512vnni")
+#else
 #pragma GCC push_options
 #ifdef __AVXVNNI__
 #pragma GCC target("avx512vnni")
 #else
 #pragma GCC target("avx512vnni,no-avxvnni")
+#endif
 #endif
 #endif
 
@@ -860,7 +859,12 @@ HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, int64_t K, int64_
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv::quant
 #if HWY_TARGET == HWY_AVX3_DL
+#if defined(__clang__)
+HWY_POP_ATTRIBUTES
+HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR)
+#else
 #pragma GCC pop_options
+#endif
 #endif
 HWY_AFTER_NAMESPACE();
 

@@ -1,25 +1,18 @@
-// The int8 products' choice of instructions on x86 (src/quant/int8-inl.h): whether the AVX2
-// target multiplies with AVX-VNNI.
+// The int8 products' choice of instructions (src/quant/int8-inl.h), from the CPU-feature
+// registry (src/simd/cpu.h): on x86's AVX2 target AVX-VNNI or vpmaddubsw + vpmaddwd, on
+// AArch64 sdot or int16 pairs.
 #pragma once
 
-#include <atomic>
+#include "simd/cpu.h"
 
 namespace qkv::quant::int8 {
 
-inline std::atomic<bool> avx_vnni_allowed{true};
+// Whether the AVX2 target's products use AVX-VNNI (the VEX vpdpbusd).
+inline bool avx_vnni() { return simd::unit_of(simd::Work::int8) == simd::Unit::avx_vnni; }
 
-// Whether the AVX2 target's products use AVX-VNNI (the VEX vpdpbusd; CPUID leaf 7, sub-leaf 1,
-// EAX bit 4): the CPU has it, and allow_avx_vnni did not turn it off.
-inline bool avx_vnni() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avxvnni");
-  return has && avx_vnni_allowed.load(std::memory_order_relaxed);
-#else
-  return false;
-#endif
+// Whether AArch64's products use the dot product extension (sdot).
+inline bool dot_product_extension() {
+  return simd::unit_of(simd::Work::int8) == simd::Unit::sdot;
 }
-
-// For tests: whether avx_vnni() may say yes, so that a CPU with AVX-VNNI checks both paths.
-inline void allow_avx_vnni(bool allowed) { avx_vnni_allowed = allowed; }
 
 }  // namespace qkv::quant::int8

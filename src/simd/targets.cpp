@@ -7,9 +7,11 @@
 // avx512_bf16 (x86-64) and neon_bf16 (AArch64) are qkv's own targets above Highway's (Highway
 // 1.0.3 has none for AVX512-BF16 or Arm's BF16): a bit Highway reserves and never sets,
 // present when the CPU has the bf16 dot product (beside AVX-512 on x86) and the library was
-// built with the kernels that use it (src/simd/units.h). With it in force, the kernels with a
-// bf16-unit version run that one for bf16 elements; everything else runs Highway's best
-// target below it (for neon_bf16 forced by name, NEON: the units' own width).
+// built with the kernels that use it (src/simd/units.h). It is in force when forced by name, or
+// with nothing forced where the CPU-feature registry gives bf16 to the bf16 dot unit
+// (src/simd/cpu.h: not on Intel). Then the kernels with a bf16-unit version run that one for
+// bf16 elements; everything else runs Highway's best target below it (for neon_bf16 forced by
+// name, NEON: the units' own width).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/targets.cpp"
 #include <hwy/foreach_target.h>
@@ -29,9 +31,6 @@ int vector_registers() { return kVectorRegisters; }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#if HWY_ARCH_ARM_A64
-#include <sys/auxv.h>
-#endif
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -40,6 +39,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "qkv/error.h"
 #include "qkv/targets.h"
+#include "simd/cpu.h"
 #include "simd/dispatch.h"
 #include "simd/units.h"
 
@@ -56,8 +56,10 @@ static_assert((kBf16Units & (HWY_TARGETS | HWY_SVE2_128)) == 0, "a bit Highway d
 #else
 constexpr int64_t kBf16Units = 0;
 #endif
-// Whether set_target allows the bf16 units (avx512_bf16 or best forced, or nothing forced).
-std::atomic<bool> units_allowed{true};
+// What set_target says of the bf16 units: avx512_bf16 / neon_bf16 forced them on, a lower
+// target off; otherwise (best, or nothing forced) the CPU-feature registry's unit for bf16.
+enum class UnitsByTarget { registry, on, off };
+std::atomic<UnitsByTarget> units_by_target{UnitsByTarget::registry};
 
 struct NamedTarget {
   const char* name;
@@ -89,14 +91,13 @@ int64_t supported_now() {
   return targets;
 }
 
-// Whether the CPU has AVX512-BF16 (CPUID leaf 7, sub-leaf 1, EAX bit 5) beside AVX-512, or
-// on AArch64 the BF16 extension (HWCAP2_BF16) beside NEON.
+// Whether the CPU has AVX512-BF16 beside AVX-512, or on AArch64 the BF16 extension beside NEON
+// (src/simd/cpu.h).
 bool cpu_has_bf16_units(int64_t hwy_targets) {
 #if HWY_ARCH_X86 && QKV_HAVE_BF16_UNITS
-  return (hwy_targets & (HWY_AVX3 | HWY_AVX3_DL)) && __builtin_cpu_supports("avx512bf16");
+  return (hwy_targets & (HWY_AVX3 | HWY_AVX3_DL)) && cpu_features().avx512_bf16;
 #elif HWY_ARCH_ARM_A64 && QKV_HAVE_BF16_UNITS
-  constexpr unsigned long kHwcap2Bf16 = 1UL << 14;  // HWCAP2_BF16 (asm/hwcap.h)
-  return (hwy_targets & HWY_NEON) && (getauxval(AT_HWCAP2) & kHwcap2Bf16);
+  return (hwy_targets & HWY_NEON) && cpu_features().arm_bf16;
 #else
   (void)hwy_targets;
   return false;
@@ -136,7 +137,7 @@ void force_target(const std::string& name, const char* where) {
   if (name.empty() || name == "best") {
     hwy::SetSupportedTargetsForTest(0);
     hwy::GetChosenTarget().DeInit();
-    units_allowed = true;
+    units_by_target = UnitsByTarget::registry;
     return;
   }
   bool known = false;
@@ -157,12 +158,17 @@ void force_target(const std::string& name, const char* where) {
 #endif
   hwy::SetSupportedTargetsForTest(cpu & ~kBf16Units & ~(floor - 1));
   hwy::GetChosenTarget().DeInit();  // the next dispatch chooses again
-  units_allowed = bits == kBf16Units;
+  units_by_target = bits == kBf16Units ? UnitsByTarget::on : UnitsByTarget::off;
 }
 
 bool bf16_units() {
   ensure_target();
-  return kBf16Units != 0 && units_allowed && (cpu_targets() & kBf16Units);
+  if (kBf16Units == 0 || !(cpu_targets() & kBf16Units)) return false;
+  switch (units_by_target.load(std::memory_order_relaxed)) {
+    case UnitsByTarget::on: return true;
+    case UnitsByTarget::off: return false;
+    default: return unit_of(Work::bf16) == Unit::bf16_dot;
+  }
 }
 
 namespace {
@@ -213,7 +219,56 @@ void set_target_from(const std::string& name, const char* where) {
   simd::force_target(name, where);
 }
 
-void check_target_environment() { simd::ensure_target(); }
+void check_target_environment() {
+  simd::ensure_target();
+  (void)simd::unit_for(simd::Work::bf16);  // QKV_UNITS
+}
+
+void set_units(const std::string& spec) { simd::force_units(spec, "set_units"); }
+
+std::string cpu_identity() {
+  const simd::CpuFeatures& f = simd::cpu_features();
+  std::string s = f.vendor + " family " + std::to_string(f.family) + " model " +
+                  std::to_string(f.model) + ":";
+  const std::pair<bool, const char*> named[] = {
+      {f.avx512, "avx512"},           {f.avx512_bf16, "avx512_bf16"}, {f.avx512_vnni, "avx512_vnni"},
+      {f.avx_vnni, "avx_vnni"},       {f.amx_bf16, "amx_bf16"},       {f.amx_int8, "amx_int8"},
+      {f.arm_bf16, "bf16"},           {f.arm_dotprod, "dotprod"}};
+  for (const auto& [has, name] : named)
+    if (has) s += std::string(" ") + name;
+  return s;
+}
+
+std::vector<UnitInUse> units_in_use() {
+  using simd::Unit, simd::Work;
+  const std::string target = current_target();
+  std::vector<UnitInUse> out;
+  out.push_back({"f32", "fma", "fp32 fused multiply-adds"});
+  if (simd::bf16_units()) {
+    const simd::UnitChoice c = simd::unit_for(Work::bf16);
+    out.push_back({"bf16", "bf16_dot",
+                   c.unit == Unit::bf16_dot ? c.why : "target " + target + " forced"});
+  } else {
+    const simd::UnitChoice c = simd::unit_for(Work::bf16);
+    const bool by_target = c.unit == Unit::bf16_dot;  // a lower target forced, or no kernels
+    out.push_back({"bf16", "fma", by_target ? "target " + target + ": widened to fp32" : c.why});
+  }
+  out.push_back({"f16", "fma", "widened to fp32 (no f16 dot unit is used)"});
+  for (const char* cache : {"q8_0 cache", "q4_0 cache", "q4_1 cache"})
+    out.push_back({cache, "fma", "blocks widened to fp32 in registers, one scale per block"});
+  const simd::UnitChoice int8 = simd::unit_for(Work::int8);
+  if (target == "avx512_dl" || target == "avx512_bf16")
+    out.push_back({"int8 weight products", "vpdpbusd",
+                   "AVX512-VNNI on 512-bit vectors (target " + target + ")"});
+  else if (target == "avx512" || target == "sse4" || target == "ssse3")
+    out.push_back({"int8 weight products", "vpmaddubsw",
+                   "target " + target + ": vpmaddubsw + vpmaddwd"});
+  else if (target == "emu128" || target == "scalar")
+    out.push_back({"int8 weight products", "int16", "target " + target + ": int16 pairs"});
+  else
+    out.push_back({"int8 weight products", simd::name_of(int8.unit), int8.why});
+  return out;
+}
 
 int target_vector_bits() { return simd::current_vector_bits(); }
 int target_vector_registers() { return simd::current_vector_registers(); }

@@ -8,7 +8,9 @@
 namespace qkv::simd {
 
 // Whether the kernels' bf16-unit versions run now: the CPU has AVX512-BF16 (beside AVX-512) or
-// Arm's BF16, the build has the kernels, and set_target / QKV_TARGET did not force a lower target.
+// Arm's BF16, the build has the kernels, and set_target / QKV_TARGET forced avx512_bf16 or
+// neon_bf16, or forced nothing while the CPU-feature registry gives bf16 to the bf16 dot unit
+// (src/simd/cpu.h: QKV_UNITS=bf16=… forces that).
 bool bf16_units();
 
 }  // namespace qkv::simd

@@ -13,6 +13,9 @@
 
 namespace qkv::detail {
 
+// Each family's slots begin where the previous family's end (`end` closes each list), so a slot
+// added to one family moves the later families and two families never share a slot by accident.
+
 // The tiled forward and split-KV decoding (src/attention/flash_forward.cpp, decode.cpp).
 enum class ForwardSlot {
   q_tiles,
@@ -22,17 +25,23 @@ enum class ForwardSlot {
   v_tiles,
   merged_row,
   partials,
-  queries
+  queries,
+  end
 };
-// The tiled backward (src/attention/flash_backward.cpp): the same eight buffers, its own uses.
-enum class BackwardSlot { q_tiles, q_rows, dout_tiles, dout_rows, tile, dk_dv, partials, lse };
+// The tiled backward (src/attention/flash_backward.cpp): the forward's slots, its own uses (the
+// two never run inside one another).
+enum class BackwardSlot { q_tiles, q_rows, dout_tiles, dout_rows, tile, dk_dv, partials, lse, end };
+inline constexpr int kAttentionSlots =
+    static_cast<int>(ForwardSlot::end) > static_cast<int>(BackwardSlot::end)
+        ? static_cast<int>(ForwardSlot::end)
+        : static_cast<int>(BackwardSlot::end);
 // Attention over a cache: the visible keys and values gathered as fp32 (src/attention/stored.cpp).
-enum class StoredSlot { keys = 8, values };
+enum class StoredSlot { keys = kAttentionSlots, values, end };
 // Products with block-format weights (src/quant/matmul.cpp).
-enum class QuantSlot { block_sums = 10, tile };
+enum class QuantSlot { block_sums = static_cast<int>(StoredSlot::end), tile, end };
 // Ring attention (src/dist/ring_attention.cpp), kept across the attention calls it makes.
 enum class RingSlot {
-  block0 = 12,
+  block0 = static_cast<int>(QuantSlot::end),
   block1,
   partial,
   incoming,
@@ -43,17 +52,19 @@ enum class RingSlot {
   part_lse,
   part_dq,
   part_dk,
-  part_dv
+  part_dv,
+  end
 };
 // Keys and values in 32-value blocks widened a tile at a time (src/attention/block_rows-inl.h).
-enum class BlockSlot { keys = 23, values };
-inline constexpr int kScratchSlots = 25;
+enum class BlockSlot { keys = static_cast<int>(RingSlot::end), values, end };
+inline constexpr int kScratchSlots = static_cast<int>(BlockSlot::end);
 
 // A buffer of at least `floats` floats for the calling thread, in slot `slot`. Contents are
 // not preserved when it grows. Throws std::bad_alloc if memory runs out.
 float* thread_scratch_at(int slot, size_t floats);
 template <typename Slot>
 float* thread_scratch(Slot slot, size_t floats) {
+  static_assert(static_cast<int>(Slot::end) <= kScratchSlots, "a family past the last slot");
   return thread_scratch_at(static_cast<int>(slot), floats);
 }
 
