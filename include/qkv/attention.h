@@ -29,9 +29,12 @@
 //   Backward: dout, dq, dk, dv each in the type of out, q, k, v, or fp32, as the caller asks.
 //   The bias, the ALiBi slopes and lse are fp32 whatever the inputs.
 // Any other combination is a qkv::Error naming the types. Whatever the types, the scores,
-// the softmax state, lse and every accumulator are fp32: 16-bit elements are widened in
-// registers as they are read (no converted copy of q, k or v is made), and a 16-bit output is
-// the fp32 result rounded to nearest even.
+// the softmax state, lse and every accumulator are fp32, and no converted copy of q, k or v is
+// made: 16-bit elements are widened in registers as they are read, except bf16 keys and values
+// where the bf16 dot unit multiplies them (qkv::units_in_use(), include/qkv/targets.h: AMD
+// Zen 4/5 and Arm by default), which takes an fp32 q as the sum of two bf16 and rounds P to
+// bf16 for P·V (docs/api.md states the bound); a 16-bit output is the fp32 result rounded to
+// nearest even.
 #pragma once
 
 #include <cstdint>
@@ -102,9 +105,10 @@ void validate_backward(const AttentionArgs& args, const View& dout, const View& 
 // ---- attention over stored keys and values (a key/value cache) ----------------------------
 //
 // Keys and values as a cache stores them: positions 0 … length − 1 of B sequences, each a row
-// of `type` elements: f32, bf16 or f16, or q8_0 or q4_0 (ggml's 32-value blocks with an fp16
-// scale, include/qkv/number_format.h: then the dims and strides are multiples of 32 and the
-// value at element offset e lies in block e / 32, at byte e / 32 · 34 or 18). The row of
+// of `type` elements, one of kv_row_types(): f32, bf16 or f16, or q8_0, q4_0 or q4_1 (ggml's
+// 32-value blocks with an fp16 scale, q4_1 with an fp16 offset too, include/qkv/number_format.h:
+// then the dims and strides are multiples of 32 and the value at element offset e lies in
+// block e / 32, at byte e / 32 · 34, 18 or 20). The row of
 // position p, key/value head h, sequence b
 // begins at element b · batch_stride + h · head_stride + slot(p) · row_stride of k (or v):
 // slot(p) = p, or in a ring of `slots` rows (a sliding-window model's cache) p mod slots, and
@@ -126,8 +130,8 @@ struct StoredKV {
 
 // Attention of args.q over stored keys and values: args as for attention() with k and v left
 // empty, and the mask in positions (causal, window_left; ALiBi by position). One road for
-// every cache: it reads the rows in place, in their stored type (16-bit rows widened in
-// registers, 32-value blocks a tile of rows at a time into L1/L2; a ring's slots too, for one
+// every cache: it reads the rows in place, in their stored type (16-bit rows and 32-value
+// blocks widened in registers, or a tile of rows at a time into L1; a ring's slots too, for one
 // query that sees them all), or else — a ring whose slots are out of order, or fresh rows —
 // gathers the positions the queries see as an fp32 copy and runs attention() on it. Throws qkv::Error for arguments
 // attention() would refuse, a position the queries see that the storage no longer holds, a

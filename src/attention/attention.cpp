@@ -155,6 +155,11 @@ void validate_backward(const AttentionArgs& a, const View& dout, const View& dq,
        extent_of("dout", dout), extent_of("lse", a.lse, rows), extent_of("bias", a.mask.bias)});
 }
 
+std::atomic<uint32_t>& detail::kernels_reached() {
+  static std::atomic<uint32_t> bits{0};
+  return bits;
+}
+
 namespace {
 
 // Forward for one (unpacked) problem: the kernel that suits its shape.

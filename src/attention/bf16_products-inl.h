@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "attention/products-inl.h"

@@ -375,6 +375,7 @@ void flash_forward(const AttentionArgs& args) {
       a.out.type == TensorType::f32 && 4.0 * n.B * n.Hq * n.Tq * n.Dv >= kStreamOutputBytes;
   auto group = [&](auto element) {
     using T = decltype(element);
+    reached(tiles::kOnUnits<T> ? Variant::forward_tiles_bf16_dot : Variant::forward_tiles);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
     for (int64_t u = 0; u < units; ++u) {
       const int64_t w = order[u];

@@ -1,11 +1,29 @@
 // The fast attention kernels behind qkv::attention, for arguments already validated.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "qkv/attention.h"
 
 namespace qkv::detail {
+
+// The kernel variants an attention call can reach: each sets its bit in kernels_reached() as
+// it runs (one relaxed atomic OR per unit of work: negligible), so that a test can assert the
+// variant a combination of format, shape and unit reaches.
+enum class Variant : uint32_t {
+  forward_tiles = 1u << 0,
+  forward_tiles_bf16_dot = 1u << 1,
+  decode_rows = 1u << 2,
+  decode_rows_bf16_dot = 1u << 3,
+  decode_tiled = 1u << 4,
+  decode_tiled_bf16_dot = 1u << 5,
+  decode_keys_in_lanes = 1u << 6,
+};
+std::atomic<uint32_t>& kernels_reached();
+inline void reached(Variant v) {
+  kernels_reached().fetch_or(static_cast<uint32_t>(v), std::memory_order_relaxed);
+}
 
 // qkv::validate without the check that outputs and inputs do not share memory (for callers
 // whose k and v are not views: attention over a cache checks its storage itself).

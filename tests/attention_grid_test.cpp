@@ -1,0 +1,260 @@
+// The kernel grid, in the manner of ggml's test-backend-ops: every attention driver × key/value
+// format × row source × product unit × option, on tiny shapes, against the reference kernel
+// over the same keys and values as the format stores them. Each combination is forced (the
+// unit through qkv::set_units, the driver through its shape), named in the output, and asserts
+// the kernel variant it reached (detail::kernels_reached()). The full cross runs: every pair
+// of axes is covered. Combinations that cannot exist (blocks below 32 values, a unit the CPU
+// lacks) are counted as skipped, with the reason.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/kernels.h"
+#include "qkv/attention.h"
+#include "qkv/error.h"
+#include "qkv/number_format.h"
+#include "qkv/quant.h"
+#include "qkv/targets.h"
+#include "qkv/tensor.h"
+
+namespace qkv {
+namespace {
+
+using detail::Variant;
+
+enum class Driver { forward, decode_rows, decode_tiled, decode_keys_in_lanes };
+enum class Source { view, cache, ring };
+enum class Option { plain, causal, window, alibi, softcap };
+
+const char* name_of(Driver d) {
+  const char* names[] = {"forward", "decode_rows", "decode_tiled", "decode_keys_in_lanes"};
+  return names[static_cast<int>(d)];
+}
+const char* name_of(Source s) {
+  const char* names[] = {"view", "cache", "ring"};
+  return names[static_cast<int>(s)];
+}
+const char* name_of(Option o) {
+  const char* names[] = {"plain", "causal", "window", "alibi", "softcap"};
+  return names[static_cast<int>(o)];
+}
+std::string name_of(TensorType t) {
+  std::string s = to_string(t);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+struct Shape {
+  int64_t Hq, Hkv, Tq, Tk, D;
+};
+// Each driver's shape: the tiled forward takes 40 queries; decoding one query per head with 2
+// rows per kv head (rows in registers), 16 (tiles), or a head dim below every vector (keys in
+// the lanes, 2 elements: below SSE4's 4 lanes too).
+Shape shape_of(Driver d) {
+  switch (d) {
+    case Driver::forward: return {2, 1, 40, 150, 32};
+    case Driver::decode_rows: return {4, 2, 1, 300, 64};
+    case Driver::decode_tiled: return {32, 2, 1, 300, 32};
+    default: return {4, 2, 1, 300, 2};
+  }
+}
+
+// Keys or values of Hkv × rows × D as `type` stores them, and as fp32 (what the storage holds,
+// read back: rounded or dequantized), for the reference.
+struct Stored {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+};
+Stored store(TensorType type, const std::vector<float>& x, int64_t D) {
+  Stored s;
+  s.values = x;
+  const int64_t rows = static_cast<int64_t>(x.size()) / D;
+  if (type == TensorType::f32) {
+    s.bytes.resize(x.size() * 4);
+    std::memcpy(s.bytes.data(), x.data(), s.bytes.size());
+  } else if (type == TensorType::bf16 || type == TensorType::f16) {
+    s.bytes.resize(x.size() * 2);
+    auto* bits = reinterpret_cast<uint16_t*>(s.bytes.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      bits[i] = type == TensorType::bf16 ? float_to_bf16(x[i]) : float_to_half(x[i]);
+      s.values[i] = type == TensorType::bf16 ? bf16_to_float(bits[i]) : half_to_float(bits[i]);
+    }
+  } else {
+    const int64_t row_bytes = quant::row_bytes(type, D);
+    s.bytes.resize(rows * row_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::quantize_into(type, &x[r * D], D, s.bytes.data() + r * row_bytes);
+      quant::dequantize(type, s.bytes.data() + r * row_bytes, D, &s.values[r * D]);
+    }
+  }
+  return s;
+}
+
+// Whether the bf16 dot unit multiplies bf16 data now (the unit forced, and the target allows it).
+bool bf16_dot_in_use() {
+  for (const UnitInUse& u : units_in_use())
+    if (u.data == "bf16") return u.unit == "bf16_dot";
+  return false;
+}
+
+struct Outcome {
+  int ran = 0;
+  std::map<std::string, int> skipped;  // reason → count
+};
+
+// One combination: its output against the reference's, and the variant it reached.
+void run_case(Driver driver, TensorType format, Source source, const std::string& unit,
+              Option option, Outcome& outcome) {
+  const Shape sh = shape_of(driver);
+  const std::string name = std::string(name_of(driver)) + "_" + name_of(format) + "_" +
+                           name_of(source) + "_" + unit + "_" + name_of(option);
+  SCOPED_TRACE(name);
+  const bool blocks = is_kv_block_type(format);
+  if (blocks && sh.D % kKvBlockValues != 0) {
+    ++outcome.skipped["a block format needs head dims of whole 32s"];
+    return;
+  }
+  if (blocks && source == Source::view) {
+    ++outcome.skipped["a block format is read through a cache (StoredKV), not a view"];
+    return;
+  }
+  try {
+    set_units("bf16=" + unit);
+  } catch (const Error&) {
+    ++outcome.skipped["the CPU (or build) has no " + unit + " unit"];
+    return;
+  }
+  const int64_t Hq = sh.Hq, Hkv = sh.Hkv, Tq = sh.Tq, Tk = sh.Tk, D = sh.D;
+  std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>{}(name)));
+  std::uniform_real_distribution<float> u(-1, 1);
+  // A ring holds the last `slots` positions, out of order; the queries see exactly those.
+  const int64_t slots = source == Source::ring ? Tk - 37 : Tk;
+  std::vector<float> k(Hkv * slots * D), v(Hkv * slots * D), kp(Hkv * Tk * D), vp(Hkv * Tk * D);
+  for (float* x : {kp.data(), vp.data()})
+    for (int64_t i = 0; i < Hkv * Tk * D; ++i) x[i] = u(rng);
+  // kp, vp: positions in order; k, v: as the storage lays them (row p mod slots).
+  for (int64_t h = 0; h < Hkv; ++h)
+    for (int64_t p = Tk - slots; p < Tk; ++p)
+      for (int64_t d = 0; d < D; ++d) {
+        k[(h * slots + p % slots) * D + d] = kp[(h * Tk + p) * D + d];
+        v[(h * slots + p % slots) * D + d] = vp[(h * Tk + p) * D + d];
+      }
+  const Stored ks = store(format, k, D), vs = store(format, v, D);
+  for (int64_t h = 0; h < Hkv; ++h)  // the reference reads what the storage holds
+    for (int64_t p = Tk - slots; p < Tk; ++p)
+      for (int64_t d = 0; d < D; ++d) {
+        kp[(h * Tk + p) * D + d] = ks.values[(h * slots + p % slots) * D + d];
+        vp[(h * Tk + p) * D + d] = vs.values[(h * slots + p % slots) * D + d];
+      }
+  Tensor q({1, Hq, Tq, D}), got({1, Hq, Tq, D}), want({1, Hq, Tq, D});
+  for (int64_t i = 0; i < q.numel(); ++i) q.data()[i] = u(rng);
+  std::vector<float> slopes(Hq);
+  for (int64_t h = 0; h < Hq; ++h) slopes[h] = 0.02f * static_cast<float>(h + 1);
+  AttentionArgs args{.q = q, .out = got};
+  switch (option) {
+    case Option::causal: args.mask.causal = true; break;
+    case Option::window: args.mask.window_left = 50; break;
+    case Option::alibi: args.mask.alibi = slopes.data(); break;
+    case Option::softcap: args.softcap = 2.0f; break;
+    default: break;
+  }
+  if (source == Source::ring) args.mask.window_left = slots - Tq;  // what the ring holds
+  detail::kernels_reached() = 0;
+  if (source == Source::view) {
+    const auto* bytes_k = ks.bytes.data();
+    const auto* bytes_v = vs.bytes.data();
+    auto* kk = const_cast<uint8_t*>(bytes_k);
+    auto* vv = const_cast<uint8_t*>(bytes_v);
+    if (format == TensorType::f32)
+      args.k = View(reinterpret_cast<float*>(kk), {1, Hkv, Tk, D}),
+      args.v = View(reinterpret_cast<float*>(vv), {1, Hkv, Tk, D});
+    else if (format == TensorType::bf16)
+      args.k = View(reinterpret_cast<bf16*>(kk), {1, Hkv, Tk, D}),
+      args.v = View(reinterpret_cast<bf16*>(vv), {1, Hkv, Tk, D});
+    else
+      args.k = View(reinterpret_cast<f16*>(kk), {1, Hkv, Tk, D}),
+      args.v = View(reinterpret_cast<f16*>(vv), {1, Hkv, Tk, D});
+    attention(args);
+  } else {
+    const StoredKV kv{.type = format, .k = ks.bytes.data(), .v = vs.bytes.data(),
+                      .batch_stride = Hkv * slots * D, .head_stride = slots * D, .row_stride = D,
+                      .heads = Hkv, .dim_k = D, .dim_v = D, .length = Tk,
+                      .slots = source == Source::ring ? slots : 0};
+    attention(args, kv);
+  }
+  // The reference over the positions in order.
+  AttentionArgs ref = args;
+  ref.k = View(kp.data(), {1, Hkv, Tk, D});
+  ref.v = View(vp.data(), {1, Hkv, Tk, D});
+  ref.out = want;
+  reference::attention(ref);
+  // The variant this combination must reach. A ring read out of order for several queries (or
+  // with ALiBi, whose bias follows positions) is gathered as fp32 first.
+  const bool gathered = source == Source::ring && (Tq > 1 || option == Option::alibi);
+  const TensorType read = gathered ? TensorType::f32 : format;
+  const bool dot = read == TensorType::bf16 && bf16_dot_in_use();
+#if defined(__x86_64__)
+  constexpr bool x86 = true;
+#else
+  constexpr bool x86 = false;
+#endif
+  Variant want_variant = Variant::forward_tiles;
+  switch (driver) {
+    case Driver::forward:
+      want_variant = dot ? Variant::forward_tiles_bf16_dot : Variant::forward_tiles;
+      break;
+    case Driver::decode_rows:  // (on Arm the rows widen bf16 even on the dot unit)
+      want_variant = dot && x86 ? Variant::decode_rows_bf16_dot : Variant::decode_rows;
+      break;
+    case Driver::decode_tiled:
+      want_variant = dot ? Variant::decode_tiled_bf16_dot : Variant::decode_tiled;
+      break;
+    case Driver::decode_keys_in_lanes: want_variant = Variant::decode_keys_in_lanes; break;
+  }
+  EXPECT_EQ(detail::kernels_reached().load(), static_cast<uint32_t>(want_variant))
+      << "variants reached (bits): " << detail::kernels_reached().load();
+  // Tolerance: fp32 sums of ≤ 300 terms of O(1); the bf16 dot unit rounds P to bf16 (an output
+  // moves by at most 2^-8 max|v|) and takes q as hi + lo (16 of its 24 bits).
+  const float tol = dot ? 8e-3f : 5e-5f;
+  float worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i)
+    worst = std::max(worst, std::abs(got.data()[i] - want.data()[i]));
+  EXPECT_LE(worst, tol);
+  ++outcome.ran;
+}
+
+class KernelGrid : public ::testing::TestWithParam<Driver> {
+ protected:
+  void TearDown() override { set_units(""); }
+};
+
+TEST_P(KernelGrid, EveryFormatSourceUnitAndOptionMatchesTheReference) {
+  const Driver driver = GetParam();
+  Outcome outcome;
+  for (TensorType format : kv_row_types())
+    for (Source source : {Source::view, Source::cache, Source::ring})
+      for (const char* unit : {"fma", "bf16_dot"})
+        for (Option option :
+             {Option::plain, Option::causal, Option::window, Option::alibi, Option::softcap})
+          run_case(driver, format, source, unit, option, outcome);
+  std::string skipped;
+  for (const auto& [why, count] : outcome.skipped)
+    skipped += "\n  " + std::to_string(count) + " skipped: " + why;
+  std::printf("%s on %s: %d combinations ran%s\n", name_of(driver), current_target().c_str(),
+              outcome.ran, skipped.c_str());
+  EXPECT_GT(outcome.ran, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Drivers, KernelGrid,
+                         ::testing::Values(Driver::forward, Driver::decode_rows,
+                                           Driver::decode_tiled, Driver::decode_keys_in_lanes),
+                         [](const auto& info) { return std::string(name_of(info.param)); });
+
+}  // namespace
+}  // namespace qkv
