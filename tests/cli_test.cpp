@@ -42,8 +42,8 @@ Result run(const std::string& args, bool with_stderr = false, const std::string&
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
-json run_json(const std::string& args) {
-  const Result r = run(args);
+json run_json(const std::string& args, const std::string& env = "") {
+  const Result r = run(args, false, "", env);
   EXPECT_EQ(r.status, 0) << args;
   return json::parse(r.output);
 }
@@ -189,12 +189,35 @@ TEST(CliErrors, UnknownQkvTargetIsAClearError) {
       << r.output;
 }
 
+TEST(CliErrors, ForcingAUnitIsCheckedAgainstTheCpu) {
+  const Result r = run("info --json --threads 1", /*with_stderr=*/true, "", "QKV_UNITS=bf16=sdot");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("qkv: error: QKV_UNITS: 'sdot' is not a unit for bf16", 0), 0u)
+      << r.output;
+  const json info = run_json("info --json --threads 1", "QKV_UNITS=bf16=fma");
+  bool listed = false;
+  for (const json& u : info["units"])
+    if (u["data"] == "bf16") {
+      listed = true;
+      EXPECT_EQ(u["unit"], "fma");
+    }
+  EXPECT_TRUE(listed);
+  EXPECT_NE(info["target"], "avx512_bf16");
+  EXPECT_NE(info["cpu_id"].get<std::string>().find(" family "), std::string::npos);
+}
+
 // qkv info names a supported target and agrees with --target; bench reports the target that ran.
 TEST(CliInfo, TargetsAndYardsticks) {
   const json info = run_json("info --json --threads 1");
   const auto supported = info["targets_supported"].get<std::vector<std::string>>();
   ASSERT_FALSE(supported.empty());
-  EXPECT_EQ(info["target"], supported.front());
+  // The best target, but for the bf16 units where the registry widens bf16 (Intel).
+  std::string bf16_unit;
+  for (const json& u : info["units"])
+    if (u["data"] == "bf16") bf16_unit = u["unit"];
+  const bool units_target = supported.front() == "avx512_bf16" || supported.front() == "neon_bf16";
+  EXPECT_EQ(info["target"], units_target && bf16_unit != "bf16_dot" ? supported.at(1)
+                                                                    : supported.front());
   EXPECT_GT(info["fma_peak_gflops"].get<double>(), 0);
   EXPECT_GT(info["read_gbps"].get<double>(), 0);
   EXPECT_FALSE(info["cpu"].get<std::string>().empty());

@@ -249,7 +249,6 @@ void decode_unit_keys_in_lanes(const AttentionArgs& a, const ElementSource<T>& K
                                const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
   const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
   if (u.lo >= u.hi) return;
-  reached(Variant::decode_keys_in_lanes);
   float* s = thread_scratch(ForwardSlot::scores, n.R * n.chunk);
   // Scores of the keys [c0, hi), -inf where a row may not look.
   scores_keys_in_lanes(K, n, b, hkv, u.c0, u.hi, u.q, u.ranges.data(), s);
@@ -274,7 +273,6 @@ void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const 
                                  Unit::paired(K));
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
-  reached(Unit::kVariant);
   Unit unit;
   unit.prepare(K, u.q, n.R, n.D, a.q.type != TensorType::bf16, hi - lo);
   const int64_t stride = n.chunk + N;  // a row of scores, and room for a whole vector past it
@@ -322,7 +320,6 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
   const bool two = a.q.type != TensorType::bf16;  // (the bf16 unit takes q as hi + lo)
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
-  reached(Unit::kBf16Dot ? Variant::decode_tiled_bf16_dot : Variant::decode_tiled);
   const int64_t Mq = std::min<int64_t>(tiles::kQueryVectors * N, (n.R + N - 1) / N * N);
   const int64_t blocks = (n.R + Mq - 1) / Mq;
   float* Qt = thread_scratch(ForwardSlot::q_tiles, blocks * n.D * Mq);
@@ -425,19 +422,29 @@ void decode(const AttentionArgs& a, const Src& K, const Src& V) {
   const int64_t units = n.B * n.Hkv * n.chunks;
   float* parts = thread_scratch(ForwardSlot::partials, units * n.R * (n.Dv + 2));
   const int threads = detail::threads_for(units * n.chunk * (n.D + n.Dv) * n.R);
-  parallel_for(units, threads, [&](int64_t u) {
-    const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
-    if constexpr (kElements)  // (block rows are whole 32s: never below a vector)
-      if (keys_in_lanes(n))
-        return decode_unit_keys_in_lanes(a, K, V, bias, scale, n, b, hkv, c, parts);
-    if (n.R >= kTiledDecodeMinRows)
-      return decode_unit_tiled(a, K, V, bias, scale, n, b, hkv, c, parts);
-    if constexpr (kRowsOnUnits && std::is_same_v<Src, ElementSource<simd::Bf16>>)
-      if (fits_units(n.D, n.Dv, n.R))
-        return decode_unit_rows<RowsOnBf16Dot>(a, K, V, bias, scale, n, b, hkv, c, parts);
-    decode_unit_rows<RowsOnFma>(a, K, V, bias, scale, n, b, hkv, c, parts);
-  });
-
+  // Every unit of a call runs the same kernel (the choice depends on the shape alone).
+  const auto each_unit = [&](Variant variant, auto&& kernel) {
+    reached(variant);
+    parallel_for(units, threads, [&](int64_t u) {
+      const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
+      kernel(a, K, V, bias, scale, n, b, hkv, c, parts);
+    });
+  };
+  using Tiles = tiles::TileUnit<tiles::kOnUnits<typename Src::TileElement>>;
+  constexpr bool kRowsOnBf16Dot = kRowsOnUnits && std::is_same_v<Src, ElementSource<simd::Bf16>>;
+  if (kElements && keys_in_lanes(n))  // (block rows are whole 32s: never below a vector)
+    each_unit(Variant::decode_keys_in_lanes, [](auto&&... x) {
+      if constexpr (kElements) decode_unit_keys_in_lanes(x...);
+    });
+  else if (n.R >= kTiledDecodeMinRows)
+    each_unit(Tiles::kBf16Dot ? Variant::decode_tiled_bf16_dot : Variant::decode_tiled,
+              [](auto&&... x) { decode_unit_tiled(x...); });
+  else if (kRowsOnBf16Dot && fits_units(n.D, n.Dv, n.R))
+    each_unit(Variant::decode_rows_bf16_dot, [](auto&&... x) {
+      if constexpr (kRowsOnBf16Dot) decode_unit_rows<RowsOnBf16Dot>(x...);
+    });
+  else
+    each_unit(Variant::decode_rows, [](auto&&... x) { decode_unit_rows<RowsOnFma>(x...); });
   // Merge the chunks of each row in chunk order.
   const int64_t rows = n.B * n.Hkv * n.R;
   parallel_for(rows, detail::threads_for(rows * n.chunks * n.Dv), [&](int64_t row) {
@@ -482,24 +489,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qkv::detail {
 
-#if defined(QKV_BF16_UNITS)
-void decode_forward_on_bf16_units(const AttentionArgs& a) {
-  QKV_UNITS_NAMESPACE::decode_forward(a);
-}
-#else
-void decode_forward_on_bf16_units(const AttentionArgs& a);  // decode_bf16.cpp
-
-HWY_EXPORT(decode_forward);
-
-void decode_forward(const AttentionArgs& a) {
-#if QKV_HAVE_BF16_UNITS
-  // bf16 K and V on the bf16 units, when the head dim is whole pairs.
-  if (a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0 && simd::bf16_units())
-    return decode_forward_on_bf16_units(a);
-#endif
-  QKV_DISPATCH(decode_forward)(a);
-}
-#endif
+// bf16 K and V on the bf16 units when the head dim is whole pairs (decode_bf16.cpp).
+QKV_ENTRY_WITH_BF16_UNITS(decode_forward, (const AttentionArgs& a), (a),
+                          a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0)
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

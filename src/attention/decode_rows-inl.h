@@ -24,7 +24,6 @@
 #include <hwy/highway.h>
 
 #include "attention/block_rows-inl.h"
-#include "attention/kernels.h"
 #include "simd/convert-inl.h"
 #include "simd/simd-inl.h"
 
@@ -128,6 +127,29 @@ HWY_INLINE void for_row_groups(int64_t R, F&& f) {
                                  [&](auto rows) { f(r, rows); });
 }
 
+// A value pass's accumulators: columns [e0, e0 + W N) of RG rows' outputs, loaded and stored.
+template <int RG, int W>
+HWY_INLINE void load_outputs(float* const* o, int64_t e0, simd::VfSlot (&acc)[RG][W]) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  for (int r = 0; r < RG; ++r)
+    for (int w = 0; w < W; ++w) acc[r][w] = hn::LoadU(df, o[r] + e0 + w * N);
+}
+template <int RG, int W>
+HWY_INLINE void store_outputs(const simd::VfSlot (&acc)[RG][W], float* const* o, int64_t e0) {
+  constexpr int64_t N = hn::MaxLanes(df);
+  for (int r = 0; r < RG; ++r)
+    for (int w = 0; w < W; ++w) hn::StoreU(acc[r][w], df, o[r] + e0 + w * N);
+}
+// acc[r][w] += p_r[jj] · x[w] for RG rows (p_r = p + r · p_stride) and W value vectors.
+template <int RG, int W>
+HWY_INLINE void add_products(const float* p, int64_t p_stride, int64_t jj, const simd::VfSlot* x,
+                             simd::VfSlot (&acc)[RG][W]) {
+  for (int r = 0; r < RG; ++r) {
+    const Vf pr = hn::Set(df, p[r * p_stride + jj]);
+    for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(pr, x[w], acc[r][w]);
+  }
+}
+
 // ---- fp32, bf16 and fp16 elements ------------------------------------------------------------
 
 template <typename T>
@@ -211,8 +233,7 @@ struct ElementSource {
                    int64_t ahead_rows) const {
     constexpr int64_t N = hn::MaxLanes(df);
     simd::VfSlot acc[RG][W];
-    for (int r = 0; r < RG; ++r)
-      for (int w = 0; w < W; ++w) acc[r][w] = hn::LoadU(df, o[r] + e0 + w * N);
+    load_outputs<RG, W>(o, e0, acc);
     for (int64_t jj = 0; jj < nk; ++jj) {
       if (jj < ahead_rows) ask(v + (jj + kPrefetchRows) * step);
       simd::VfSlot x[W];
@@ -226,13 +247,9 @@ struct ElementSource {
       } else {
         for (int w = 0; w < W; ++w) x[w] = simd::load_widened(v + jj * step + e0 + w * N);
       }
-      for (int r = 0; r < RG; ++r) {
-        const Vf pr = hn::Set(df, p[r * p_stride + jj]);
-        for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(pr, x[w], acc[r][w]);
-      }
+      add_products<RG, W>(p, p_stride, jj, x, acc);
     }
-    for (int r = 0; r < RG; ++r)
-      for (int w = 0; w < W; ++w) hn::StoreU(acc[r][w], df, o[r] + e0 + w * N);
+    store_outputs<RG, W>(acc, o, e0);
   }
 
   // o_r += Σ_jj p_r[jj] v_jj over the nk value rows from v of one value block, for R rows
@@ -362,8 +379,7 @@ struct BlockSource {
                    int64_t ahead_rows) const {
     constexpr int64_t N = hn::MaxLanes(df);
     simd::VfSlot acc[RG][W];
-    for (int r = 0; r < RG; ++r)
-      for (int w = 0; w < W; ++w) acc[r][w] = hn::LoadU(df, o[r] + e0 + w * N);
+    load_outputs<RG, W>(o, e0, acc);
     for (int64_t jj = 0; jj < nk; ++jj) {
       if (jj < ahead_rows) ask(v + (jj + kPrefetchRows) * step);
       const uint8_t* row = v + jj * step;
@@ -391,14 +407,10 @@ struct BlockSource {
       } else {
         simd::VfSlot x[W];
         for (int w = 0; w < W; ++w) x[w] = widen_vector<kType>(row, e0 + w * N);
-        for (int r = 0; r < RG; ++r) {
-          const Vf pr = hn::Set(df, p[r * p_stride + jj]);
-          for (int w = 0; w < W; ++w) acc[r][w] = hn::MulAdd(pr, x[w], acc[r][w]);
-        }
+        add_products<RG, W>(p, p_stride, jj, x, acc);
       }
     }
-    for (int r = 0; r < RG; ++r)
-      for (int w = 0; w < W; ++w) hn::StoreU(acc[r][w], df, o[r] + e0 + w * N);
+    store_outputs<RG, W>(acc, o, e0);
   }
 
   // As ElementSource::value_rows, over rows of blocks.
@@ -479,7 +491,6 @@ void key_scores(const Src& src, const float* q, int64_t R, typename Src::Ptr k, 
 // the first paired() of them in pair order, and so do the outputs while the unit runs.
 struct RowsOnFma {
   static constexpr bool kScalesScores = false;
-  static constexpr Variant kVariant = Variant::decode_rows;
   template <class Src>
   static int64_t paired(const Src& K) { return K.paired(); }  // queries in pair order
   template <class Src>

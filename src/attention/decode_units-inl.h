@@ -260,7 +260,6 @@ void block_values_units(const uint32_t* pp, int64_t pp_stride, const Bf16* v, in
 // bf16 pairs; the outputs' columns in lane order until finish() puts them back.
 struct RowsOnBf16Dot {
   static constexpr bool kScalesScores = true;
-  static constexpr Variant kVariant = Variant::decode_rows_bf16_dot;
   static int64_t paired(const ElementSource<Bf16>&) { return 0; }  // queries in natural order
   const uint16_t *qh = nullptr, *ql = nullptr;
   uint32_t* pp = nullptr;

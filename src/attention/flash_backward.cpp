@@ -519,27 +519,13 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qkv::detail {
 
-#if defined(QKV_BF16_UNITS)
-void flash_backward_on_bf16_units(const AttentionArgs& a, const View& dout, const View& dq,
-                                  const View& dk, const View& dv) {
-  QKV_UNITS_NAMESPACE::flash_backward(a, dout, dq, dk, dv);
-}
-#else
-void flash_backward_on_bf16_units(const AttentionArgs& a, const View& dout, const View& dq,
-                                  const View& dk, const View& dv);  // flash_backward_bf16.cpp
-
-HWY_EXPORT(flash_backward);
-void flash_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
-                    const View& dv) {
-#if QKV_HAVE_BF16_UNITS
-  // bf16 K and V on the bf16 units, when both head dims are whole pairs.
-  if (a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0 && a.v.shape[3] % 2 == 0 &&
-      simd::bf16_units())
-    return flash_backward_on_bf16_units(a, dout, dq, dk, dv);
-#endif
-  QKV_DISPATCH(flash_backward)(a, dout, dq, dk, dv);
-}
-#endif
+// bf16 K and V on the bf16 units when both head dims are whole pairs (flash_backward_bf16.cpp).
+QKV_ENTRY_WITH_BF16_UNITS(flash_backward,
+                          (const AttentionArgs& a, const View& dout, const View& dq,
+                           const View& dk, const View& dv),
+                          (a, dout, dq, dk, dv),
+                          a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0 &&
+                              a.v.shape[3] % 2 == 0)
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

@@ -398,21 +398,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qkv::detail {
 
-#if defined(QKV_BF16_UNITS)
-void flash_forward_on_bf16_units(const AttentionArgs& a) { QKV_UNITS_NAMESPACE::flash_forward(a); }
-#else
-void flash_forward_on_bf16_units(const AttentionArgs& a);  // flash_forward_bf16.cpp
-
-HWY_EXPORT(flash_forward);
-void flash_forward(const AttentionArgs& a) {
-#if QKV_HAVE_BF16_UNITS
-  // bf16 K and V on the bf16 units, when the head dim is whole pairs.
-  if (a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0 && simd::bf16_units())
-    return flash_forward_on_bf16_units(a);
-#endif
-  QKV_DISPATCH(flash_forward)(a);
-}
-#endif
+// bf16 K and V on the bf16 units when the head dim is whole pairs (flash_forward_bf16.cpp).
+QKV_ENTRY_WITH_BF16_UNITS(flash_forward, (const AttentionArgs& a), (a),
+                          a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0)
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

@@ -5,6 +5,8 @@
 // up that pass.
 #pragma once
 
+#include "simd/dispatch.h"
+
 namespace qkv::simd {
 
 // Whether the kernels' bf16-unit versions run now: the CPU has AVX512-BF16 (beside AVX-512) or
@@ -14,3 +16,31 @@ namespace qkv::simd {
 bool bf16_units();
 
 }  // namespace qkv::simd
+
+// The entry point of a kernel file that has a bf16-unit version, written once (after the
+// file's per-target code, in its HWY_ONCE part):
+//   QKV_ENTRY_WITH_BF16_UNITS(decode_forward, (const AttentionArgs& a), (a), <fits>)
+// defines `void decode_forward(const AttentionArgs& a)`: the units' version where the data
+// fits them (`fits`: bf16 keys and values of whole pairs) and bf16_units() says so, else
+// Highway's dispatch. In the units' translation unit it defines the units' version's entry,
+// name_on_bf16_units, instead.
+#if defined(QKV_BF16_UNITS)
+#define QKV_ENTRY_WITH_BF16_UNITS(name, params, args, fits) \
+  void name##_on_bf16_units params { QKV_UNITS_NAMESPACE::name args; }
+#else
+namespace qkv::simd {
+#if defined(QKV_HAVE_BF16_UNITS)
+inline constexpr bool kBf16UnitKernels = true;
+#else
+inline constexpr bool kBf16UnitKernels = false;
+#endif
+}  // namespace qkv::simd
+#define QKV_ENTRY_WITH_BF16_UNITS(name, params, args, fits)                  \
+  void name##_on_bf16_units params; /* the units' translation unit */       \
+  HWY_EXPORT(name);                                                          \
+  void name params {                                                         \
+    if constexpr (::qkv::simd::kBf16UnitKernels)                             \
+      if ((fits) && ::qkv::simd::bf16_units()) return name##_on_bf16_units args; \
+    QKV_DISPATCH(name) args;                                                 \
+  }
+#endif
