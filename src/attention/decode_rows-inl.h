@@ -177,7 +177,9 @@ struct ElementSource {
   }
   int64_t width() const { return dim; }
   int64_t paired() const { return paired_end; }
-  void ask(Ptr r) const { prefetch_row(r, step, dim); }
+  // (Static, with the caller's copies of step and width: a member read after a vector store
+  // is read again, since vector types may alias anything.)
+  static void ask(Ptr r, int64_t row_step, int64_t row_width) { prefetch_row(r, row_step, row_width); }
 
   // part[r][jj + j] ← q_r ⊙ k_j summed over the head dim's whole vectors, for RG rows of q
   // (dim apart) and KG key rows k_j: each q vector loaded once for KG keys. (Pairs of keys
@@ -186,17 +188,17 @@ struct ElementSource {
   template <int RG, int KG>
   HWY_INLINE void dots(const float* q, Ptr k, PartialDots* part, int64_t jj) const {
     constexpr int64_t N = hn::MaxLanes(df);
-    const int64_t D = dim;
+    const int64_t D = dim, st = step, pairs_end = paired_end, whole_end = whole;
     simd::VfSlot acc[RG][KG];
     for (int r = 0; r < RG; ++r)
       for (int j = 0; j < KG; ++j) acc[r][j] = hn::Zero(df);
     int64_t d = 0;
     if constexpr (kPaired<T>)
-      for (; d < paired_end; d += 2 * N) {
+      for (; d < pairs_end; d += 2 * N) {
         simd::VfSlot even[KG], odd[KG];
         for (int j = 0; j < KG; ++j) {
           Vf e, o;
-          simd::load_pair_widened(k + j * step + d, e, o);
+          simd::load_pair_widened(k + j * st + d, e, o);
           even[j] = e, odd[j] = o;
         }
         for (int r = 0; r < RG; ++r) {
@@ -205,9 +207,9 @@ struct ElementSource {
             acc[r][j] = hn::MulAdd(qo, odd[j], hn::MulAdd(qe, even[j], acc[r][j]));
         }
       }
-    for (; d < whole; d += N) {
+    for (; d < whole_end; d += N) {
       simd::VfSlot kv[KG];
-      for (int j = 0; j < KG; ++j) kv[j] = simd::load_widened(k + j * step + d);
+      for (int j = 0; j < KG; ++j) kv[j] = simd::load_widened(k + j * st + d);
       for (int r = 0; r < RG; ++r) {
         const Vf qv = hn::LoadU(df, q + r * D + d);
         for (int j = 0; j < KG; ++j) acc[r][j] = hn::MulAdd(qv, kv[j], acc[r][j]);
@@ -232,20 +234,21 @@ struct ElementSource {
   void values_pass(const float* p, int64_t p_stride, Ptr v, int64_t nk, int64_t e0, float* const* o,
                    int64_t ahead_rows) const {
     constexpr int64_t N = hn::MaxLanes(df);
+    const int64_t st = step, width = dim;
     simd::VfSlot acc[RG][W];
     load_outputs<RG, W>(o, e0, acc);
     for (int64_t jj = 0; jj < nk; ++jj) {
-      if (jj < ahead_rows) ask(v + (jj + kPrefetchRows) * step);
+      if (jj < ahead_rows) ask(v + (jj + kPrefetchRows) * st, st, width);
       simd::VfSlot x[W];
       if constexpr (Paired) {
         static_assert(W % 2 == 0, "pairs of vectors");
         for (int w = 0; w < W; w += 2) {
           Vf even, odd;
-          simd::load_pair_widened(v + jj * step + e0 + w * N, even, odd);
+          simd::load_pair_widened(v + jj * st + e0 + w * N, even, odd);
           x[w] = even, x[w + 1] = odd;
         }
       } else {
-        for (int w = 0; w < W; ++w) x[w] = simd::load_widened(v + jj * step + e0 + w * N);
+        for (int w = 0; w < W; ++w) x[w] = simd::load_widened(v + jj * st + e0 + w * N);
       }
       add_products<RG, W>(p, p_stride, jj, x, acc);
     }
@@ -255,35 +258,36 @@ struct ElementSource {
   // o_r += Σ_jj p_r[jj] v_jj over the nk value rows from v of one value block, for R rows
   // (p_r = s + r · stride + j), in groups of up to 4 rows and passes of kValueVectors columns;
   // the first pass asks for ahead_rows rows.
-  void value_rows(const float* s, int64_t stride, int64_t j, int64_t nk, Ptr v,
-                  int64_t ahead_rows, int64_t R, float* const* o) const {
+  HWY_INLINE void value_rows(const float* s, int64_t stride, int64_t j, int64_t nk, Ptr v,
+                             int64_t ahead_rows, int64_t R, float* const* o) const {
     const int64_t N = static_cast<int64_t>(simd::lanes());
+    const int64_t whole_end = whole, pairs_end = paired_end, width = dim, st = step;
     for_row_groups(R, [&](int64_t r, auto rows) {
       constexpr int RG = decltype(rows)::value, W = kValueVectors<RG>;
       const float* p = s + r * stride + j;
       int64_t e = 0;
       if constexpr (kPaired<T>) {
         constexpr int WP = W < 2 ? 2 : W / 2 * 2;  // pairs of vectors
-        for (; e + WP * N <= paired_end; e += WP * N, ahead_rows = 0)
+        for (; e + WP * N <= pairs_end; e += WP * N, ahead_rows = 0)
           values_pass<RG, WP, true>(p, stride, v, nk, e, o + r, ahead_rows);
-        if (e < paired_end)
-          simd::with_count<WP / 2>(static_cast<int>((paired_end - e) / (2 * N)), [&](auto w) {
+        if (e < pairs_end)
+          simd::with_count<WP / 2>(static_cast<int>((pairs_end - e) / (2 * N)), [&](auto w) {
             values_pass<RG, 2 * decltype(w)::value, true>(p, stride, v, nk, e, o + r, ahead_rows);
           });
-        if (e < paired_end) e = paired_end, ahead_rows = 0;
+        if (e < pairs_end) e = pairs_end, ahead_rows = 0;
       }
-      for (; e + W * N <= whole; e += W * N, ahead_rows = 0)
+      for (; e + W * N <= whole_end; e += W * N, ahead_rows = 0)
         values_pass<RG, W, false>(p, stride, v, nk, e, o + r, ahead_rows);
-      if (e < whole)
-        simd::with_count<W>(static_cast<int>((whole - e) / N), [&](auto w) {
+      if (e < whole_end)
+        simd::with_count<W>(static_cast<int>((whole_end - e) / N), [&](auto w) {
           values_pass<RG, decltype(w)::value, false>(p, stride, v, nk, e, o + r, ahead_rows);
         });
       ahead_rows = 0;
     });
-    for (int64_t e = whole; e < dim; ++e)  // a value dim that is not whole vectors
+    for (int64_t e = whole_end; e < width; ++e)  // a value dim that is not whole vectors
       for (int64_t jj = 0; jj < nk; ++jj)
         for (int64_t r = 0; r < R; ++r)
-          o[r][e] += s[r * stride + j + jj] * widen_one(v[jj * step + e]);
+          o[r][e] += s[r * stride + j + jj] * widen_one(v[jj * st + e]);
   }
 
   // Rows [j0, j0 + nk) for the tiled unit: in place.
@@ -305,16 +309,19 @@ struct BlockSource {
   using Ptr = const uint8_t*;
   using TileElement = float;  // blocks are widened into the thread's scratch for tiles
   BlockRows rows;
-  int64_t step;  // bytes
-  int64_t dim;   // values per row (whole blocks)
+  int64_t step;   // bytes
+  int64_t dim;    // values per row (whole blocks)
+  int64_t bytes;  // per row
   static constexpr bool kFourKeys = true;  // with 1 or 2 rows: four chains of FMAs in flight
 
   explicit BlockSource(const View& v)
-      : rows(block_rows(v)), step(rows.stride_bytes()), dim(rows.dim) {}
+      : rows(block_rows(v)), step(rows.stride_bytes()), dim(rows.dim), bytes(rows.row_bytes()) {}
   Ptr row(int64_t b, int64_t h, int64_t j) const { return rows.row(b, h, j); }
-  int64_t width() const { return rows.row_bytes(); }
+  int64_t width() const { return bytes; }
   int64_t paired() const { return 0; }
-  void ask(Ptr r) const { prefetch_blocks(r, step, rows.row_bytes()); }
+  static void ask(Ptr r, int64_t row_step, int64_t row_bytes) {
+    prefetch_blocks(r, row_step, row_bytes);
+  }
 
   // dots over rows of blocks (dim a multiple of 32), block by block: one row sums q · (the
   // block's integers) and scales that by d once (one FMA per block, not a multiply per
@@ -380,9 +387,10 @@ struct BlockSource {
     constexpr int64_t N = hn::MaxLanes(df);
     simd::VfSlot acc[RG][W];
     load_outputs<RG, W>(o, e0, acc);
+    const int64_t st = step, row_bytes = bytes;
     for (int64_t jj = 0; jj < nk; ++jj) {
-      if (jj < ahead_rows) ask(v + (jj + kPrefetchRows) * step);
-      const uint8_t* row = v + jj * step;
+      if (jj < ahead_rows) ask(v + (jj + kPrefetchRows) * st, st, row_bytes);
+      const uint8_t* row = v + jj * st;
       if constexpr (kAligned && RG <= 2) {
         // p · d (and p · m) once per block and row, the block's integers widened into the FMAs.
         simd::VfSlot pr[RG], pd[RG];
@@ -465,14 +473,15 @@ void key_scores(const Src& src, const float* q, int64_t R, typename Src::Ptr k, 
                 int64_t ahead_rows, float* s, int64_t s_stride) {
   constexpr int64_t N = hn::MaxLanes(df);
   PartialDots part[kTiledDecodeMinRows];
+  const int64_t st = src.step, D = src.dim, width = src.width();
+  const typename Src::Ptr ahead = k + kPrefetchRows * st;
   // All rows for KG keys from jj on.
   const auto keys_from = [&](int64_t jj, auto keys) {
     constexpr int KG = decltype(keys)::value;
     for (int j = 0; j < KG; ++j)
-      if (jj + j < ahead_rows) src.ask(k + (jj + j + kPrefetchRows) * src.step);
+      if (jj + j < ahead_rows) Src::ask(ahead + (jj + j) * st, st, width);
     for_row_groups(R, [&](int64_t r, auto rows) {
-      src.template dots<decltype(rows)::value, KG>(q + r * src.dim, k + jj * src.step,
-                                                    part + r, jj);
+      src.template dots<decltype(rows)::value, KG>(q + r * D, k + jj * st, part + r, jj);
     });
   };
   int64_t jj = 0;
