@@ -133,7 +133,7 @@ class Model {
   // The caller keeps `shard` alive; null returns to whole sequences.
   void set_sequence_shard(const SequenceShard* shard) { shard_ = shard; }
 
-  // How forward_cached multiplies activations with Q8_0, Q4_0 and Q4_1 weights held in their
+  // How forward_cached multiplies activations with Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights held in their
   // block format (quant::Matmul: exact fp32, or int8 as llama.cpp). Default exact.
   void set_matmul(quant::Matmul mode) { matmul_ = mode; }
   quant::Matmul matmul() const { return matmul_; }

@@ -42,13 +42,14 @@ Matrix matrix(const std::string& name, TensorType type, const uint8_t* data, int
 // Rows [row0, row0 + n) of m as floats, by the reference dequantizer.
 void dequantize_rows(const Matrix& m, int64_t row0, int64_t n, float* out);
 
-// How products with Q8_0, Q4_0 and Q4_1 weights take their activations:
+// How products with Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights take their activations:
 //   exact  in fp32, each weight block decoded in registers (within ~2e-6 of the fp32 product
 //          of the dequantized weights)
 //   int8   rounded once per product to int8 per 32-block (d = max|x| / 127, q = x / d to
 //          nearest), the block products summed as integers and scaled in fp32: llama.cpp's
 //          arithmetic (an output moves by up to Σ |w| · d / 2 from the exact one)
-// Other weight types (F32, F16, BF16, the K-quants) take fp32 activations either way.
+// Other weight types (F32, F16, BF16) take fp32 activations either way. (The K-quants round
+// the activations per 32 values too, where llama.cpp rounds them per 256.)
 enum class Matmul { exact, int8 };
 // "exact" or "int8"; a qkv::Error naming the choices for anything else.
 Matmul matmul_from_name(const std::string& name);

@@ -1,5 +1,7 @@
-// A Llama model from a GGUF file: the config from the `llama.*` metadata, every weight
-// dequantized into the model's fp32 buffer by the reference dequantizer (qkv/quant.h).
+// A Llama model from a GGUF file: the config from the `llama.*` metadata; loaded in place, its
+// matrices stay in the mapped file (ExternalWeights, read by the quantized products) and the
+// rest (norms, vectors) is dequantized into the model's fp32 buffer by the reference
+// dequantizer (qkv/quant.h); otherwise every weight is dequantized so.
 #include <algorithm>
 #include <string>
 
