@@ -29,11 +29,11 @@ inline constexpr bool kRowsOnUnits = true;
 // vdpbf16ps adds to each fp32 lane the two products of a pair of bf16 lanes: 32 products per
 // instruction, where widening a bf16 vector and an fp32 FMA gave 16 for three. The scores take
 // the query as bf16 (an fp32 query as a sum of two bf16, hi + lo, which keeps 16 of its 24
-// bits) against 32 key elements per instruction, reduced as in block_scores. P·V takes P
-// rounded to bf16 (the one rounding this path adds: |P − P̃| ≤ 2^-8 P) against pairs of value
-// rows interleaved (vpunpck{l,h}wd), so each lane sums two keys; the interleave orders the
-// columns of a 32-column block as lanes_to_column says, undone once per unit. Used where the
-// head dims are whole multiples of 32 and up to 15 rows share a kv head.
+// bits) against 32 key elements per instruction, reduced as in key_scores (decode_rows-inl.h).
+// P·V takes P rounded to bf16 (the one rounding this path adds: |P − P̃| ≤ 2^-8 P) against
+// pairs of value rows interleaved (vpunpck{l,h}wd), so each lane sums two keys; the interleave
+// orders the columns of a 32-column block as lanes_to_column says, undone once per unit. Used
+// where the head dims are whole multiples of 32 and up to 15 rows share a kv head.
 
 inline constexpr int64_t kUnitBlock = 32;  // bf16 elements per vector
 
@@ -99,7 +99,7 @@ HWY_INLINE void key_dots_units(const uint16_t* qh, const uint16_t* ql, int64_t D
     for (int j = 0; j < KG; ++j) part[r][jj + j] = Vf{acc[r][j]};
 }
 
-// block_scores on the units: s[r · s_stride + jj] ← scale · q_r · k_jj for nk ≤ 16 keys.
+// key_scores on the units: s[r · s_stride + jj] ← scale · q_r · k_jj for nk ≤ 16 keys.
 template <bool kTwo>
 void block_scores_units(const uint16_t* qh, const uint16_t* ql, int64_t R, int64_t D, float scale,
                         const Bf16* k, int64_t ks, int64_t nk, const Bf16* ahead,
