@@ -8,9 +8,9 @@
 
 namespace qkv::detail {
 
-// The kernel variants an attention call can reach: each sets its bit in kernels_reached() as
-// it runs (one relaxed atomic OR per unit of work: negligible), so that a test can assert the
-// variant a combination of format, shape and unit reaches.
+// The kernel variants an attention call can reach: a call sets its variant's bit in
+// kernels_reached() once, when it chooses it, so that a test can assert the variant a
+// combination of format, shape and unit reaches.
 enum class Variant : uint32_t {
   forward_tiles = 1u << 0,
   forward_tiles_bf16_dot = 1u << 1,

@@ -244,15 +244,14 @@ std::vector<UnitInUse> units_in_use() {
   const std::string target = current_target();
   std::vector<UnitInUse> out;
   out.push_back({"f32", "fma", "fp32 fused multiply-adds"});
-  if (simd::bf16_units()) {
-    const simd::UnitChoice c = simd::unit_for(Work::bf16);
-    out.push_back({"bf16", "bf16_dot",
-                   c.unit == Unit::bf16_dot ? c.why : "target " + target + " forced"});
-  } else {
-    const simd::UnitChoice c = simd::unit_for(Work::bf16);
-    const bool by_target = c.unit == Unit::bf16_dot;  // a lower target forced, or no kernels
-    out.push_back({"bf16", "fma", by_target ? "target " + target + ": widened to fp32" : c.why});
-  }
+  // A target forced by name overrides the registry's bf16 choice (simd::bf16_units()).
+  const simd::UnitChoice bf16 = simd::unit_for(Work::bf16);
+  const bool registry_agrees = (bf16.unit == Unit::bf16_dot) == simd::bf16_units();
+  if (simd::bf16_units())
+    out.push_back({"bf16", "bf16_dot", registry_agrees ? bf16.why : "target " + target + " forced"});
+  else
+    out.push_back(
+        {"bf16", "fma", registry_agrees ? bf16.why : "target " + target + ": widened to fp32"});
   out.push_back({"f16", "fma", "widened to fp32 (no f16 dot unit is used)"});
   for (const char* cache : {"q8_0 cache", "q4_0 cache", "q4_1 cache"})
     out.push_back({cache, "fma", "blocks widened to fp32 in registers, one scale per block"});
