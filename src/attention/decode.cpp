@@ -338,7 +338,8 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
       tm.begin[lane] = static_cast<int32_t>(u.ranges[blk * Mq + lane].begin);
       tm.end[lane] = static_cast<int32_t>(u.ranges[blk * Mq + lane].end);
     }
-    Unit::pack_queries(u.q, n.R, blk * Mq, rows, n.D, Mq, two, Qt + blk * n.D * Mq);
+    Unit::pack_queries(View(u.q, {1, 1, n.R, n.D}), 0, 0, blk * Mq, rows, n.D, Mq, 1.0f, two,
+                       Qt + blk * n.D * Mq);
     std::fill(Ot + blk * n.Dv * Mq, Ot + (blk + 1) * n.Dv * Mq, 0.0f);
     float* m = state + blk * 3 * Mq;
     std::fill(m, m + Mq, simd::kMinusInf);

@@ -29,7 +29,7 @@
 // does 2.5× the forward's flops.
 // Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
 // Compiled once more for the bf16 units (flash_backward_bf16.cpp, src/simd/units.h): there
-// the five products of bf16 K and V run as bf16 dot products (key_step_units).
+// the five products of bf16 K and V run as bf16 dot products (BackwardUnit<true>).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/flash_backward.cpp"
 #include <hwy/foreach_target.h>
@@ -49,8 +49,7 @@
 #include "util/scratch.h"
 #include "simd/dispatch.h"
 #include "simd/units.h"
-#include "attention/bf16_products-inl.h"
-#include "attention/bf16_packing-inl.h"
+#include "attention/tile_units-inl.h"
 
 #if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
@@ -85,18 +84,17 @@ struct PackedTile {
 };
 
 // A thread's buffers for one key step: S (then P), dP (then dS), tanh, each [Kt][Mq], a
-// masked step's part of dQ, [D][Mq] (on the bf16 units: K's rows interleaved in pairs), and
-// on the bf16 units P, then dS, in bf16 rows [Kt][Mq].
+// masked step's part of dQ, [D][Mq] (on the bf16 units: K's rows interleaved in pairs,
+// [Kt/2][D] words), and on the bf16 units P, then dS, in bf16 rows [Kt][Mq].
 struct StepBuffers {
   float *S, *dP, *tanh, *dq_part;
   uint16_t* rows16;
 };
 
 StepBuffers step_buffers(const Shape& n) {
-  const int64_t tile = kKeyTile * n.Mq;
-  float* w = thread_scratch(BackwardSlot::tile, 3 * tile + n.D * n.Mq + tile / 2);
-  return {w, w + tile, w + 2 * tile, w + 3 * tile,
-          reinterpret_cast<uint16_t*>(w + 3 * tile + n.D * n.Mq)};
+  const int64_t tile = kKeyTile * n.Mq, part = n.D * std::max(n.Mq, kKeyTile / 2);
+  float* w = thread_scratch(BackwardSlot::tile, 3 * tile + part + tile / 2);
+  return {w, w + tile, w + 2 * tile, w + 3 * tile, reinterpret_cast<uint16_t*>(w + 3 * tile + part)};
 }
 
 // How a key step delivers its part of dQ, Kᵀ dS: alone (the caller sums the parts in key
@@ -181,114 +179,152 @@ HWY_INLINE void score_gradient(const AttentionArgs& a, const PackedTile& p, cons
   hn::Store(ds, df, w.dP + at);
 }
 
-#if defined(QKV_BF16_UNITS)
-// key_step on the bf16 units (bf16 K and V, D and Dv even). The tile is packed as bf16 pairs
-// (bf16_packing-inl.h): Qt and dOt pairs along the head dims, Qr and dOr pairs of query rows.
-// Every product runs over the whole tile, a masked one too (its hidden blocks get P = 0, and
-// so dS = 0); P and dS are rounded to bf16 for the products that take them, as in the
-// forward's P·V, and every sum is fp32:
-//   S  ← scale · K Qt2                 dV += P̃ᵀ dO2   (pairs of queries)
-//   dP ← V dOt2                        dK += dS̃ᵀ Q2    (pairs of queries)
-//   dQt (+)= K2ᵀ dS̃2                   (pairs of keys: K's rows interleaved, dS̃'s paired)
-template <int NQV>
-void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b,
-                    int64_t h, int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p,
-                    int64_t j0, const StepBuffers& w, float* dK, float* dV, float* dQt,
-                    DqPart dq) {
-  using simd::Into;
-  const int64_t N = static_cast<int64_t>(simd::lanes());
-  const int64_t Mq = n.Mq, hkv = h / (n.Hq / n.Hkv);
-  const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
-  const auto* k0 = static_cast<const uint16_t*>(a.k.address()) + b * a.k.stride[0] +
-                   hkv * a.k.stride[1];
-  const auto* v0 = static_cast<const uint16_t*>(a.v.address()) + b * a.v.stride[0] +
-                   hkv * a.v.stride[1];
-  const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
-  const int64_t j1 = std::min(j0 + kKeyTile, tm.hi), nk = j1 - j0;
-  const bool masked = !tm.covers(j0, j1, rows);
-  VisibleBlocks blocks;
-  if (masked) blocks.find(tm, NQV, rows, j0, j1);
-  // The packed tile: hi, then lo where the tensor is not bf16 (null otherwise).
-  auto lo_of = [](const float* hi, bool split, int64_t words) {
-    return split ? reinterpret_cast<const uint32_t*>(hi) + words : nullptr;
-  };
-  const auto* qt2 = reinterpret_cast<const uint32_t*>(p.Qt);
-  const auto* q2 = reinterpret_cast<const uint32_t*>(p.Qr);
-  const auto* dot2 = reinterpret_cast<const uint32_t*>(p.dOt);
-  const auto* do2 = reinterpret_cast<const uint32_t*>(p.dOr);
-  const int64_t query_pairs = NQV * N / 2;
+// The backward's products on one unit, beside the tile unit's scores (tile_units-inl.h):
+//   pack      the query tile: Qt, Qr, dOt, dOr (PackedTile)
+//   reduce    C rows += Pᵀ R over a run of queries (dV = Pᵀ dO, dK = dSᵀ Q)
+//   dq        the key tile's part of dQ, Kᵀ dS, delivered as DqPart says
+// BackwardUnit<false> widens every element to fp32 (products-inl.h). BackwardUnit<true>, in
+// the units' pass, multiplies bf16 pairs (bf16_products-inl.h; packing in
+// bf16_packing-inl.h): Qt and dOt pairs along the head dims, Qr and dOr pairs of query rows;
+// P and dS are rounded to bf16 for the products that take them, as in the forward's P·V, and
+// every sum is fp32.
+template <bool kBf16Dot>
+struct BackwardUnit;
 
-  // S ← scale · K Qt2, transformed; P ← e^(S − lse), 0 in hidden blocks and past the rows.
-  simd::rows_times_pairs_tile<NQV, Into::kStore>(k0 + j0 * ks, ks, 2, nk, qt2,
-                                                 lo_of(p.Qt, p.q_split, n.D / 2 * Mq), n.D / 2, Mq, w.S,
-                                                 Mq, effective_scale(a), nullptr, nullptr);
-  if (has_score_transforms(a))
-    tiles::transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
-  else if (masked) blocks.apply(tm, NQV, j0, nk, Mq, w.S);
-  for (int v = 0; v < NQV; ++v) {
-    int first = 0, last = static_cast<int>(tiles::kKeyTile / tiles::kKeyChunk);
-    if (masked) blocks.chunks_seen_by(v, first, last);
-    const auto real = hn::FirstN(df, static_cast<size_t>(std::clamp<int64_t>(rows - v * N, 0, N)));
-    const Vf lse = hn::Load(df, p.lse + v * N);
-    for (int64_t jj = 0; jj < nk; ++jj) {
-      float* s = w.S + jj * Mq + v * N;
-      const bool seen = jj >= first * tiles::kKeyChunk && jj < last * tiles::kKeyChunk;
-      hn::Store(seen ? hn::IfThenElseZero(real, simd::exp_nonpositive(hn::Sub(hn::Load(df, s), lse)))
-                     : hn::Zero(df),
-                df, s);
-    }
+template <>
+struct BackwardUnit<false> {
+  using Tile = tiles::TileUnit<false>;
+  static void pack(const AttentionArgs& a, const View& dout, int64_t b, int64_t h, int64_t i0,
+                   int64_t rows, const Shape& n, float scale, PackedTile& p) {
+    pack_rows(a.q, b, h, i0, rows, n.D, scale, p.Qt, n.Mq, p.Qr, padded(n.D));
+    pack_rows(dout, b, h, i0, rows, n.Dv, 1.0f, p.dOt, n.Mq, p.dOr, padded(n.Dv));
   }
-  // dV[j0:j1] += P̃ᵀ dO2
-  simd::bf16_rows<NQV>(w.S, nk, Mq, w.rows16);
-  simd::rows_times_pairs_wide<Into::kAdd>(w.rows16, Mq, 2, nk, do2,
-                                          lo_of(p.dOr, p.dout_split, Mq / 2 * Dvp), query_pairs, Dvp,
-                                          Dvp, dV + j0 * Dvp, Dvp);
-  // dP ← V dOt2;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP.
-  simd::rows_times_pairs_tile<NQV, Into::kStore>(v0 + j0 * vs, vs, 2, nk, dot2,
-                                                 lo_of(p.dOt, p.dout_split, n.Dv / 2 * Mq), n.Dv / 2, Mq,
-                                                 w.dP, Mq, 1.0f, nullptr, nullptr);
-  for (int64_t jj = 0; jj < nk; ++jj)
-    for (int v = 0; v < NQV; ++v) score_gradient(a, p, w, jj * Mq + v * N, v);
-  // dK[j0:j1] += dS̃ᵀ Q2
-  simd::bf16_rows<NQV>(w.dP, nk, Mq, w.rows16);
-  simd::rows_times_pairs_wide<Into::kAdd>(w.rows16, Mq, 2, nk, q2, lo_of(p.Qr, p.q_split, Mq / 2 * Dp),
-                                          query_pairs, Dp, Dp, dK + j0 * Dp, Dp);
-  // dQt ← K2ᵀ dS̃2 (row d's pair jp is word jp · D + d of K2), or added to it.
-  simd::pairs_of_rows<NQV>(w.dP, nk, Mq);
-  auto* k2 = reinterpret_cast<uint32_t*>(w.dq_part);
-  simd::interleave_row_pairs(k0 + j0 * ks, ks, nk, n.D, k2, n.D);
-  const auto* ds2 = reinterpret_cast<const uint32_t*>(w.dP);
-  const auto* k2_rows = reinterpret_cast<const uint16_t*>(k2);
-  if (dq == DqPart::kAdd)
-    simd::rows_times_pairs_tile<NQV, Into::kAdd>(k2_rows, 2, 2 * n.D, n.D, ds2, nullptr,
-                                                 (nk + 1) / 2, Mq, dQt, Mq, 1.0f, nullptr, nullptr);
-  else
-    simd::rows_times_pairs_tile<NQV, Into::kStore>(k2_rows, 2, 2 * n.D, n.D, ds2, nullptr,
-                                                   (nk + 1) / 2, Mq, dQt, Mq, 1.0f, nullptr,
-                                                   nullptr);
-}
+  // dO's row r of the tile, fp32 (as packed in dOr).
+  static const float* dout_row(const View&, const PackedTile& p, int64_t, int64_t, int64_t,
+                               int64_t r, const Shape& n) {
+    return p.dOr + r * padded(n.Dv);
+  }
+  // P as the reductions read it: in place.
+  template <int NQV>
+  static const float* reduction_rows(const float* P, int64_t, int64_t, uint16_t*) { return P; }
+  // C [keys][E_pad] += Pᵀ R over `queries` queries from q0: P [keys][Mq] from its query q0,
+  // R [Mq][E_pad] the tile's rows.
+  static void reduce(const float* P, int64_t keys, int64_t Mq, int64_t q0, int64_t queries,
+                     const float* R, bool /*split*/, int64_t E_pad, float* C) {
+    simd::accumulate_transposed_tile(P, keys, Mq, queries, R + q0 * E_pad, E_pad, E_pad, C, E_pad);
+  }
+  // dQt's part Kᵀ dS over the tile (unmasked: one product from zero, stored or added at its
+  // end), or over the visible blocks into a part of its own, then added: the same sum.
+  template <int NQV, class T, class Chunks>
+  static void dq(bool masked, Chunks&& chunks, const float* dS, int64_t nk, int64_t Mq,
+                 const T* k, int64_t ks, int64_t D, float* scratch, float* dQt, DqPart dq) {
+    using simd::Into;
+    if (!masked) {
+      if (dq == DqPart::kAdd) simd::accumulate_tile_rows<NQV, Into::kAdd>(dS, nk, Mq, k, ks, D, dQt);
+      else simd::accumulate_tile_rows<NQV, Into::kStore>(dS, nk, Mq, k, ks, D, dQt);
+      return;
+    }
+    const int64_t N = static_cast<int64_t>(simd::lanes());
+    float* part = dq == DqPart::kAdd ? scratch : dQt;
+    std::fill(part, part + D * Mq, 0.0f);
+    chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
+      simd::with_count<NQV>(static_cast<int>(count), [&](auto c) {
+        simd::accumulate_tile_rows<decltype(c)::value, Into::kAdd>(
+            dS + jj * Mq + v * N, keys, Mq, k + jj * ks, ks, D, part + v * N);
+      });
+    });
+    if (dq == DqPart::kAdd) add_part(dQt, part, D * Mq);
+  }
+};
+
+#if defined(QKV_BF16_UNITS) && QKV_KERNEL_PASS
+template <>
+struct BackwardUnit<true> {
+  using Tile = tiles::TileUnit<true>;
+  static void pack(const AttentionArgs& a, const View& dout, int64_t b, int64_t h, int64_t i0,
+                   int64_t rows, const Shape& n, float /*scale*/, PackedTile& p) {
+    p.q_split = tiles::packs_two(a.q), p.dout_split = tiles::packs_two(dout);
+    tiles::pack_pairs_transposed(a.q, b, h, i0, rows, n.D, n.Mq, words(p.Qt), p.q_split);
+    tiles::pack_row_pairs(a.q, b, h, i0, rows, n.D, padded(n.D), n.Mq, words(p.Qr));
+    tiles::pack_pairs_transposed(dout, b, h, i0, rows, n.Dv, n.Mq, words(p.dOt), p.dout_split);
+    tiles::pack_row_pairs(dout, b, h, i0, rows, n.Dv, padded(n.Dv), n.Mq, words(p.dOr));
+  }
+  // dOr holds pairs: the row read again.
+  static const float* dout_row(const View& dout, const PackedTile& p, int64_t b, int64_t h,
+                               int64_t i0, int64_t r, const Shape& n) {
+    return row_f32(dout, b, h, i0 + r, n.Dv, p.dout_row);
+  }
+  // P rounded to bf16 rows [nk][Mq].
+  template <int NQV>
+  static const uint16_t* reduction_rows(const float* P, int64_t nk, int64_t Mq, uint16_t* rows16) {
+    simd::bf16_rows<NQV>(P, nk, Mq, rows16);
+    return rows16;
+  }
+  // R holds pairs of query rows (hi, then lo after Mq/2 · E_pad words when split); q0 is even.
+  static void reduce(const uint16_t* P, int64_t keys, int64_t Mq, int64_t q0, int64_t queries,
+                     const float* R, bool split, int64_t E_pad, float* C) {
+    const uint32_t* r2 = reinterpret_cast<const uint32_t*>(R) + q0 / 2 * E_pad;
+    simd::rows_times_pairs_wide<simd::Into::kAdd>(P, Mq, 2, keys, r2,
+                                                  split ? r2 + Mq / 2 * E_pad : nullptr,
+                                                  (queries + 1) / 2, E_pad, E_pad, C, E_pad);
+  }
+  // dS rounded into pairs of keys in place, K's rows interleaved in pairs (into scratch:
+  // row d's pair jp is word jp · D + d), then dQt ← K2ᵀ dS̃2 or dQt ← dQt + K2ᵀ dS̃2 (this
+  // product adds to what it finds, in order), over the tile or chunk by chunk.
+  template <int NQV, class T, class Chunks>
+  static void dq(bool masked, Chunks&& chunks, float* dS, int64_t nk, int64_t Mq, const T* k,
+                 int64_t ks, int64_t D, float* scratch, float* dQt, DqPart dq) {
+    using simd::Into;
+    simd::interleave_row_pairs(reinterpret_cast<const uint16_t*>(k), ks, nk, D, words(scratch), D);
+    const auto* k2 = reinterpret_cast<const uint16_t*>(scratch);
+    if (!masked) {
+      simd::pairs_of_rows<NQV>(dS, nk, Mq);
+      if (dq == DqPart::kAdd)
+        simd::rows_times_pairs_tile<NQV, Into::kAdd>(k2, 2, 2 * D, D, words(dS), nullptr,
+                                                     (nk + 1) / 2, Mq, dQt, Mq, 1.0f, nullptr,
+                                                     nullptr);
+      else
+        simd::rows_times_pairs_tile<NQV, Into::kStore>(k2, 2, 2 * D, D, words(dS), nullptr,
+                                                       (nk + 1) / 2, Mq, dQt, Mq, 1.0f, nullptr,
+                                                       nullptr);
+      return;
+    }
+    const int64_t N = static_cast<int64_t>(simd::lanes());
+    if (dq != DqPart::kAdd) std::fill(dQt, dQt + D * Mq, 0.0f);
+    chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
+      simd::with_count<NQV>(static_cast<int>(count), [&](auto c) {
+        constexpr int C = decltype(c)::value;
+        float* ds = dS + jj * Mq + v * N;
+        simd::pairs_of_rows<C>(ds, keys, Mq);
+        simd::rows_times_pairs_tile<C, Into::kAdd>(k2 + jj * D, 2, 2 * D, D, words(ds), nullptr,
+                                                   (keys + 1) / 2, Mq, dQt + v * N, Mq, 1.0f,
+                                                   nullptr, nullptr);
+      });
+    });
+  }
+  static uint32_t* words(float* x) { return reinterpret_cast<uint32_t*>(x); }
+  static const uint32_t* words(const float* x) { return reinterpret_cast<const uint32_t*>(x); }
+};
 #endif  // QKV_BF16_UNITS
 
 // One key tile [j0, ...) of a query tile: adds to the tile's rows of dK and dV, and delivers
-// this key tile's part of dQ, Kᵀ dS [D][Mq], into dQt as `dq` says. K and V are T.
+// this key tile's part of dQ, Kᵀ dS [D][Mq], into dQt as `dq` says. K and V are T, on the
+// unit that multiplies T. A masked tile computes only its visible blocks (as the forward
+// does): each product runs over the whole tile, or over the visible chunks of keys and their
+// queries.
 template <int NQV, class T>
 void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
               int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p, int64_t j0,
               const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq) {
-#if defined(QKV_BF16_UNITS)
-  if constexpr (kOnUnits<T>)
-    return key_step_units<NQV>(a, bias, n, b, h, i0, rows, tm, p, j0, w, dK, dV, dQt, dq);
-#endif
-  const size_t N = simd::lanes();
+  using Unit = BackwardUnit<kOnUnits<T>>;
+  using Tile = typename Unit::Tile;
+  const int64_t N = static_cast<int64_t>(simd::lanes());
   const int64_t Mq = n.Mq, hkv = h / (n.Hq / n.Hkv);
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
   const T* k0 = static_cast<const T*>(a.k.address()) + b * a.k.stride[0] + hkv * a.k.stride[1];
   const T* v0 = static_cast<const T*>(a.v.address()) + b * a.v.stride[0] + hkv * a.v.stride[1];
   const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
-  const bool transforms = has_score_transforms(a);
   const int64_t j1 = std::min(j0 + kKeyTile, tm.hi), nk = j1 - j0;
-  // A masked tile computes only its visible blocks (as the forward does): each product
-  // below runs over whole tiles, or over the visible chunks of keys and their queries.
   const bool masked = !tm.covers(j0, j1, rows);
   VisibleBlocks blocks;
   if (masked) blocks.find(tm, NQV, rows, j0, j1);
@@ -300,18 +336,20 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
                 blocks.last[c] - blocks.first[c]);
   };
   // Pᵀ R reduced over the real queries of each chunk, into C rows j0 + ...: dV and dK.
-  auto reduce_over_queries = [&](const float* P, const float* R, int64_t E_pad, float* C) {
+  auto reduce_over_queries = [&](const float* P, const float* R, bool split, int64_t E_pad,
+                                 float* C) {
+    const auto* rows16 = Unit::template reduction_rows<NQV>(P, nk, Mq, w.rows16);
     chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
       const int64_t q0 = v * N, q1 = std::min<int64_t>((v + count) * N, rows);
-      simd::accumulate_transposed_tile(P + jj * Mq + q0, keys, Mq, q1 - q0, R + q0 * E_pad, E_pad,
-                                       E_pad, C + (j0 + jj) * E_pad, E_pad);
+      Unit::reduce(rows16 + jj * Mq + q0, keys, Mq, q0, q1 - q0, R, split, E_pad,
+                   C + (j0 + jj) * E_pad);
     });
   };
 
   // S ← K Qt, transformed; P ← e^(S − lse) in place, on the blocks computed.
-  if (masked) tiles::visible_scores<NQV>(blocks, k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, w.S);
-  else simd::scores_tile<NQV>(k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, w.S);
-  if (transforms)
+  tiles::tile_scores<NQV, Tile>(masked, blocks, k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, p.q_split,
+                                effective_scale(a), w.S, nullptr);
+  if (has_score_transforms(a))
     tiles::transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
   else if (masked) blocks.apply(tm, NQV, j0, nk, Mq, w.S);
   chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
@@ -323,33 +361,17 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
       }
   });
   // dV[j0:j1] += P dOr
-  reduce_over_queries(w.S, p.dOr, Dvp, dV);
+  reduce_over_queries(w.S, p.dOr, p.dout_split, Dvp, dV);
   // dP ← V dOt;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP, on the blocks computed.
-  if (masked) tiles::visible_scores<NQV>(blocks, v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, w.dP);
-  else simd::scores_tile<NQV>(v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, w.dP);
+  tiles::tile_scores<NQV, Tile>(masked, blocks, v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq,
+                                p.dout_split, 1.0f, w.dP, nullptr);
   chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
     for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
       for (int64_t v = v0c; v < v0c + count; ++v) score_gradient(a, p, w, jj * Mq + v * N, v);
   });
   // dK[j0:j1] += dS Qr;  dQ's part Kᵀ dS.
-  reduce_over_queries(w.dP, p.Qr, Dp, dK);
-  if (!masked) {  // one product over the whole tile, from zero, stored or added at its end
-    if (dq == DqPart::kAdd)
-      simd::accumulate_tile_rows<NQV, simd::Into::kAdd>(w.dP, nk, Mq, k0 + j0 * ks, ks, n.D, dQt);
-    else
-      simd::accumulate_tile_rows<NQV, simd::Into::kStore>(w.dP, nk, Mq, k0 + j0 * ks, ks, n.D, dQt);
-    return;
-  }
-  // Block by block into a part of its own (its hidden blocks stay zero), then added.
-  float* part = dq == DqPart::kAdd ? w.dq_part : dQt;
-  std::fill(part, part + n.D * Mq, 0.0f);
-  chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
-    simd::with_count<NQV>(static_cast<int>(count), [&](auto c) {
-      simd::accumulate_tile_rows<decltype(c)::value, simd::Into::kAdd>(
-          w.dP + jj * Mq + v * N, keys, Mq, k0 + (j0 + jj) * ks, ks, n.D, part + v * N);
-    });
-  });
-  if (dq == DqPart::kAdd) add_part(dQt, part, n.D * Mq);
+  reduce_over_queries(w.dP, p.Qr, p.q_split, Dp, dK);
+  Unit::template dq<NQV>(masked, chunks, w.dP, nk, Mq, k0 + j0 * ks, ks, n.D, w.dq_part, dQt, dq);
 }
 
 // Row (b, h, j) of `to` ← scale · from[0, E), rounded to `to`'s type.
@@ -378,7 +400,6 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
                 const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0, int64_t rows,
                 bool split_keys, PackedTile& p, float* dQt, float* dK, float* dV) {
   const int64_t Mq = n.Mq;
-  const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
   thread_local TileMask mask;
   mask.init(a.mask, b, i0, rows, n);
   // A lambda naming a thread_local reaches the running thread's copy: the key steps below
@@ -391,29 +412,13 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
   }
 
   // Pack the tile: transposed for the score-shaped products, row-major for the reductions.
-  if constexpr (kOnUnits<T>) {  // as bf16 pairs (key_step_units), q unscaled
-#if defined(QKV_BF16_UNITS)
-    p.q_split = tiles::packs_two(a.q), p.dout_split = tiles::packs_two(dout);
-    tiles::pack_pairs_transposed(a.q, b, h, i0, rows, n.D, Mq, reinterpret_cast<uint32_t*>(p.Qt),
-                                 p.q_split);
-    tiles::pack_row_pairs(a.q, b, h, i0, rows, n.D, Dp, Mq, reinterpret_cast<uint32_t*>(p.Qr));
-    tiles::pack_pairs_transposed(dout, b, h, i0, rows, n.Dv, Mq,
-                                 reinterpret_cast<uint32_t*>(p.dOt), p.dout_split);
-    tiles::pack_row_pairs(dout, b, h, i0, rows, n.Dv, Dvp, Mq, reinterpret_cast<uint32_t*>(p.dOr));
-#endif
-  } else {
-    pack_rows(a.q, b, h, i0, rows, n.D, scale, p.Qt, Mq, p.Qr, Dp);
-    pack_rows(dout, b, h, i0, rows, n.Dv, 1.0f, p.dOt, Mq, p.dOr, Dvp);
-  }
+  using Unit = BackwardUnit<kOnUnits<T>>;
+  Unit::pack(a, dout, b, h, i0, rows, n, scale, p);
   for (int64_t r = 0; r < Mq; ++r) {
     const bool real = r < rows;
-    if (real) {  // dO's row as packed, or on the units (where dOr holds pairs) read again
-      const float* g = kOnUnits<T> ? row_f32(dout, b, h, i0 + r, n.Dv, p.dout_row)
-                                   : p.dOr + r * Dvp;
-      p.Di[r] = row_dot(g, row_f32(a.out, b, h, i0 + r, n.Dv, p.out_row), n.Dv);
-    } else {
-      p.Di[r] = 0;
-    }
+    p.Di[r] = real ? row_dot(Unit::dout_row(dout, p, b, h, i0, r, n),
+                             row_f32(a.out, b, h, i0 + r, n.Dv, p.out_row), n.Dv)
+                   : 0;
     // A row that saw no key has lse = -inf; any finite value works, as all its P are 0.
     const float l = real ? a.lse[(b * n.Hq + h) * n.Tq + i0 + r] : 0;
     p.lse[r] = std::isinf(l) ? 0 : l;

@@ -52,8 +52,7 @@
 #include "util/scratch.h"
 #include "simd/dispatch.h"
 #include "simd/units.h"
-#include "attention/bf16_products-inl.h"
-#include "attention/bf16_packing-inl.h"
+#include "attention/tile_units-inl.h"
 #include "attention/block_rows-inl.h"
 
 #if QKV_KERNEL_PASS
@@ -80,27 +79,13 @@ struct QueryTile {
   bool two;     // on the bf16 units: Qt holds q as hi + lo pairs (q not bf16)
 };
 
+template <class Unit>
 void start_tile(const AttentionArgs& a, float scale, const Shape& n, int64_t b, int64_t h,
-                QueryTile& t, bool units) {
+                QueryTile& t) {
   const int64_t Mq = n.Mq;
   t.tm.init(a.mask, b, t.i0, t.rows, n);
-  t.scale = scale, t.two = false;
-#if defined(QKV_BF16_UNITS)
-  if (units) {  // Qt2: q unscaled, in pairs (hi + lo when q is not bf16); D is even here
-    t.two = packs_two(a.q);
-    pack_pairs_transposed(a.q, b, h, t.i0, t.rows, n.D, Mq, reinterpret_cast<uint32_t*>(t.Qt), t.two);
-  } else
-#endif
-  // Qt ← scale · Q[tile]ᵀ, zero in padded lanes.
-  if (a.q.stride[3] == 1) {
-    with_typed(a.q, b, h, t.i0, 0, [&](auto* q) {
-      simd::pack_transposed(q, a.q.stride[2], t.rows, n.D, scale, t.Qt, Mq);
-    });
-  } else {
-    for (int64_t d = 0; d < n.D; ++d)
-      for (int64_t r = 0; r < Mq; ++r)
-        t.Qt[d * Mq + r] = r < t.rows ? scale * a.q.get(b, h, t.i0 + r, d) : 0;
-  }
+  t.scale = scale, t.two = Unit::kBf16Dot && a.q.type != TensorType::bf16;
+  Unit::pack_queries(a.q, b, h, t.i0, t.rows, n.D, Mq, scale, t.two, t.Qt);
   std::fill(t.Ot, t.Ot + n.Dv * Mq, 0.0f);
   std::fill(t.m, t.m + Mq, simd::kMinusInf);
   std::fill(t.l, t.l + Mq, 0.0f);
@@ -119,105 +104,28 @@ void for_visible_scores(bool masked, const VisibleBlocks& blocks, int64_t nk, F&
           f(jj, v);
 }
 
-#if defined(QKV_BF16_UNITS)
-// key_step on the bf16 units: S = scale · K Qt2 over whole tiles (a masked one too: its hidden
-// blocks get P = 0 after the softmax), then P rounded into bf16 pairs in place and
-// Ot ← alpha Ot + V2ᵀ P2 over the whole tile. V2: V[j0:j1]'s rows interleaved in pairs
-// (simd::interleave_row_pairs), zero past j1 to an even count.
-template <int NQV>
-void key_step_units(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b,
-                    int64_t h, const simd::Bf16* k_tile, int64_t ks, const uint16_t* V2,
-                    int64_t j0, int64_t j1, QueryTile& t, float* S,
-                    simd::PrefetchQueue& prefetch) {
-  const int64_t N = static_cast<int64_t>(simd::lanes());
+// One key tile [j0, j1) for one query tile: scores, online softmax, P V, on the unit that
+// multiplies K's elements T (fp32, bf16 or fp16): key j0 at k_tile, the others ks elements
+// apart; Vt as the unit packed it. A masked tile computes only the blocks some query sees.
+template <int NQV, class T>
+void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
+              const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1, QueryTile& t,
+              float* S, simd::PrefetchQueue& prefetch) {
+  using Unit = TileUnit<kOnUnits<T>>;
   const int64_t Mq = n.Mq, nk = j1 - j0;
-  const auto* q2 = reinterpret_cast<const uint32_t*>(t.Qt);
-  simd::rows_times_pairs_tile<NQV, simd::Into::kStore>(
-      reinterpret_cast<const uint16_t*>(k_tile), ks, 2, nk, q2,
-      t.two ? q2 + n.D / 2 * Mq : nullptr, n.D / 2, Mq, S, Mq, t.scale, nullptr, &prefetch);
   const bool masked = !t.tm.covers(j0, j1, t.rows);
   VisibleBlocks blocks;
   if (masked) blocks.find(t.tm, NQV, t.rows, j0, j1);
+  tile_scores<NQV, Unit>(masked, blocks, k_tile, ks, nk, t.Qt, n.D, Mq, t.two, t.scale, S,
+                         &prefetch);
+  // (The mask below sets -inf where a row of a partial block may not look.)
   if (has_score_transforms(a))
     transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
   else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
   online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha, [&](auto&& f) {
     for_visible_scores<NQV>(masked, blocks, nk, f);
   });
-  if (masked)
-    for (int v = 0; v < NQV; ++v) {
-      int first, last;
-      blocks.chunks_seen_by(v, first, last);
-      for (int64_t jj = 0; jj < nk; ++jj)
-        if (jj < first * kKeyChunk || jj >= last * kKeyChunk)
-          hn::Store(hn::Zero(df), df, S + jj * Mq + v * N);
-    }
-  simd::pairs_of_rows<NQV>(S, nk, Mq);
-  // Oᵀ: row e's pair jp is word jp · Dv + e of V2 (V's rows interleaved in pairs).
-  simd::rows_times_pairs_tile<NQV, simd::Into::kRescaleAdd>(
-      V2, 2, 2 * n.Dv, n.Dv, reinterpret_cast<const uint32_t*>(S), nullptr, (nk + 1) / 2, Mq,
-      t.Ot, Mq, 1.0f, t.alpha, &prefetch);
-}
-#endif  // QKV_BF16_UNITS
-
-// One key tile [j0, j1) for one query tile: scores, online softmax, P V. K's elements are
-// fp32, bf16 or fp16: key j0 at k_tile, the others ks elements apart.
-template <int NQV, class T>
-void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
-              const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1, QueryTile& t,
-              float* S,
-              simd::PrefetchQueue& prefetch) {
-#if defined(QKV_BF16_UNITS)
-  if constexpr (kOnUnits<T>)
-    return key_step_units<NQV>(a, bias, n, b, h, k_tile, ks, reinterpret_cast<const uint16_t*>(Vt), j0,
-                               j1, t, S, prefetch);
-#endif
-  const size_t N = simd::lanes();
-  const int64_t Mq = n.Mq, nk = j1 - j0;
-  float *m = t.m, *l = t.l, *alpha = t.alpha;
-  const bool masked = !t.tm.covers(j0, j1, t.rows);
-  VisibleBlocks blocks;
-  if (!masked) {
-    simd::scores_tile<NQV>(k_tile, ks, nk, t.Qt, n.D, Mq, S, &prefetch);
-  } else {
-    // Only the blocks some query sees; the mask below sets -inf where a row of a partial
-    // block may not look.
-    blocks.find(t.tm, NQV, t.rows, j0, j1);
-    visible_scores<NQV>(blocks, k_tile, ks, nk, t.Qt, n.D, Mq, S, &prefetch);
-  }
-  if (has_score_transforms(a))
-    transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
-  else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
-  online_softmax<NQV>(S, Mq, m, l, alpha, [&](auto&& f) {
-    for_visible_scores<NQV>(masked, blocks, nk, f);
-  });
-  if (!masked) {
-    simd::accumulate_tile<NQV>(S, nk, Mq, Vt, kKeyTile, n.Dv, alpha, t.Ot, &prefetch);
-    return;
-  }
-  // P V over the visible blocks (a hidden one would add 0 · V): the query vectors that see
-  // the same chunks together, over all of those chunks' keys at once. (Chunk by chunk, each
-  // call ran 16 keys deep and loading and storing its accumulators cost about as much as its
-  // products: with a window of 512 the forward is 1.6–1.8% faster this way.) A query vector
-  // that sees no key of the tile keeps its running max: its alpha is exactly 1, its Ot stays.
-  for (int v = 0; v < NQV;) {
-    int first, last;
-    blocks.chunks_seen_by(v, first, last);
-    int w = v + 1;
-    for (int w_first, w_last; w < NQV; ++w) {
-      blocks.chunks_seen_by(w, w_first, w_last);
-      if (w_first != first || w_last != last) break;
-    }
-    if (first < last) {
-      const int64_t jf = first * kKeyChunk, jl = std::min<int64_t>(last * kKeyChunk, nk);
-      simd::with_count<NQV>(w - v, [&](auto count) {
-        simd::accumulate_tile<decltype(count)::value>(S + jf * Mq + v * N, jl - jf, Mq, Vt + jf,
-                                                      kKeyTile, n.Dv, alpha + v * N, t.Ot + v * N,
-                                                      &prefetch);
-      });
-    }
-    v = w;
-  }
+  tile_accumulate<NQV, Unit>(masked, blocks, S, nk, Mq, Vt, n.Dv, t.alpha, t.Ot, &prefetch);
 }
 
 // An output this large does not stay in the caches for whoever reads it next: it is
@@ -269,7 +177,7 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
     t.Qt = Qt + g * n.D * Mq;
     t.Ot = Ot + g * n.Dv * Mq;
     t.m = state + g * 3 * Mq, t.l = t.m + Mq, t.alpha = t.l + Mq;
-    start_tile(a, scale, n, b, h, t, kOnUnits<T>);
+    start_tile<TileUnit<kOnUnits<T>>>(a, scale, n, b, h, t);
     if (t.tm.lo < t.tm.hi) lo = std::min(lo, t.tm.lo), hi = std::max(hi, t.tm.hi);
   }
 
@@ -308,13 +216,7 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
       prefetch.reset(k0 + next * ks, ks, n.D, v0 + next * vs, vs, n.Dv,
                      std::max<int64_t>(next_rows, 0));
       k_rows = k0 + j0 * ks;
-#if defined(QKV_BF16_UNITS)
-      if constexpr (kOnUnits<T>)
-        simd::interleave_row_pairs(reinterpret_cast<const uint16_t*>(v0 + j0 * vs), vs, rows, n.Dv,
-                                   reinterpret_cast<uint32_t*>(Vt), n.Dv);
-      else
-#endif
-      simd::pack_transposed(v0 + j0 * vs, vs, rows, n.Dv, 1.0f, Vt, kKeyTile);
+      TileUnit<kOnUnits<T>>::pack_values(v0 + j0 * vs, vs, rows, n.Dv, Vt);
     }
     for (QueryTile& t : group) {
       // The same key tiles, clipped the same way, as if the tile were alone.

@@ -116,25 +116,6 @@ struct VisibleBlocks {
   int64_t keys_in(int c, int64_t nk) const { return std::min(kKeyChunk, nk - c * kKeyChunk); }
 };
 
-// C ← A Bt over the visible blocks of a masked tile of nk rows of A (the keys): the scores
-// S = K Qt, and the backward's dP = V dOt (A of any element type). Hidden blocks are left
-// unwritten.
-template <int NQV, class T>
-void visible_scores(const VisibleBlocks& blocks, const T* a, int64_t a_stride, int64_t nk,
-                    const float* bt, int64_t depth, int64_t Mq, float* c,
-                    simd::PrefetchQueue* prefetch = nullptr) {
-  const int64_t N = static_cast<int64_t>(simd::lanes());
-  for (int k = 0; k < blocks.chunks; ++k) {
-    if (blocks.first[k] == blocks.last[k]) continue;
-    const int64_t jj = k * kKeyChunk, v0 = blocks.first[k];
-    simd::with_count<NQV>(blocks.last[k] - blocks.first[k], [&](auto count) {
-      simd::scores_tile<decltype(count)::value>(a + jj * a_stride, a_stride, blocks.keys_in(k, nk),
-                                                bt + v0 * N, depth, Mq, c + jj * Mq + v0 * N,
-                                                prefetch);
-    });
-  }
-}
-
 // One step of the online softmax on a score tile S [Kt][Mq], lane by lane (each lane is one
 // query row), over the score vectors for_scores(f) visits as f(jj, v): m ← max(m, max_j S),
 // alpha ← e^(m_old − m), S ← P = e^(S − m), l ← alpha · l + Σ_j P. The NQV vectors of a key
