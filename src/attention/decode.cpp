@@ -192,18 +192,18 @@ void values_keys_in_lanes(const ElementSource<T>& V, const Shape& n, int64_t b, 
 // a kv_len they may hold anything). q holds each row's scaled query at q[r · D].
 struct UnitRows {
   int64_t c0, c1, unit, lo, hi;
-  std::vector<KeyRange> ranges;
+  KeyRange* ranges;  // [R], in the thread's scratch
   float* q;
 };
-// The calling thread's UnitRows for unit (b, hkv, c), with each row's partial result started
-// as "no key seen" and the first `paired` elements of each query in pair order.
-const UnitRows& start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t b,
-                           int64_t hkv, int64_t c, float* parts, int64_t paired = 0) {
-  thread_local UnitRows u;
+// UnitRows for unit (b, hkv, c), in the calling thread's scratch, with each row's partial
+// result started as "no key seen" and the first `paired` elements of each query in pair order.
+UnitRows start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t b, int64_t hkv,
+                    int64_t c, float* parts, int64_t paired = 0) {
+  UnitRows u;
   u.c0 = c * n.chunk, u.c1 = std::min(u.c0 + n.chunk, n.Tk);
   u.unit = (b * n.Hkv + hkv) * n.chunks + c;
   u.lo = u.c1, u.hi = u.c0;
-  u.ranges.resize(n.R);
+  u.ranges = thread_scratch_for<KeyRange>(ForwardSlot::key_ranges, n.R);
   u.q = thread_scratch(ForwardSlot::queries, n.R * n.D);
   for (int64_t r = 0; r < n.R; ++r) {
     const int64_t h = n.head(hkv, r), i = n.query(r);
@@ -247,11 +247,11 @@ template <typename T>
 void decode_unit_keys_in_lanes(const AttentionArgs& a, const ElementSource<T>& K,
                                const ElementSource<T>& V, const View& bias, float scale,
                                const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
-  const UnitRows& u = start_unit(a, scale, n, b, hkv, c, parts);
+  const UnitRows u = start_unit(a, scale, n, b, hkv, c, parts);
   if (u.lo >= u.hi) return;
   float* s = thread_scratch(ForwardSlot::scores, n.R * n.chunk);
   // Scores of the keys [c0, hi), -inf where a row may not look.
-  scores_keys_in_lanes(K, n, b, hkv, u.c0, u.hi, u.q, u.ranges.data(), s);
+  scores_keys_in_lanes(K, n, b, hkv, u.c0, u.hi, u.q, u.ranges, s);
   for (int64_t r = 0; r < n.R; ++r)
     finish_scores(a, bias, n, b, hkv, r, u.ranges[r], u.c0, u.hi, s + r * n.chunk,
                   partial(parts, n, u.unit, r));
@@ -269,7 +269,7 @@ void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const 
                       float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
                       float* parts) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  const UnitRows& u = start_unit(a, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts,
+  const UnitRows u = start_unit(a, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts,
                                  Unit::paired(K));
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
@@ -316,7 +316,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
   using E = typename Src::TileElement;
   using Unit = tiles::TileUnit<tiles::kOnUnits<E>>;
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  const UnitRows& u = start_unit(a, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts);
+  const UnitRows u = start_unit(a, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts);
   const bool two = a.q.type != TensorType::bf16;  // (the bf16 unit takes q as hi + lo)
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
@@ -327,13 +327,13 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
   float* Ot = thread_scratch(ForwardSlot::out_tiles, blocks * n.Dv * Mq);
   float* state = thread_scratch(ForwardSlot::softmax_state, blocks * 3 * Mq);  // m, l, alpha
   float* Vt = thread_scratch(ForwardSlot::v_tiles, n.Dv * kKeyTile);
-  thread_local std::vector<tiles::TileMask> masks;  // each row's keys in this chunk
-  masks.resize(blocks);
+  // Each block's rows' keys in this chunk.
+  auto* masks = thread_scratch_for<tiles::TileMask>(ForwardSlot::tile_masks, blocks);
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t rows = std::min(Mq, n.R - blk * Mq);
     tiles::TileMask& tm = masks[blk];
-    tm.begin.assign(Mq, 0);
-    tm.end.assign(Mq, 0);
+    std::fill_n(tm.begin, Mq, 0);
+    std::fill_n(tm.end, Mq, 0);
     for (int64_t lane = 0; lane < rows; ++lane) {
       tm.begin[lane] = static_cast<int32_t>(u.ranges[blk * Mq + lane].begin);
       tm.end[lane] = static_cast<int32_t>(u.ranges[blk * Mq + lane].end);

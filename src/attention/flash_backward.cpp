@@ -400,11 +400,8 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
                 const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0, int64_t rows,
                 bool split_keys, PackedTile& p, float* dQt, float* dK, float* dV) {
   const int64_t Mq = n.Mq;
-  thread_local TileMask mask;
-  mask.init(a.mask, b, i0, rows, n);
-  // A lambda naming a thread_local reaches the running thread's copy: the key steps below
-  // read this thread's through a reference.
-  const TileMask& tm = mask;
+  TileMask tm;
+  tm.init(a.mask, b, i0, rows, n);
   if (tm.lo >= tm.hi) {  // the tile sees no key: its gradient is zero
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < n.D; ++d) dq.set(b, h, i0 + r, d, 0);

@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -166,8 +167,8 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
   // m, l, alpha of each tile, each [Mq]
   float* state = thread_scratch(ForwardSlot::softmax_state, count * 3 * Mq);
   float* Vt = thread_scratch(ForwardSlot::v_tiles, n.Dv * kKeyTile);
-  thread_local std::vector<QueryTile> group;
-  group.resize(count);
+  QueryTile tiles_of_group[kTilesPerGroup];
+  const auto group = std::span(tiles_of_group, static_cast<size_t>(count));
   int64_t lo = n.Tk, hi = 0;  // keys some query of the group sees
   for (int64_t g = 0; g < count; ++g) {
     QueryTile& t = group[g];

@@ -157,10 +157,12 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
                        float* out) {
     if (in_blocks(kv.type)) {  // quantized and back, as storing it would
       for (int64_t d = 0; d < dim; ++d) out[d] = fresh.get(b, h, t, d);
-      thread_local std::vector<uint8_t> blocks;
-      blocks.resize(dim / kBlock * block_bytes(kv.type));
-      quant::quantize_into(kv.type, out, dim, blocks.data());
-      return quant::dequantize(kv.type, blocks.data(), dim, out);
+      for (int64_t e = 0; e < dim; e += kBlock) {  // block by block
+        uint8_t block[2 * kBlock];  // more than a block of any cache format (q8_0: 34 bytes)
+        quant::quantize_into(kv.type, out + e, kBlock, block);
+        quant::dequantize(kv.type, block, kBlock, out + e);
+      }
+      return;
     }
     for (int64_t d = 0; d < dim; ++d) {
       const float x = fresh.get(b, h, t, d);

@@ -71,9 +71,14 @@ struct Shape {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv, Mq;
 };
 
-// Per-lane visible key ranges of one query tile, and which key tiles need a mask.
+// The most query rows of a tile on this target: Mq.
+inline constexpr int64_t kMostTileRows = kQueryVectors * simd::hn::MaxLanes(simd::df);
+
+// Per-lane visible key ranges of one query tile, and which key tiles need a mask. Plain
+// data, no heap: a kernel keeps it on its stack or in scratch.
 struct TileMask {
-  std::vector<int32_t> begin, end;  // [Mq], read N lanes at a time; padded lanes: empty
+  int32_t begin[kMostTileRows], end[kMostTileRows];  // [Mq], read N lanes at a time; padded
+                                                      // lanes: empty
   int64_t lo = 0, hi = 0;           // keys any real query of the tile can see: [lo, hi)
 
   void init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const Shape& n);
@@ -85,8 +90,8 @@ struct TileMask {
     const hn::RebindToSigned<simd::Df> di;
     const size_t N = simd::lanes();
     const auto jv = hn::Set(di, static_cast<int32_t>(j));
-    const auto hidden = hn::Or(hn::Lt(jv, hn::LoadU(di, begin.data() + v * N)),
-                               hn::Not(hn::Lt(jv, hn::LoadU(di, end.data() + v * N))));
+    const auto hidden = hn::Or(hn::Lt(jv, hn::LoadU(di, begin + v * N)),
+                               hn::Not(hn::Lt(jv, hn::LoadU(di, end + v * N))));
     return hn::IfThenElse(hn::RebindMask(simd::df, hidden), hn::Set(simd::df, simd::kMinusInf), x);
   }
 };

@@ -23,8 +23,8 @@ using simd::df;
 using simd::Vf;
 
 void TileMask::init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const Shape& n) {
-  begin.assign(n.Mq, 0);
-  end.assign(n.Mq, 0);
+  std::fill_n(begin, n.Mq, 0);
+  std::fill_n(end, n.Mq, 0);
   lo = n.Tk;
   hi = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -44,8 +44,8 @@ bool TileMask::covers(int64_t j0, int64_t j1, int64_t rows) const {
   const auto hi = hn::Set(di, static_cast<int32_t>(j1));
   for (int64_t r = 0; r < rows; r += N) {
     const auto real = hn::FirstN(di, static_cast<size_t>(std::min(N, rows - r)));
-    const auto sees_all = hn::And(hn::Not(hn::Gt(hn::LoadU(di, begin.data() + r), lo)),
-                                  hn::Not(hn::Lt(hn::LoadU(di, end.data() + r), hi)));
+    const auto sees_all = hn::And(hn::Not(hn::Gt(hn::LoadU(di, begin + r), lo)),
+                                  hn::Not(hn::Lt(hn::LoadU(di, end + r), hi)));
     if (!hn::AllTrue(di, hn::Or(sees_all, hn::Not(real)))) return false;
   }
   return true;
@@ -64,8 +64,8 @@ void VisibleBlocks::find(const TileMask& tm, int nqv, int64_t rows, int64_t j0, 
       // Over the real rows of vector v: does some row see a key of the chunk, does every row
       // see all of them?
       const auto real = hn::FirstN(di, static_cast<size_t>(std::min(N, rows - v * N)));
-      const auto begin = hn::LoadU(di, tm.begin.data() + v * N);
-      const auto end = hn::LoadU(di, tm.end.data() + v * N);
+      const auto begin = hn::LoadU(di, tm.begin + v * N);
+      const auto end = hn::LoadU(di, tm.end + v * N);
       const auto sees_some = hn::And(real, hn::And(hn::Lt(begin, hi), hn::Gt(end, lo)));
       const auto sees_all = hn::And(hn::Not(hn::Gt(begin, lo)), hn::Not(hn::Lt(end, hi)));
       const bool some = !hn::AllFalse(di, sees_some);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 namespace qkv::detail {
 
@@ -26,6 +27,8 @@ enum class ForwardSlot {
   merged_row,
   partials,
   queries,
+  key_ranges,
+  tile_masks,
   end
 };
 // The tiled backward (src/attention/flash_backward.cpp): the forward's slots, its own uses (the
@@ -66,6 +69,16 @@ template <typename Slot>
 float* thread_scratch(Slot slot, size_t floats) {
   static_assert(static_cast<int>(Slot::end) <= kScratchSlots, "a family past the last slot");
   return thread_scratch_at(static_cast<int>(slot), floats);
+}
+
+// The same as storage for n objects of a plain type T (key ranges, tile masks), left
+// uninitialised.
+template <class T, typename Slot>
+T* thread_scratch_for(Slot slot, size_t n) {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T> &&
+                alignof(T) <= 64);
+  return static_cast<T*>(
+      static_cast<void*>(thread_scratch(slot, (n * sizeof(T) + sizeof(float) - 1) / sizeof(float))));
 }
 
 }  // namespace qkv::detail
