@@ -80,16 +80,6 @@ struct Shape {
   int64_t query(int64_t r) const { return r % Tq; }
 };
 
-// The score transforms after q·k (softcap, bias, ALiBi) on one score: query i of head h,
-// key j (scalar: a unit has few scores next to the bytes it reads).
-float transformed(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
-                  int64_t i, int64_t j, float x) {
-  if (a.softcap > 0) x = a.softcap * std::tanh(x / a.softcap);
-  if (!bias.empty()) x += bias(b, h, i, j);
-  if (a.mask.alibi) x += alibi_bias(a.mask, h, i, j, n.Tq, n.Tk);
-  return x;
-}
-
 // Partial results of one unit: per row m, l, then o[Dv].
 float* partial(float* base, const Shape& n, int64_t unit, int64_t r) {
   return base + (unit * n.R + r) * (n.Dv + 2);
@@ -230,12 +220,12 @@ UnitRows start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t
 // A row's scores s[j − lo] for keys j in [lo, hi), of which it sees `range`: the score
 // transforms on the keys it sees, -inf on the rest up to the next whole vector past hi, then
 // softmax_row into the row's partial result.
-void finish_scores(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t hkv,
+void finish_scores(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t hkv,
                    int64_t r, KeyRange range, int64_t lo, int64_t hi, float* s, float* out) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  if (has_score_transforms(a))
+  if (rule.transforms())
     for (int64_t j = range.begin; j < range.end; ++j)
-      s[j - lo] = transformed(a, bias, n, b, n.head(hkv, r), n.query(r), j, s[j - lo]);
+      s[j - lo] = rule.transform(b, n.head(hkv, r), n.query(r), j, s[j - lo]);
   const int64_t begin = std::clamp(range.begin, lo, hi), end = std::clamp(range.end, begin, hi);
   std::fill(s, s + (begin - lo), simd::kMinusInf);
   std::fill(s + (end - lo), s + (hi - lo + N - 1) / N * N, simd::kMinusInf);
@@ -245,7 +235,7 @@ void finish_scores(const AttentionArgs& a, const View& bias, const Shape& n, int
 // One unit with the keys in the lanes (see keys_in_lanes).
 template <typename T>
 void decode_unit_keys_in_lanes(const AttentionArgs& a, const ElementSource<T>& K,
-                               const ElementSource<T>& V, const View& bias, float scale,
+                               const ElementSource<T>& V, const ScoreRule& rule, float scale,
                                const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
   const UnitRows u = start_unit(a, scale, n, b, hkv, c, parts);
   if (u.lo >= u.hi) return;
@@ -253,7 +243,7 @@ void decode_unit_keys_in_lanes(const AttentionArgs& a, const ElementSource<T>& K
   // Scores of the keys [c0, hi), -inf where a row may not look.
   scores_keys_in_lanes(K, n, b, hkv, u.c0, u.hi, u.q, u.ranges, s);
   for (int64_t r = 0; r < n.R; ++r)
-    finish_scores(a, bias, n, b, hkv, r, u.ranges[r], u.c0, u.hi, s + r * n.chunk,
+    finish_scores(a, rule, n, b, hkv, r, u.ranges[r], u.c0, u.hi, s + r * n.chunk,
                   partial(parts, n, u.unit, r));
   values_keys_in_lanes(V, n, b, hkv, u.c0, u.hi, s, parts, u.unit);
 }
@@ -265,7 +255,7 @@ void decode_unit_keys_in_lanes(const AttentionArgs& a, const ElementSource<T>& K
 // kValueVectors columns. Each key and value row is read from memory once. Src: where the rows
 // are and how they are read; Unit: which instructions multiply them (RowsOnFma, RowsOnBf16Dot).
 template <class Unit, class Src>
-void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const View& bias,
+void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const ScoreRule& rule,
                       float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
                       float* parts) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -288,7 +278,7 @@ void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const 
   float* o[kTiledDecodeMinRows];
   for (int64_t r = 0; r < n.R; ++r) {
     float* out = partial(parts, n, u.unit, r);
-    finish_scores(a, bias, n, b, hkv, r, u.ranges[r], lo, hi, s + r * stride, out);
+    finish_scores(a, rule, n, b, hkv, r, u.ranges[r], lo, hi, s + r * stride, out);
     unit.probabilities(s + r * stride, hi - lo, r);
     o[r] = out + 2;
   }
@@ -309,7 +299,7 @@ void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const 
 // thread's scratch (blocks); the tile unit multiplies it (bf16 rows on the bf16 dot unit in
 // the units' pass, everything else widened).
 template <class Src>
-void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const View& bias,
+void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const ScoreRule& rule,
                        float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
                        float* parts) {
   using tiles::kKeyTile;
@@ -378,12 +368,12 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
         constexpr int NQV = decltype(c)::value;
         Unit::template scores<NQV>(k_rows, ks, nk, Qt + blk * n.D * Mq, n.D, Mq, two, scale, S,
                                    &prefetch);
-        if (has_score_transforms(a))
+        if (rule.transforms())
           for (int64_t lane = 0; lane < rows; ++lane) {
             const int64_t r = blk * Mq + lane;
             for (int64_t jj = 0; jj < nk; ++jj) {
               float& x = S[jj * Mq + lane];
-              x = transformed(a, bias, n, b, n.head(hkv, r), n.query(r), j0 + jj, x);
+              x = rule.transform(b, n.head(hkv, r), n.query(r), j0 + jj, x);
             }
           }
         if (!tm.covers(j0, j0 + nk, rows))
@@ -417,7 +407,7 @@ void decode(const AttentionArgs& a, const Src& K, const Src& V) {
   n.R = n.G * n.Tq;
   n.chunk = chunk_for(n.Tk);
   n.chunks = (n.Tk + n.chunk - 1) / n.chunk;
-  const View bias = full_bias(a, "attention");
+  const ScoreRule rule = score_rule(a, "attention");
   const float scale = effective_scale(a);
   constexpr bool kElements = !std::is_same_v<typename Src::Ptr, const uint8_t*>;
   const int64_t units = n.B * n.Hkv * n.chunks;
@@ -428,7 +418,7 @@ void decode(const AttentionArgs& a, const Src& K, const Src& V) {
     reached(variant);
     parallel_for(units, threads, [&](int64_t u) {
       const int64_t c = u % n.chunks, hkv = (u / n.chunks) % n.Hkv, b = u / (n.chunks * n.Hkv);
-      kernel(a, K, V, bias, scale, n, b, hkv, c, parts);
+      kernel(a, K, V, rule, scale, n, b, hkv, c, parts);
     });
   };
   using Tiles = tiles::TileUnit<tiles::kOnUnits<typename Src::TileElement>>;

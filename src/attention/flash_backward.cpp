@@ -313,7 +313,7 @@ struct BackwardUnit<true> {
 // does): each product runs over the whole tile, or over the visible chunks of keys and their
 // queries.
 template <int NQV, class T>
-void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
+void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t h,
               int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p, int64_t j0,
               const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq) {
   using Unit = BackwardUnit<kOnUnits<T>>;
@@ -349,8 +349,8 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   // S ← K Qt, transformed; P ← e^(S − lse) in place, on the blocks computed.
   tiles::tile_scores<NQV, Tile>(masked, blocks, k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, p.q_split,
                                 effective_scale(a), w.S, nullptr);
-  if (has_score_transforms(a))
-    tiles::transform_scores(a, bias, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
+  if (rule.transforms())
+    tiles::transform_scores(rule, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
   else if (masked) blocks.apply(tm, NQV, j0, nk, Mq, w.S);
   chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
     for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
@@ -396,7 +396,7 @@ inline constexpr int64_t kKeyTilesPerBatch = 64;
 // dq ← scale · (Σ over key tiles, in key order, of their dQt)ᵀ. The sum's order does not
 // depend on which thread ran which step, nor on the batching: the same bits either way.
 template <int NQV, class T>
-void query_tile(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
+void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, const Shape& n,
                 const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0, int64_t rows,
                 bool split_keys, PackedTile& p, float* dQt, float* dK, float* dV) {
   const int64_t Mq = n.Mq;
@@ -423,7 +423,7 @@ void query_tile(const AttentionArgs& a, const View& bias, float scale, const Sha
 
   const int64_t first = tm.lo / kKeyTile, count = (tm.hi - 1) / kKeyTile + 1 - first;
   auto step = [&](int64_t k, float* part, DqPart dq) {
-    key_step<NQV, T>(a, bias, n, b, h, i0, rows, tm, p, (first + k) * kKeyTile, step_buffers(n), dK,
+    key_step<NQV, T>(a, rule, n, b, h, i0, rows, tm, p, (first + k) * kKeyTile, step_buffers(n), dK,
                   dV, part, dq);
   };
   if (!split_keys) {  // each step adds its part to the sum in turn
@@ -465,7 +465,7 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   const size_t N = simd::lanes();
   const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
                 a.k.shape[2], a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};
-  const View bias = full_bias(a, "attention_backward");
+  const ScoreRule rule = score_rule(a, "attention_backward");
   const float scale = effective_scale(a);
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv), Mq = n.Mq;
   const int64_t tiles_q = (n.Tq + Mq - 1) / Mq, group = n.Hq / n.Hkv;
@@ -495,7 +495,7 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
       for (int64_t t = 0; t < tiles_q; ++t) {
         const int64_t i0 = t * Mq, rows = std::min(Mq, n.Tq - i0);
         simd::with_count<kQueryVectors>(static_cast<int>((rows + N - 1) / N), [&](auto c) {
-          query_tile<decltype(c)::value, T>(a, bias, scale, n, dout, dq, b, h, i0, rows, split_keys, p,
+          query_tile<decltype(c)::value, T>(a, rule, scale, n, dout, dq, b, h, i0, rows, split_keys, p,
                                          dQt, dK, dV);
         });
       }

@@ -109,7 +109,7 @@ void for_visible_scores(bool masked, const VisibleBlocks& blocks, int64_t nk, F&
 // multiplies K's elements T (fp32, bf16 or fp16): key j0 at k_tile, the others ks elements
 // apart; Vt as the unit packed it. A masked tile computes only the blocks some query sees.
 template <int NQV, class T>
-void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t b, int64_t h,
+void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t h,
               const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1, QueryTile& t,
               float* S, simd::PrefetchQueue& prefetch) {
   using Unit = TileUnit<kOnUnits<T>>;
@@ -120,8 +120,8 @@ void key_step(const AttentionArgs& a, const View& bias, const Shape& n, int64_t 
   tile_scores<NQV, Unit>(masked, blocks, k_tile, ks, nk, t.Qt, n.D, Mq, t.two, t.scale, S,
                          &prefetch);
   // (The mask below sets -inf where a row of a partial block may not look.)
-  if (has_score_transforms(a))
-    transform_scores(a, bias, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
+  if (rule.transforms())
+    transform_scores(rule, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
   else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
   online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha, [&](auto&& f) {
     for_visible_scores<NQV>(masked, blocks, nk, f);
@@ -157,7 +157,7 @@ void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, c
 // One unit: query tiles [first, first + count) of (b, h), walking the key tiles together; K
 // and V are T (fp32, bf16 or fp16), read in place.
 template <class T>
-void query_tile_group(const AttentionArgs& a, const View& bias, float scale, const Shape& n,
+void query_tile_group(const AttentionArgs& a, const ScoreRule& rule, float scale, const Shape& n,
                       int64_t b, int64_t h, int64_t first, int64_t count, bool stream_out) {
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq;
@@ -224,7 +224,7 @@ void query_tile_group(const AttentionArgs& a, const View& bias, float scale, con
       if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi) continue;
       const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
       simd::with_count<kQueryVectors>(t.nqv, [&](auto c) {
-        key_step<decltype(c)::value>(a, bias, n, b, h, k_rows, ks, Vt, j0, j1, t, S, prefetch);
+        key_step<decltype(c)::value>(a, rule, n, b, h, k_rows, ks, Vt, j0, j1, t, S, prefetch);
       });
     }
   }
@@ -261,7 +261,7 @@ void flash_forward(const AttentionArgs& args) {
   const size_t N = simd::lanes();
   const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
                 a.k.shape[2], a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};
-  const View bias = full_bias(a, "attention");
+  const ScoreRule rule = score_rule(a, "attention");
   const float scale = effective_scale(a);
   const int64_t tiles = (n.Tq + n.Mq - 1) / n.Mq;
   // Groups as large as kTilesPerGroup while every thread still gets several units.
@@ -284,7 +284,7 @@ void flash_forward(const AttentionArgs& args) {
       const int64_t w = order[u];
       const int64_t g = w % groups, h = (w / groups) % n.Hq, b = w / (groups * n.Hq);
       const int64_t first = g * per_group;
-      query_tile_group<T>(a, bias, scale, n, b, h, first, std::min(per_group, tiles - first),
+      query_tile_group<T>(a, rule, scale, n, b, h, first, std::min(per_group, tiles - first),
                           stream_out);
     }
   };

@@ -63,9 +63,4 @@ inline bool decodes(int64_t queries, int64_t keys, int64_t query_heads_per_kv_he
 void flash_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
                     const View& dv);
 
-// The score transforms after q·k, in the order of include/qkv/attention.h.
-inline bool has_score_transforms(const AttentionArgs& a) {
-  return a.softcap > 0 || !a.mask.bias.empty() || a.mask.alibi != nullptr;
-}
-
 }  // namespace qkv::detail

@@ -45,6 +45,35 @@ inline View full_bias(const AttentionArgs& a, const char* where) {
   return broadcast_bias(a.mask.bias, a.q.shape[0], a.q.shape[1], a.q.shape[2], a.k.shape[2], where);
 }
 
+// The score rule, one for every kernel and the reference: after the scaled q·k of query i
+// (batch b, head h) and key j come, in this order, the softcap c · tanh(s / c), the bias,
+// ALiBi's −slope · |pos − j|, then the mask (visible_keys above: −inf outside the query's
+// range). The tiled kernels apply the same steps a vector at a time (transform_scores in
+// tiles.cpp); user-defined scores and masks are to enter here.
+struct ScoreRule {
+  float softcap = 0;             // 0: off
+  View bias;                     // [B, Hq, Tq, Tk], strides 0 where broadcast; or empty
+  const float* alibi = nullptr;  // [Hq] slopes, or null
+  Mask mask;
+  int64_t Tq = 0, Tk = 0;
+
+  // Whether any step runs between q·k and the mask.
+  bool transforms() const { return softcap > 0 || !bias.empty() || alibi != nullptr; }
+  // Score s of (b, h, i, j) after the steps before the mask.
+  float transform(int64_t b, int64_t h, int64_t i, int64_t j, float s) const {
+    if (softcap > 0) s = softcap * std::tanh(s / softcap);
+    if (!bias.empty()) s += bias(b, h, i, j);
+    if (alibi) s += alibi_bias(mask, h, i, j, Tq, Tk);
+    return s;
+  }
+  // The keys query i of batch b sees.
+  KeyRange visible(int64_t b, int64_t i) const { return visible_keys(mask, b, i, Tq, Tk); }
+};
+
+inline ScoreRule score_rule(const AttentionArgs& a, const char* where) {
+  return {a.softcap, full_bias(a, where), a.mask.alibi, a.mask, a.q.shape[2], a.k.shape[2]};
+}
+
 // The score scale: args.scale, or 1/sqrt(D) when it is 0.
 inline float effective_scale(const AttentionArgs& a) {
   return a.scale != 0 ? a.scale : 1.0f / std::sqrt(static_cast<float>(a.q.shape[3]));

@@ -36,18 +36,16 @@ struct Dims {
 };
 
 // S[i, j] for one (b, h): every step up to and including the mask.
-void scores(const AttentionArgs& a, const Dims& n, const View& bias, float scale, int64_t b,
+void scores(const AttentionArgs& a, const Dims& n, const detail::ScoreRule& rule, float scale, int64_t b,
             int64_t h, float* S) {
   const int64_t hkv = h / (n.Hq / n.Hkv);  // the key/value head this query head reads
   for (int64_t i = 0; i < n.Tq; ++i) {
-    const detail::KeyRange visible = detail::visible_keys(a.mask, b, i, n.Tq, n.Tk);
+    const detail::KeyRange visible = rule.visible(b, i);
     for (int64_t j = 0; j < n.Tk; ++j) {
       double dot = 0;
       for (int64_t d = 0; d < n.D; ++d) dot += double(a.q.get(b, h, i, d)) * a.k.get(b, hkv, j, d);
       float s = static_cast<float>(dot) * scale;
-      if (a.softcap > 0) s = a.softcap * std::tanh(s / a.softcap);
-      if (!bias.empty()) s += bias(b, h, i, j);
-      if (a.mask.alibi) s += detail::alibi_bias(a.mask, h, i, j, n.Tq, n.Tk);
+      s = rule.transform(b, h, i, j, s);
       if (j < visible.begin || j >= visible.end) s = kMinusInf;
       S[i * n.Tk + j] = s;
     }
@@ -90,13 +88,13 @@ void weighted_values(const AttentionArgs& a, const Dims& n, int64_t b, int64_t h
 }
 
 // dq, dk, dv for one (batch, key/value head): every query head of its group.
-void backward_group(const AttentionArgs& a, const Dims& n, const View& bias, float scale,
+void backward_group(const AttentionArgs& a, const Dims& n, const detail::ScoreRule& rule, float scale,
                     const View& dout, const View& dq, const View& dk, const View& dv, int64_t b,
                     int64_t hkv, float* P) {
   const int64_t group = n.Hq / n.Hkv;
   std::vector<double> dK(n.Tk * n.D, 0.0), dV(n.Tk * n.Dv, 0.0), dS(n.Tk);
   for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
-    scores(a, n, bias, scale, b, h, P);
+    scores(a, n, rule, scale, b, h, P);
     softmax_rows(P, n.Tq, n.Tk, nullptr);
     for (int64_t i = 0; i < n.Tq; ++i) {
       const float* p = P + i * n.Tk;
@@ -141,7 +139,7 @@ void attention_backward(const AttentionArgs& a, View dout, View dq, View dk, Vie
   if (a.packed.num_seqs > 0)
     return detail::run_packed_backward(a, dout, dq, dk, dv, attention_backward);
   const Dims n(a);
-  const View bias = detail::full_bias(a, where);
+  const detail::ScoreRule rule = detail::score_rule(a, where);
   const float scale = detail::effective_scale(a);
   const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n.B * n.Hkv));
   std::vector<std::vector<float>> grids(threads, std::vector<float>(n.Tq * n.Tk));
@@ -150,7 +148,7 @@ void attention_backward(const AttentionArgs& a, View dout, View dq, View dk, Vie
 #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
   for (int64_t b = 0; b < n.B; ++b)
     for (int64_t hkv = 0; hkv < n.Hkv; ++hkv)
-      backward_group(a, n, bias, scale, dout, dq, dk, dv, b, hkv,
+      backward_group(a, n, rule, scale, dout, dq, dk, dv, b, hkv,
                      grids[omp_get_thread_num()].data());
 }
 
@@ -178,7 +176,7 @@ void attention(const AttentionArgs& a, View weights) {
                                            .slice(3, p.cu_seqlens_k[s], p.cu_seqlens_k[s + 1]));
     });
   }
-  const View bias = detail::full_bias(a, where);
+  const detail::ScoreRule rule = detail::score_rule(a, where);
   const float scale = detail::effective_scale(a);
 
   // One score grid per thread, allocated here: nothing may throw inside the parallel loop.
@@ -189,7 +187,7 @@ void attention(const AttentionArgs& a, View weights) {
   for (int64_t b = 0; b < n.B; ++b) {
     for (int64_t h = 0; h < n.Hq; ++h) {
       float* S = grids[omp_get_thread_num()].data();
-      scores(a, n, bias, scale, b, h, S);
+      scores(a, n, rule, scale, b, h, S);
       softmax_rows(S, n.Tq, n.Tk, a.lse ? a.lse + (b * n.Hq + h) * n.Tq : nullptr);
       weighted_values(a, n, b, h, S);
       if (!weights.empty())

@@ -168,7 +168,7 @@ auto every_score(int64_t nk) {
 // The per-element score steps after q·k on a tile S (scaled scores in, final scores out):
 // softcap, bias, ALiBi, then -inf where `masked` and the key is hidden. When `tanh_out` is
 // given and softcap is on, it receives tanh(s / softcap), which the backward needs.
-void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& tm, int64_t b,
+void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b,
                       int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk, bool masked,
                       const Shape& n, float* S, float* tanh_out);
 

@@ -100,28 +100,29 @@ void VisibleBlocks::apply(const TileMask& tm, int nqv, int64_t j0, int64_t nk, i
 }
 
 // The per-element score steps after q·k: softcap, bias, ALiBi, then the mask.
-void transform_scores(const AttentionArgs& a, const View& bias, const TileMask& tm, int64_t b,
+void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b,
                       int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk, bool masked,
                       const Shape& n, float* S, float* tanh_out) {
   const size_t N = simd::lanes();
   const int64_t nvec = (rows + N - 1) / N;
-  const float* slope = a.mask.alibi;
-  const Vf cap = hn::Set(df, a.softcap), inv_cap = hn::Set(df, a.softcap > 0 ? 1 / a.softcap : 0);
+  const float* slope = rule.alibi;
+  const Vf cap = hn::Set(df, rule.softcap),
+           inv_cap = hn::Set(df, rule.softcap > 0 ? 1 / rule.softcap : 0);
   alignas(64) float column[hn::MaxLanes(df)];
   for (int64_t jj = 0; jj < nk; ++jj) {
     const int64_t j = j0 + jj;
     for (int64_t v = 0; v < nvec; ++v) {
       float* s = S + jj * n.Mq + v * N;
       Vf x = hn::Load(df, s);
-      if (a.softcap > 0) {
+      if (rule.softcap > 0) {
         const Vf t = hn::Tanh(df, hn::Mul(x, inv_cap));
         if (tanh_out) hn::Store(t, df, tanh_out + jj * n.Mq + v * N);
         x = hn::Mul(cap, t);
       }
-      if (!bias.empty()) {
+      if (!rule.bias.empty()) {
         for (size_t l = 0; l < N; ++l) {
           const int64_t i = std::min<int64_t>(i0 + v * N + l, i0 + rows - 1);
-          column[l] = bias(b, h, i, j);
+          column[l] = rule.bias(b, h, i, j);
         }
         x = hn::Add(x, hn::Load(df, column));
       }
