@@ -104,7 +104,9 @@ const std::vector<TensorType>& kv_row_types();
 bool is_kv_row_type(TensorType t);
 // Whether a key/value row type is stored in blocks (of kKvBlockValues values).
 bool is_kv_block_type(TensorType t);
-inline constexpr int64_t kKvBlockValues = 32;
+inline constexpr int64_t kKvBlockValues = block_size(static_cast<uint32_t>(TensorType::q8_0))->elements;
+static_assert(block_size(static_cast<uint32_t>(TensorType::q4_0))->elements == kKvBlockValues &&
+              block_size(static_cast<uint32_t>(TensorType::q4_1))->elements == kKvBlockValues);
 
 // IEEE half and bfloat16 bits to float and back (round to nearest even; NaN stays NaN).
 float half_to_float(uint16_t h);

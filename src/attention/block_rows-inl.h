@@ -24,7 +24,7 @@
 
 #include "qkv/number_format.h"
 #include "qkv/tensor.h"
-#include "quant/half-inl.h"
+#include "simd/half-inl.h"
 #include "simd/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -82,20 +82,11 @@ inline constexpr bool kHasMin = kType == TensorType::q4_1;
 template <TensorType kType>
 inline constexpr int64_t kDataOffset = kHasMin<kType> ? 4 : 2;
 
-// The fp16 at p. On x86 the conversion reads its operand from memory: 8 bytes (the half and
-// what follows it in the block), one instruction instead of an insert and a convert.
-HWY_INLINE float block_half(const uint8_t* p) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-#else
-  return quant::HWY_NAMESPACE::half(p);
-#endif
-}
 // A block's scale d, and its offset m (0 for formats without one).
-HWY_INLINE float block_scale(const uint8_t* blk) { return block_half(blk); }
+HWY_INLINE float block_scale(const uint8_t* blk) { return simd::half_in_block(blk); }
 template <TensorType kType>
 HWY_INLINE float block_min(const uint8_t* blk) {
-  if constexpr (kHasMin<kType>) return block_half(blk + 2);
+  if constexpr (kHasMin<kType>) return simd::half_in_block(blk + 2);
   else return 0.0f;
 }
 

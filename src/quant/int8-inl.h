@@ -30,7 +30,7 @@
 #include <hwy/highway.h>
 
 #include "qkv/number_format.h"
-#include "quant/half-inl.h"
+#include "simd/half-inl.h"
 #include "quant/int8.h"
 #include "quant/k_quants.h"
 
@@ -45,7 +45,9 @@ namespace HWY_NAMESPACE {
 namespace int8 {
 
 namespace hn = hwy::HWY_NAMESPACE;
-inline constexpr int64_t kBlock = 32;
+using ::qkv::simd::HWY_NAMESPACE::half;
+// Values per block of q8_0, q4_0 and q4_1 (number_format.h), and per sub-block of a K-quant.
+inline constexpr int64_t kBlock = kKvBlockValues;
 
 // One row of a matmul's activations rounded to int8 (K values, blocks of 32), and what the
 // kernels read beside the values, all in one float buffer (floats_per_row of them):

@@ -25,7 +25,7 @@
 #include "simd/simd-inl.h"
 #include "util/parallel.h"
 #include "util/scratch.h"
-#include "quant/half-inl.h"
+#include "simd/half-inl.h"
 #include "quant/int8-inl.h"
 #include "quant/k_quants.h"
 
@@ -40,6 +40,7 @@ using qkv::TensorType;
 using simd::df;
 using simd::Vf;
 using simd::VfSlot;
+using simd::half;
 const hn::RebindToSigned<simd::Df> di;
 const hn::Rebind<uint8_t, simd::Df> du8;
 const hn::Rebind<int8_t, simd::Df> di8;
@@ -48,9 +49,7 @@ const hn::Rebind<hwy::bfloat16_t, simd::Df> db;
 
 constexpr int kRowsPerStep = 4;  // weight rows decoded side by side
 // Values per block of the fused block formats (from the one table of block sizes).
-constexpr int64_t kBlock = block_size(static_cast<uint32_t>(TensorType::q8_0))->elements;
-static_assert(kBlock == block_size(static_cast<uint32_t>(TensorType::q4_0))->elements &&
-              kBlock == block_size(static_cast<uint32_t>(TensorType::q4_1))->elements);
+constexpr int64_t kBlock = kKvBlockValues;  // q8_0's, q4_0's and q4_1's (number_format.h)
 constexpr int64_t kChunk = 32;  // output rows per unit of work
 
 // Lanes j … j + N of a block's values as int32: Q8_0's int8 values; a Q4 block's 16 bytes

@@ -1,10 +1,11 @@
-// Block scales in IEEE half precision (ggml's blocks store d and m so), read as float in the
-// kernels' inner loops (src/quant/matmul.cpp, int8-inl.h). Included once per SIMD target.
-#if defined(QKV_QUANT_HALF_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_QUANT_HALF_INL_H_
-#undef QKV_QUANT_HALF_INL_H_
+// IEEE half precision read as float in kernels' inner loops: the scales and offsets of
+// ggml's blocks (weight products in src/quant/, block caches in src/attention/), one place
+// for every reader. Included once per SIMD target. (The scalar oracle is qkv::half_to_float.)
+#if defined(QKV_SIMD_HALF_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_SIMD_HALF_INL_H_
+#undef QKV_SIMD_HALF_INL_H_
 #else
-#define QKV_QUANT_HALF_INL_H_
+#define QKV_SIMD_HALF_INL_H_
 #endif
 
 #include <cstdint>
@@ -12,9 +13,9 @@
 
 #include <hwy/highway.h>
 
-#ifndef QKV_QUANT_HALF_ONCE
-#define QKV_QUANT_HALF_ONCE
-namespace qkv::quant::detail {
+#ifndef QKV_SIMD_HALF_ONCE
+#define QKV_SIMD_HALF_ONCE
+namespace qkv::simd::detail {
 
 // IEEE half to float by integer arithmetic (no F16C needed, inlined into the loops): a
 // normal half moves its exponent and mantissa into place and rescales by 2^−112; a
@@ -37,11 +38,11 @@ inline float half(const uint8_t* p) {
   return as_float(sign | (two_w < (1u << 27) ? as_bits(subnormal) : as_bits(normal)));
 }
 
-}  // namespace qkv::quant::detail
+}  // namespace qkv::simd::detail
 #endif
 
 HWY_BEFORE_NAMESPACE();
-namespace qkv::quant {
+namespace qkv::simd {
 namespace HWY_NAMESPACE {
 
 // A block's half-precision scale: one instruction where the CPU converts halves (F16C on
@@ -58,8 +59,19 @@ HWY_INLINE float half(const uint8_t* p) {
 #endif
 }
 
+// The same for a half inside a block, with at least 6 readable bytes after it: on x86 the
+// conversion reads its operand from memory, 8 bytes, one instruction instead of an insert
+// and a convert.
+HWY_INLINE float half_in_block(const uint8_t* p) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#else
+  return half(p);
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
-}  // namespace qkv::quant
+}  // namespace qkv::simd
 HWY_AFTER_NAMESPACE();
 
 #endif  // per-target include guard
