@@ -2,7 +2,8 @@
 // uses — fp32, bf16 or fp16 rows, or Q8_0 and Q4_0 blocks, in order or in a ring, with or
 // without fresh rows beside it — against the reference kernel over the same keys and values
 // laid out plainly (blocks: as the reference dequantizer reads them). Slots the storage does
-// not hold are NaN, so a read of one shows.
+// not hold are NaN, so a read of one shows. A rotated storage (StoredKV::rotation) holds rows
+// in the rotated space: the reference reads them rotated back.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,6 +27,7 @@ struct StoredCase {
   bool alibi = false;
   bool fresh = false;  // the queries' own keys and values given beside the storage
   int64_t Hq = 4, L = 37;  // query heads (of 2 key/value heads); positions
+  int64_t rotation = 0;    // the rows' rotation block; 0: none
 };
 
 bool in_blocks(TensorType t) { return is_kv_block_type(t); }
@@ -38,6 +40,7 @@ std::string name_of(const StoredCase& c) {
   if (c.fresh) s += "_fresh";
   if (c.Hq != 4) s += "_Hq" + std::to_string(c.Hq);
   if (c.L != 37) s += "_L" + std::to_string(c.L);
+  if (c.rotation) s += "_rot" + std::to_string(c.rotation);
   return s;
 }
 
@@ -122,7 +125,8 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
               .dim_k = D,
               .dim_v = D,
               .length = L,
-              .slots = c.slots};
+              .slots = c.slots,
+              .rotation = c.rotation};
   if (c.fresh) kv.fresh_k = fk, kv.fresh_v = fv;
   std::vector<float> slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
   Tensor out({1, Hq, c.Tq, D}), expected({1, Hq, c.Tq, D});
@@ -133,6 +137,9 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   if (c.alibi) a.mask.alibi = slopes.data();
   attention(a, kv);
 
+  // The rows attention sees: those stored, rotated back (H is its own inverse).
+  for (Tensor* t : {&k, &v})
+    for (int64_t r = 0; c.rotation && r < Hkv * L; ++r) hadamard_rotate(t->data() + r * D, D, c.rotation);
   AttentionArgs r = a;
   r.k = k, r.v = v, r.out = expected, r.lse = expected_lse.data();
   reference::attention(r);
@@ -166,6 +173,17 @@ std::vector<StoredCase> stored_cases() {
     cases.push_back({.type = type, .Tq = 2, .window = 300, .Hq = 8, .L = 1100});
     cases.push_back({.type = type, .Tq = 40, .L = 300});
     cases.push_back({.type = type, .Tq = 40, .window = 100, .Hq = 8, .L = 300});
+  }
+  // Rotated rows, every storage: decoding, a ring with fresh rows, a rotation block below the
+  // head dim, and the tiled forward (f32 and blocks: bf16 and f16 rows meet the bf16 units
+  // there, which round P, beyond this test's bound).
+  for (TensorType type : kv_row_types()) {
+    const int64_t D = in_blocks(type) ? 64 : 16;
+    cases.push_back({.type = type, .Tq = 1, .rotation = D});
+    cases.push_back({.type = type, .Tq = 3, .alibi = true, .rotation = D / 4});
+    cases.push_back({.type = type, .slots = 6, .Tq = 3, .window = 5, .fresh = true, .rotation = D});
+    if (type == TensorType::f32 || in_blocks(type))
+      cases.push_back({.type = type, .Tq = 40, .L = 100, .rotation = D});
   }
   return cases;
 }
@@ -256,6 +274,11 @@ TEST(StoredAttentionErrors, NameWhatIsWrong) {
   StoredKV wide = kv;
   wide.dim_k = 8;
   fails(a, wide, "head dim");
+  for (int64_t block : {-4, 3, 8}) {  // not a power of two, or not dividing the head dim of 4
+    StoredKV rotated = kv;
+    rotated.rotation = block;
+    fails(a, rotated, "rotation " + std::to_string(block));
+  }
 }
 
 }  // namespace

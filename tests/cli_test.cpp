@@ -346,7 +346,7 @@ TEST(CliGenerate, Stories260KGreedyIsExactlyTheReferenceText) {
   EXPECT_EQ(both.status, 0);
   EXPECT_NE(both.output.find("prefill: "), std::string::npos);
   EXPECT_NE(both.output.find("tokens/s"), std::string::npos);
-  EXPECT_NE(both.output.find("bf16 cache, seed 5"), std::string::npos);
+  EXPECT_NE(both.output.find("bf16 cache (rotation off), seed 5"), std::string::npos);
   // A prompt that fills -n is echoed with a warning, and no rate is printed for work not done.
   const Result full = run("generate --model " + dir +
                               "/stories260K.bin --prompt \"Once upon a time there was a big dog\" "
@@ -497,6 +497,18 @@ TEST(CliChat, SmolLM2AnswersTurnByTurn) {
   const json p8 = json::parse(ppl8.output);
   EXPECT_EQ(p8["cache"], "q8_0");
   EXPECT_NEAR(p8["nll"].get<double>(), pj["nll"].get<double>(), 0.01 * pj["nll"].get<double>());
+  // A block cache rotates unless told not to; the result says which it did.
+  EXPECT_EQ(p8["cache_rotation"], "on");
+  EXPECT_EQ(pj["cache_rotation"], "off");
+  const Result unrotated = run("perplexity --model " + model + " --text " + text +
+                               " --ctx 64 --matmul int8 --cache q8_0 --cache-rotation off --json");
+  ASSERT_EQ(unrotated.status, 0) << unrotated.output;
+  const json pu = json::parse(unrotated.output);
+  EXPECT_EQ(pu["cache_rotation"], "off");
+  EXPECT_NEAR(pu["nll"].get<double>(), pj["nll"].get<double>(), 0.01 * pj["nll"].get<double>());
+  EXPECT_EQ(run("perplexity --model " + model + " --text " + text + " --cache-rotation yes", true)
+                .status,
+            2);
   EXPECT_EQ(run("perplexity --model " + model + " --text " + text + " --cache q4_1", true).status,
             2);
   const Result short_text =

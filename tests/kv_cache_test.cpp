@@ -256,14 +256,18 @@ TEST(KVCache, BlockStorageIsSmallAndStaysClose) {
 // slots (its overrun chunk through an fp32 copy of the dequantized rows) and a batch of
 // sequences of different lengths all read the same quantized rows: each row is quantized
 // alone, wherever it is stored. So they agree up to summation order (the bound of the bf16
-// test above), and a sequence reset and run again gives its logits again.
+// test above), and a sequence reset and run again gives its logits again. (Unrotated: a row
+// computed one token at a time and in a chunk differs in its last bits, and rotated, that
+// moves a value across a rounding boundary of its block often enough to show at this bound;
+// the rotated rows' kernels are checked in attention_stored_test.)
 TEST(KVCache, BlockCachesAgreeAcrossKernelsRingsAndBatches) {
   for (CacheType type : block_cache_types()) {
     const ModelConfig c = config_of("window", 128);
     const int64_t V = c.vocab_size;
     Model m(c, 12);
     const auto tokens = tokens_of(40, 6, V);
-    KVCache one(c, {.max_seq = 40, .type = type});
+    const CacheRotation off = CacheRotation::off;
+    KVCache one(c, {.max_seq = 40, .type = type, .rotation = off});
     const View all = m.forward_cached(one, tokens.data(), 1, 40, nullptr, true);
     const std::vector<float> expected(all.data, all.data + 40 * V);
     one.reset();
@@ -272,7 +276,7 @@ TEST(KVCache, BlockCachesAgreeAcrossKernelsRingsAndBatches) {
       EXPECT_LE(relative_error(expected, t, m.forward_cached(one, &tokens[t], 1, 1), 0, V), 2e-4)
           << cache_type_name(type) << " one token, position " << t;
     for (int64_t chunk : {1, 7}) {
-      KVCache ring(c, {.max_seq = 64, .type = type, .ring = true});
+      KVCache ring(c, {.max_seq = 64, .type = type, .rotation = off, .ring = true});
       for (int64_t done = 0; done < 40; done += chunk) {
         const int64_t n = std::min<int64_t>(chunk, 40 - done);
         const View l = m.forward_cached(ring, &tokens[done], 1, n, nullptr, true);
@@ -282,7 +286,7 @@ TEST(KVCache, BlockCachesAgreeAcrossKernelsRingsAndBatches) {
       }
     }
     // Three sequences in one cache: the first is `tokens`, the others shorter prefixes of it.
-    KVCache batch(c, {.batch = 3, .max_seq = 40, .type = type});
+    KVCache batch(c, {.batch = 3, .max_seq = 40, .type = type, .rotation = off});
     const int64_t prompt[3] = {12, 5, 9};
     for (int64_t s = 0; s < 3; ++s) m.forward_cached(batch, tokens.data(), 1, prompt[s], &s);
     batch.reset(1);  // forgotten, then run again: the same rows again

@@ -35,6 +35,7 @@ struct BenchOptions {
   double min_time = 1.0;
   std::string dtype = "fp32";  // of q, k, v, out (and the gradients)
   std::string cache;           // K and V stored as a cache of this type (cache_type_names())
+  std::string cache_rotation = "auto";  // and rotated (CacheRotation)
 };
 
 // K and V [B, Hkv, T, D] (fp32, contiguous) stored as a key/value cache of `type` stores them
@@ -42,7 +43,7 @@ struct BenchOptions {
 struct CacheStorage {
   std::vector<uint8_t> k, v;
   StoredKV kv;
-  CacheStorage(const Tensor& kt, const Tensor& vt, TensorType type) {
+  CacheStorage(const Tensor& kt, const Tensor& vt, TensorType type, int64_t rotation) {
     const int64_t B = kt.size(0), H = kt.size(1), T = kt.size(2), D = kt.size(3);
     check(vt.size(3) == D, "bench: --cache needs --dim-v equal to --dim");
     if (is_kv_block_type(type))
@@ -51,8 +52,14 @@ struct CacheStorage {
     auto store = [&](const Tensor& t, std::vector<uint8_t>& bytes) {
       const int64_t rows = B * H * T, row_bytes = quant::row_bytes(type, D);
       bytes.resize(rows * row_bytes);
+      std::vector<float> rotated(D);
       for (int64_t r = 0; r < rows; ++r) {
         const float* x = t.data() + r * D;
+        if (rotation > 0) {
+          std::copy(x, x + D, rotated.begin());
+          hadamard_rotate(rotated.data(), D, rotation);
+          x = rotated.data();
+        }
         if (type == TensorType::bf16)
           for (int64_t d = 0; d < D; ++d) {
             const uint16_t b = float_to_bf16(x[d]);
@@ -65,7 +72,7 @@ struct CacheStorage {
     store(vt, v);
     kv = StoredKV{.type = type, .k = k.data(), .v = v.data(), .batch_stride = H * T * D,
                   .head_stride = T * D, .row_stride = D, .heads = H, .dim_k = D, .dim_v = D,
-                  .length = T};
+                  .length = T, .rotation = rotation};
   }
   // Head (b, h)'s keys or values as the cache holds them, in fp32 [1, 1, T, D].
   Tensor widened(bool values, int64_t b, int64_t h) const {
@@ -73,6 +80,8 @@ struct CacheStorage {
     Tensor out({1, 1, T, D});
     const uint8_t* at = (values ? v : k).data() + ((b * kv.heads + h) * T) * row_bytes;
     quant::dequantize(kv.type, at, T * D, out.data());
+    if (kv.rotation > 0)  // back to the rows attention sees
+      for (int64_t t = 0; t < T; ++t) hadamard_rotate(out.data() + t * D, D, kv.rotation);
     return out;
   }
 };
@@ -188,7 +197,10 @@ void bench_attention(const BenchOptions& o) {
   if (!o.cache.empty()) {
     check(!o.seq_major && !o.backward && o.kv_len == 0, "bench: --cache times the forward over "
           "[B, H, T, D] rows (no --bthd, --backward or --kv-len)");
-    cache = std::make_unique<CacheStorage>(k, v, cache_element_type(cache_type(o.cache)));
+    const CacheType t = cache_type(o.cache);
+    cache = std::make_unique<CacheStorage>(
+        k, v, cache_element_type(t),
+        cache_rotates(t, cache_rotation(o.cache_rotation)) ? rotation_block(D) : 0);
   }
   std::vector<std::unique_ptr<Storage16>> storage16;
   auto typed = [&](const Tensor& t) {
@@ -300,6 +312,7 @@ void bench_attention(const BenchOptions& o) {
                  {"layout", o.seq_major ? "bthd" : "bhtd"},
                  {"dtype", o.dtype},
                  {"cache", o.cache.empty() ? json(nullptr) : json(o.cache)},
+                 {"cache_rotation", cache ? json(cache->kv.rotation > 0 ? "on" : "off") : json(nullptr)},
                  {"backward", o.backward},
                  {"threads", threads},
                  {"target", current_target()},
@@ -322,7 +335,9 @@ void bench_attention(const BenchOptions& o) {
               << (o.backward ? "attention forward + backward B=" : "attention B=") << B
               << " Hq=" << Hq << " Hkv=" << Hkv << " Tq=" << Tq << " Tk=" << Tk << " D=" << D
               << (o.causal ? " causal" : "") << " " << o.dtype
-              << (cache ? ", " + o.cache + " cache" : std::string()) << ", " << threads << " thread(s), SIMD target "
+              << (cache ? ", " + o.cache + " cache (rotation " +
+                              std::string(cache->kv.rotation > 0 ? "on" : "off") + ")"
+                        : std::string()) << ", " << threads << " thread(s), SIMD target "
               << current_target() << "\n"
               << "  " << seconds * 1e3 << " ms, " << gflops
               << " GFLOP/s = " << 100 * timing.fraction << "% of the measured fp32 FMA peak ("
@@ -389,6 +404,7 @@ void add_bench(CLI::App& app) {
   add_cache_option(*cmd, o->cache,
                    "K and V stored as a key/value cache of this type, read through "
                    "qkv::attention over the storage; the read loop reads the stored bytes");
+  add_cache_rotation_option(*cmd, o->cache_rotation);
   cmd->add_flag("--json", o->json, "Print only the JSON result line");
   cmd->callback([o] { bench_attention(*o); });
 }

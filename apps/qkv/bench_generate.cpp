@@ -20,7 +20,7 @@ namespace qkv::cli {
 namespace {
 
 struct BenchGenerateOptions {
-  std::string model, cache = "f32", matmul = "exact";
+  std::string model, cache = "f32", rotation = "auto", matmul = "exact";
   int64_t prompt = 512, decode = 24, repeats = 3;
   std::vector<int64_t> lengths = {128, 1000};
   int threads = 0;
@@ -77,7 +77,8 @@ void bench_generate(const BenchGenerateOptions& o) {
   }
   const int64_t longest =
       std::max(o.prompt, *std::max_element(lengths.begin(), lengths.end()) + o.decode);
-  KVCache cache(c, {.max_seq = longest, .type = type});
+  KVCache cache(c, {.max_seq = longest, .type = type, .rotation = cache_rotation(o.rotation)});
+  const char* rotation = rotation_state(o.cache, o.rotation);
   std::mt19937 rng(1);
   std::vector<int32_t> tokens(longest);
   for (auto& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
@@ -111,6 +112,7 @@ void bench_generate(const BenchGenerateOptions& o) {
                       {"threads", threads},
                       {"target", current_target()},
                       {"cache", o.cache},
+                      {"cache_rotation", rotation},
                       {"matmul", o.matmul},
                       {"prompt_tokens", o.prompt},
                       {"prefill_ms", prefill * 1e3},
@@ -120,7 +122,7 @@ void bench_generate(const BenchGenerateOptions& o) {
                       {"prefill_fraction_of_peak", prefill_flops / prefill * 1e-9 / peak}};
   if (!o.json)
     std::cout << "model " << o.model << ": " << short_count(m.num_params()) << " parameters, "
-              << threads << " thread(s), " << o.cache << " cache, " << o.matmul << " matmul\n"
+              << threads << " thread(s), " << o.cache << " cache (rotation " << rotation << "), " << o.matmul << " matmul\n"
               << "prefill " << o.prompt << " tokens: " << prefill * 1e3 << " ms, "
               << static_cast<int64_t>(P / prefill) << " tokens/s, "
               << prefill_flops / prefill * 1e-9
@@ -173,6 +175,7 @@ void add_bench_generate(CLI::App& bench) {
   cmd->add_option("--repeats", o->repeats, "Prefill runs (the best is kept)")
       ->capture_default_str();
   add_cache_option(*cmd, o->cache, "KV cache storage");
+  add_cache_rotation_option(*cmd, o->rotation);
   add_matmul_option(*cmd, o->matmul);
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "Only the JSON line");

@@ -36,7 +36,8 @@ void run_chat(const ChatCliOptions& o) {
                 .sampling = sampling.options,
                 .max_reply = o.max_reply,
                 .context = o.context,
-                .cache = sampling.cache};
+                .cache = sampling.cache,
+                .cache_rotation = sampling.cache_rotation};
   Chat chat(*f.model, *f.tokenizer, format, c);
   const bool interactive = isatty(STDIN_FILENO) && !o.quiet;
   if (interactive)

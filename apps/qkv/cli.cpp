@@ -36,6 +36,20 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
       ->capture_default_str();
   cmd.add_option("--seed", f.seed, "Random seed (default: from the clock)");
   add_cache_option(cmd, f.cache, "KV cache storage");
+  add_cache_rotation_option(cmd, f.cache_rotation);
+}
+
+void add_cache_rotation_option(CLI::App& cmd, std::string& rotation) {
+  cmd.add_option("--cache-rotation", rotation,
+                 "Store the cache's keys and values rotated (a normalised Walsh-Hadamard "
+                 "transform over the head dim; attention rotates the queries alike and the "
+                 "outputs back): auto (the block formats q8_0, q4_0, q4_1), on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+}
+
+const char* rotation_state(const std::string& cache, const std::string& rotation) {
+  return cache_rotates(cache_type(cache), cache_rotation(rotation)) ? "on" : "off";
 }
 
 CLI::Option* add_cache_option(CLI::App& cmd, std::string& cache, const std::string& help) {
@@ -49,7 +63,7 @@ Sampling sampling_of(const SamplingFlags& f) {
       f.seed ? f.seed
              : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   return {{.temperature = f.temperature, .top_k = f.top_k, .top_p = f.top_p, .seed = seed},
-          cache_type(f.cache)};
+          cache_type(f.cache), cache_rotation(f.cache_rotation)};
 }
 
 int run(int argc, const char* const* argv) {

@@ -38,9 +38,13 @@ void add_threads_option(CLI::App& cmd, int& threads);
 
 // --cache: a key/value cache's storage, one of cache_type_names() (checked as it is parsed).
 CLI::Option* add_cache_option(CLI::App& cmd, std::string& cache, const std::string& help);
+// --cache-rotation auto|on|off: whether the cache rotates its rows (CacheRotation).
+void add_cache_rotation_option(CLI::App& cmd, std::string& rotation);
+// "on" or "off": whether a cache of that type and setting rotates (what the commands print).
+const char* rotation_state(const std::string& cache, const std::string& rotation);
 
 // The sampling and KV-cache flags of generate and chat: --temperature, --top-p, --top-k,
-// --seed (0: from the clock) and --cache.
+// --seed (0: from the clock), --cache and --cache-rotation.
 // --matmul: how products with Q8_0, Q4_0 and Q4_1 weights take their activations
 // (quant::Matmul), applied to a loaded model by set_matmul.
 void add_matmul_option(CLI::App& cmd, std::string& matmul);
@@ -50,13 +54,14 @@ struct SamplingFlags {
   float temperature = 1.0f, top_p = 0.9f;
   int64_t top_k = 0;
   uint64_t seed = 0;
-  std::string cache = "f32";
+  std::string cache = "f32", cache_rotation = "auto";
 };
 void add_sampling_flags(CLI::App& cmd, SamplingFlags& flags);
 // The flags as options: the seed drawn from the clock when none was given, --cache checked.
 struct Sampling {
   SamplingOptions options;
   CacheType cache;
+  CacheRotation cache_rotation;
 };
 Sampling sampling_of(const SamplingFlags& flags);
 

@@ -16,7 +16,7 @@ namespace qkv::cli {
 namespace {
 
 struct PerplexityCliOptions {
-  std::string model, text, matmul = "exact", cache = "f32";
+  std::string model, text, matmul = "exact", cache = "f32", rotation = "auto";
   int64_t ctx = 512;
   int threads = 0;
   bool json = false;
@@ -32,13 +32,15 @@ void run_perplexity(const PerplexityCliOptions& o) {
   const Tokenizer& tok = *f.tokenizer;
   const std::vector<int32_t> tokens = tok.encode(text);
   const PerplexityResult r =
-      perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1, cache_type(o.cache));
+      perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1, cache_type(o.cache),
+                 cache_rotation(o.rotation));
+  const char* rotation = rotation_state(o.cache, o.rotation);
   nlohmann::json j = {{"model", o.model},           {"text", o.text},
                       {"tokens", tokens.size()},    {"ctx", r.ctx},
                       {"chunks", r.chunks},         {"scored", r.scored},
                       {"perplexity", r.perplexity}, {"nll", r.nll},
                       {"nll_stderr", r.nll_stderr}, {"matmul", o.matmul},
-                      {"cache", o.cache},
+                      {"cache", o.cache},           {"cache_rotation", rotation},
                       {"threads", num_threads()},   {"target", current_target()},
                       {"seconds", r.seconds},       {"chunk_perplexity", r.chunk_perplexity}};
   if (o.json) {
@@ -46,7 +48,7 @@ void run_perplexity(const PerplexityCliOptions& o) {
     return;
   }
   std::cout << o.text << ": " << tokens.size() << " tokens, " << r.chunks << " chunks of " << r.ctx
-            << ", " << r.scored << " scored (" << o.matmul << " matmul, " << o.cache << " cache)\n";
+            << ", " << r.scored << " scored (" << o.matmul << " matmul, " << o.cache << " cache, rotation " << rotation << ")\n";
   for (size_t k = 0; k < r.chunk_perplexity.size(); ++k)
     std::cout << "[" << k + 1 << "]" << r.chunk_perplexity[k]
               << (k + 1 < r.chunk_perplexity.size() ? "," : "\n");
@@ -67,6 +69,7 @@ void add_perplexity(CLI::App& app) {
       ->capture_default_str();
   add_matmul_option(*cmd, o->matmul);
   add_cache_option(*cmd, o->cache, "KV cache storage");
+  add_cache_rotation_option(*cmd, o->rotation);
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "One JSON line");
   cmd->callback([o] { run_perplexity(*o); });

@@ -126,7 +126,23 @@ struct StoredKV {
   // positions, given here rather than stored (a ring that storing them would overrun while
   // earlier queries still see what they overwrite). Read as `type` rounds them.
   View fresh_k, fresh_v;
+  // 0, or the block of the rotation every key and value row (fresh ones too) went through
+  // before it was stored: hadamard_rotate(row, dim, rotation). Attention then rotates each
+  // query the same way and each output row back, so that the result is the unrotated one (in
+  // real arithmetic: H is orthonormal and symmetric, (H q) · (H k) = q · k). What it buys: a
+  // block format's scale is chosen after the rotation has spread a row's outliers over the
+  // block, and 4-bit blocks lose far less (docs/api.md).
+  int64_t rotation = 0;
 };
+
+// The block of the rotation a cache of head dim `dim` uses: the largest power of two that
+// divides it (dim itself when it is one).
+int64_t rotation_block(int64_t dim);
+// x[0, dim) ← H x, H the normalised Walsh–Hadamard transform (Sylvester's ±1 matrix of order
+// `block`, times 1/√block) applied to each of the dim / block blocks of x. H is its own
+// inverse: applied twice, x comes back (within fp32 rounding). Throws qkv::Error unless block
+// is a power of two that divides dim.
+void hadamard_rotate(float* x, int64_t dim, int64_t block);
 
 // Attention of args.q over stored keys and values: args as for attention() with k and v left
 // empty, and the mask in positions (causal, window_left; ALiBi by position). One road for

@@ -31,6 +31,7 @@ struct ChatOptions {
   int64_t max_reply = 1024;  // tokens per answer, at most
   int64_t context = 0;       // positions the cache holds, all turns together; 0 = the model's
   CacheType cache = CacheType::f32;
+  CacheRotation cache_rotation = CacheRotation::automatic;  // (KVCacheOptions::rotation)
 };
 
 struct ChatTurnStats {

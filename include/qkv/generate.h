@@ -46,6 +46,7 @@ struct GenerateOptions {
   SamplingOptions sampling;
   std::vector<int32_t> stop_tokens;  // generation ends when one is drawn (it is not emitted)
   CacheType cache = CacheType::f32;
+  CacheRotation cache_rotation = CacheRotation::automatic;  // (KVCacheOptions::rotation)
 };
 
 struct GenerateStats {

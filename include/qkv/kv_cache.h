@@ -12,6 +12,12 @@
 // scale (q4_1: and an fp16 offset; 34, 18 or 20 bytes per 32 values: 0.27, 0.14 or 0.16 of
 // fp32), each row quantized as it is written, as llama.cpp's quantizers do. Scores and softmax stay fp32 whatever the storage (see
 // docs/api.md for the measured accuracy). Block storage needs a head dim of whole 32s.
+// Rotation: a block-format cache (by default; any cache when asked) stores each key and value
+// row rotated by a normalised Walsh–Hadamard transform (hadamard_rotate, in blocks of
+// rotation_block(d_head)), and attention over it rotates the queries alike and the outputs
+// back: the same result in real arithmetic, while a block's scale is chosen after the rotation
+// has spread the row's outliers over the block (a q4_0 cache's perplexity cost falls several
+// times; docs/api.md has the measurements).
 // Ring mode (sliding-window models): only the last window + 1 positions are kept; position p
 // lives in slot p mod slots, so memory stays bounded however long the sequence grows.
 #pragma once
@@ -40,10 +46,20 @@ std::string cache_type_choices();
 // How the cache stores one element: its TensorType (f32, bf16, f16, q8_0, q4_0, q4_1).
 TensorType cache_element_type(CacheType type);
 
+// Whether a cache rotates its rows: automatic (the default) rotates the block formats q8_0,
+// q4_0 and q4_1 and not f32, bf16 or f16; on and off force it.
+enum class CacheRotation { automatic, on, off };
+// "auto", "on" or "off" (the CLI's --cache-rotation); a qkv::Error naming them for anything else.
+CacheRotation cache_rotation(const std::string& name);
+const char* cache_rotation_name(CacheRotation rotation);
+// Whether a cache of this type with this setting rotates.
+bool cache_rotates(CacheType type, CacheRotation rotation);
+
 struct KVCacheOptions {
   int64_t batch = 1;    // sequences held side by side
   int64_t max_seq = 0;  // positions per sequence; 0 = the model's context
   CacheType type = CacheType::f32;
+  CacheRotation rotation = CacheRotation::automatic;
   bool ring = false;  // keep only the last window + 1 positions (the model needs a window)
 };
 
@@ -59,6 +75,8 @@ class KVCache {
   int64_t max_seq() const { return max_seq_; }  // longest a sequence may grow
   bool ring() const { return ring_; }
   CacheType type() const { return type_; }
+  // The block of the rotation its rows are stored with (StoredKV::rotation); 0: none.
+  int64_t rotation() const { return rotation_; }
   int64_t bytes() const;  // memory held for keys and values
 
   // Positions sequence `seq` has seen so far (its next token goes at this position).
@@ -95,7 +113,7 @@ class KVCache {
   // q8_0 or q4_0 storage: the byte where element offset `at` (a multiple of 32) begins.
   uint8_t* block_at(bool value, int64_t at) const;
 
-  int64_t batch_, layers_, kv_heads_, d_head_, slots_, max_seq_;
+  int64_t batch_, layers_, kv_heads_, d_head_, slots_, max_seq_, rotation_;
   bool ring_;
   CacheType type_;
   Tensor k_, v_;  // [layers, batch, kv_heads, slots, d_head] elements, packed into floats

@@ -27,10 +27,12 @@ struct PerplexityResult {
 // `tokens` as the tokenizer gives them for the whole text; bos: the BOS that starts each
 // chunk (Tokenizer::adds_bos), or −1 to keep the text's own first token; cache: how the KV
 // cache stores each chunk's keys and values (what a quantized cache costs in quality shows
-// as the perplexity's rise over the f32 cache's).
+// as the perplexity's rise over the f32 cache's); rotation: whether it rotates its rows
+// (KVCacheOptions::rotation).
 // Throws qkv::Error when ctx is below 4 or above the model's context, or the text has fewer
 // than ctx tokens (not one chunk).
 PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, int64_t ctx,
-                            int32_t bos, CacheType cache = CacheType::f32);
+                            int32_t bos, CacheType cache = CacheType::f32,
+                            CacheRotation rotation = CacheRotation::automatic);
 
 }  // namespace qkv

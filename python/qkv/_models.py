@@ -68,18 +68,18 @@ class Model:
         return ids
 
     def tokens(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0,
-               cache="f32"):
+               cache="f32", cache_rotation="auto"):
         """The generated token ids, one at a time (a generator); see generate()."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         ids = self._ids(prompt)
         g = self._file._generator(ids, len(ids) + max_tokens - 1, float(temperature), float(top_p),
-                                  int(top_k), int(seed), str(cache))
+                                  int(top_k), int(seed), str(cache), str(cache_rotation))
         while (token := g.next()) >= 0:
             yield token
 
     def generate(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0,
-                 cache="f32"):
+                 cache="f32", cache_rotation="auto"):
         """Text after `prompt` (a string, or token ids), streamed piece by piece.
 
         A KV cache holds the keys and values: the prompt runs once, then each step runs one
@@ -89,7 +89,10 @@ class Model:
         new story with BOS, a GGUF model's EOS). cache: how the KV cache stores keys and values,
         "f32"; "bf16" or "f16" (half the memory); "q8_0", "q4_0" or "q4_1" (32-value blocks
         with an fp16 scale, q4_1 with an fp16 offset too: 0.27, 0.14 or 0.16 of the memory, for
-        head dims of whole 32s). Attention reads every storage in place.
+        head dims of whole 32s). Attention reads every storage in place. cache_rotation:
+        "auto" (the default: the block formats store their rows rotated by a normalised
+        Walsh-Hadamard transform, which cuts their quality cost; attention rotates the queries
+        alike and the outputs back), "on" (any storage) or "off".
         """
         tok = self.tokenizer
         if tok is None:
@@ -97,7 +100,8 @@ class Model:
         ids = self._ids(prompt)
         utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span tokens
         prev = ids[-1]
-        for token in self.tokens(ids, max_tokens, temperature, top_p, seed, top_k, cache):
+        for token in self.tokens(ids, max_tokens, temperature, top_p, seed, top_k, cache,
+                                 cache_rotation):
             text = utf8.decode(tok.decode_bytes(prev, token))
             prev = token
             if text:
@@ -110,13 +114,13 @@ class Model:
         """The logits [len(tokens), vocab] of one forward over `tokens` (text or ids)."""
         return self._file.logits(self._ids(tokens))
 
-    def perplexity(self, text, ctx=512, cache="f32"):
+    def perplexity(self, text, ctx=512, cache="f32", cache_rotation="auto"):
         """Perplexity on `text` (a string, or token ids), windowed as llama.cpp's
         llama-perplexity: chunks of `ctx` tokens, each run on its own (starting with BOS when
         the tokenizer adds one), the predictions of each chunk's second half scored; cache:
-        the KV cache's storage, as in generate(). A dict:
+        the KV cache's storage and cache_rotation, as in generate(). A dict:
         perplexity, nll (nats per token) and its nll_stderr, ctx, chunks, scored,
-        chunk_perplexity (after each chunk), seconds."""
+        chunk_perplexity (after each chunk), seconds, cache_rotation ("on" or "off")."""
         tok = self.tokenizer
         if isinstance(text, str):
             if tok is None:
@@ -125,7 +129,7 @@ class Model:
         else:
             ids = [int(t) for t in text]
         bos = tok.bos if tok is not None and tok.adds_bos else -1
-        return self._file.perplexity(ids, int(ctx), bos, str(cache))
+        return self._file.perplexity(ids, int(ctx), bos, str(cache), str(cache_rotation))
 
 
 def load_llama2c(path, tokenizer=None):
@@ -163,11 +167,12 @@ class Chat:
     system: the system prompt (None: the one the template writes, "" for none); max_reply:
     tokens per answer at most; context: positions for all turns together (0: the model's);
     temperature (0: greedy), top_p, top_k and seed sample as generate() does; cache: the KV
-    cache's storage, "f32", "bf16", "f16", "q8_0", "q4_0" or "q4_1", as in generate().
+    cache's storage, "f32", "bf16", "f16", "q8_0", "q4_0" or "q4_1", and cache_rotation, as in
+    generate().
     """
 
     def __init__(self, model, system=None, *, max_reply=1024, context=0, temperature=0.7,
-                 top_p=0.9, top_k=0, seed=1, cache="f32"):
+                 top_p=0.9, top_k=0, seed=1, cache="f32", cache_rotation="auto"):
         self.model = model
         if model._file.format != "gguf":
             raise ValueError(f"Chat needs a GGUF model with a chat template; {model.path} is "
@@ -177,7 +182,7 @@ class Chat:
         self.system = str(system)
         self._chat = _qkv._Chat(model._file, self.system, int(max_reply), int(context),
                                 float(temperature), float(top_p), int(top_k), int(seed),
-                                str(cache))
+                                str(cache), str(cache_rotation))
         self.reset()
 
     def reset(self):

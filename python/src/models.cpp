@@ -124,17 +124,20 @@ void bind_models(nb::module_& m) {
       .def(
           "_generator",
           [](ModelFile& f, std::vector<int32_t> prompt, int64_t steps, float temperature,
-             float top_p, int64_t top_k, uint64_t seed, const std::string& cache) {
+             float top_p, int64_t top_k, uint64_t seed, const std::string& cache,
+             const std::string& rotation) {
             GenerateOptions o{
                 .steps = steps,
                 .sampling = {
                     .temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed},
-                .cache = cache_type(cache)};
+                .cache = cache_type(cache),
+                .cache_rotation = cache_rotation(rotation)};
             o.stop_tokens = stop_tokens(f);
             return Generator(*f.model, std::move(prompt), o);
           },
           nb::keep_alive<0, 1>(), nb::arg("prompt"), nb::arg("steps"), nb::arg("temperature"),
-          nb::arg("top_p"), nb::arg("top_k"), nb::arg("seed"), nb::arg("cache"))
+          nb::arg("top_p"), nb::arg("top_k"), nb::arg("seed"), nb::arg("cache"),
+          nb::arg("cache_rotation"))
       .def(
           "logits",
           [](ModelFile& f, const std::vector<int32_t>& tokens) {
@@ -161,20 +164,23 @@ void bind_models(nb::module_& m) {
       .def(
           "perplexity",
           [](ModelFile& f, const std::vector<int32_t>& tokens, int64_t ctx, int32_t bos,
-             const std::string& cache) {
+             const std::string& cache, const std::string& rotation) {
             PerplexityResult r;
             const CacheType type = cache_type(cache);
+            const CacheRotation rotates = cache_rotation(rotation);
             {
               nb::gil_scoped_release unlocked;
-              r = perplexity(*f.model, tokens, ctx, bos, type);
+              r = perplexity(*f.model, tokens, ctx, bos, type, rotates);
             }
             nb::dict d;
             d["perplexity"] = r.perplexity, d["nll"] = r.nll, d["nll_stderr"] = r.nll_stderr;
             d["ctx"] = r.ctx, d["chunks"] = r.chunks, d["scored"] = r.scored;
             d["chunk_perplexity"] = r.chunk_perplexity, d["seconds"] = r.seconds;
+            d["cache_rotation"] = cache_rotates(type, rotates) ? "on" : "off";
             return d;
           },
-          nb::arg("tokens"), nb::arg("ctx"), nb::arg("bos"), nb::arg("cache"))
+          nb::arg("tokens"), nb::arg("ctx"), nb::arg("bos"), nb::arg("cache"),
+          nb::arg("cache_rotation"))
       .def("_attention_maps", [](ModelFile& f, const std::string& name, const std::string& prompt,
                                  const std::string& prompt_ids) {
         AttentionMaps maps;
@@ -198,7 +204,7 @@ void bind_models(nb::module_& m) {
           "__init__",
           [](Chat* chat, ModelFile& f, const std::string& system, int64_t max_reply,
              int64_t context, float temperature, float top_p, int64_t top_k, uint64_t seed,
-             const std::string& cache) {
+             const std::string& cache, const std::string& rotation) {
             check(f.tokenizer.has_value(), "Chat: the model has no tokenizer");
             const ChatFormat format = chat_format(f.chat_template);
             ChatOptions o{.system = system,
@@ -208,12 +214,13 @@ void bind_models(nb::module_& m) {
                                        .seed = seed},
                           .max_reply = max_reply,
                           .context = context,
-                          .cache = cache_type(cache)};
+                          .cache = cache_type(cache),
+                          .cache_rotation = cache_rotation(rotation)};
             new (chat) Chat(*f.model, *f.tokenizer, format, o);
           },
           nb::keep_alive<1, 2>(), nb::arg("file"), nb::arg("system"), nb::arg("max_reply"),
           nb::arg("context"), nb::arg("temperature"), nb::arg("top_p"), nb::arg("top_k"),
-          nb::arg("seed"), nb::arg("cache"))
+          nb::arg("seed"), nb::arg("cache"), nb::arg("cache_rotation"))
       .def("add", &Chat::add, nb::arg("role"), nb::arg("content"))
       .def(
           "respond",

@@ -204,6 +204,10 @@ def test_smollm2_with_int8_products():
     p_int8 = m.perplexity(text, ctx=64)
     assert p_exact["chunks"] >= 3 and p_exact["scored"] == p_exact["chunks"] * 31
     assert abs(p_int8["perplexity"] / p_exact["perplexity"] - 1) < 0.01
+    assert p_exact["cache_rotation"] == "off"
+    rotated = m.perplexity(text, ctx=64, cache="f32", cache_rotation="on")
+    assert rotated["cache_rotation"] == "on"
+    assert abs(rotated["perplexity"] / p_int8["perplexity"] - 1) < 1e-4  # exact in real arithmetic
     m.matmul = "exact"
     toks = m.tokenizer.encode(text)
     k = p_exact["chunks"] - 1
@@ -228,6 +232,18 @@ def test_smollm2_generates_and_chats_from_16_bit_and_block_caches():
     for cache in ("bf16", "q8_0"):
         chat = qkv.Chat(m, temperature=0, max_reply=16, cache=cache)
         assert "Paris" in chat.reply("What is the capital of France?"), cache
+    # A q4_0 cache rotates by default; across turns and a reset, with and without it.
+    for rotation in ("auto", "off"):
+        chat = qkv.Chat(m, temperature=0, max_reply=16, cache="q4_0", cache_rotation=rotation)
+        assert "Paris" in chat.reply("What is the capital of France?"), rotation
+        chat.reply("And of Italy?")
+        chat.reset()
+        assert "Paris" in chat.reply("What is the capital of France?"), rotation
+    text = "".join(m.generate("The capital of France is", max_tokens=8, temperature=0,
+                              cache="f32", cache_rotation="on"))
+    assert text.startswith(" Paris"), text
+    with pytest.raises(ValueError, match="auto, on or off"):
+        next(m.generate("x", cache="q4_0", cache_rotation="yes"))
     with pytest.raises(ValueError, match="f32, bf16, f16, q8_0, q4_0 or q4_1"):
         next(m.generate("x", cache="fp8"))
     with pytest.raises(ValueError, match="f32, bf16, f16, q8_0, q4_0 or q4_1"):

@@ -65,6 +65,11 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
         ": heads, dim_k and dim_v must be > 0, got ", kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
   check(kv.slots >= 0 && kv.batch_stride >= 0 && kv.head_stride >= 0 && kv.row_stride >= 0, kWhere,
         ": slots and strides must be >= 0");
+  check(kv.rotation == 0 || (kv.rotation > 0 && (kv.rotation & (kv.rotation - 1)) == 0 &&
+                             kv.dim_k % kv.rotation == 0 && kv.dim_v % kv.rotation == 0),
+        kWhere, ": rotation ", kv.rotation,
+        " must be 0 (none) or a power of two that divides dim_k ", kv.dim_k, " and dim_v ",
+        kv.dim_v);
   check(a.mask.bias.empty(), kWhere, ": an additive bias is not supported");
   check(a.mask.kv_len == nullptr, kWhere,
         ": padding (kv_len) is not supported: the cache's length is every sequence's");
@@ -190,10 +195,9 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
   });
 }
 
-}  // namespace
 
-void attention(const AttentionArgs& args, const StoredKV& kv) {
-  validate(args, kv);
+// attention(args, kv) once validated, over rows stored as they are (no rotation).
+void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
   const int64_t B = args.q.shape[0], Tq = args.q.shape[2], Hkv = kv.heads;
   const int64_t D = kv.dim_k, Dv = kv.dim_v;
   const bool wrapped = kv.slots > 0 && kv.length > kv.slots;  // a ring whose slots are out of order
@@ -218,6 +222,44 @@ void attention(const AttentionArgs& args, const StoredKV& kv) {
   x.k = View(K, {B, Hkv, n, D});
   x.v = View(V, {B, Hkv, n, Dv});
   detail::forward_validated(x);
+}
+
+// x's rows (b, h, i) as fp32 into to [B, H, T, E] rotated by the block, or back again.
+void rotated_rows(const View& x, int64_t block, float* to) {
+  const int64_t B = x.shape[0], H = x.shape[1], T = x.shape[2], E = x.shape[3];
+  detail::parallel_for(B * H, detail::threads_for(B * H * T * E), [&](int64_t bh) {
+    for (int64_t i = 0; i < T; ++i) {
+      float* row = to + (bh * T + i) * E;
+      for (int64_t e = 0; e < E; ++e) row[e] = x.get(bh / H, bh % H, i, e);
+      hadamard_rotate(row, E, block);
+    }
+  });
+}
+
+}  // namespace
+
+void attention(const AttentionArgs& args, const StoredKV& kv) {
+  validate(args, kv);
+  if (kv.rotation == 0) return attend_stored(args, kv);
+  // The queries rotated as the rows were; the outputs rotated back: H (Σ p v') = Σ p v.
+  const int64_t B = args.q.shape[0], Hq = args.q.shape[1], Tq = args.q.shape[2];
+  const int64_t D = kv.dim_k, Dv = kv.dim_v;
+  float* q = detail::thread_scratch(detail::StoredSlot::rotated_queries, B * Hq * Tq * D);
+  float* out = detail::thread_scratch(detail::StoredSlot::rotated_out, B * Hq * Tq * Dv);
+  rotated_rows(args.q, kv.rotation, q);
+  AttentionArgs x = args;
+  x.q = View(q, {B, Hq, Tq, D});
+  x.out = View(out, {B, Hq, Tq, Dv});
+  StoredKV plain = kv;
+  plain.rotation = 0;
+  attend_stored(x, plain);
+  detail::parallel_for(B * Hq, detail::threads_for(B * Hq * Tq * Dv), [&](int64_t bh) {
+    for (int64_t i = 0; i < Tq; ++i) {
+      float* row = out + (bh * Tq + i) * Dv;
+      hadamard_rotate(row, Dv, kv.rotation);
+      for (int64_t e = 0; e < Dv; ++e) args.out.set(bh / Hq, bh % Hq, i, e, row[e]);
+    }
+  });
 }
 
 }  // namespace qkv

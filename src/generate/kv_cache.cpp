@@ -7,6 +7,7 @@
 #include "qkv/model.h"
 #include "qkv/number_format.h"
 #include "qkv/quant.h"
+#include "util/scratch.h"
 
 namespace qkv {
 
@@ -66,12 +67,37 @@ constexpr int64_t kBlock = kKvBlockValues;
 int64_t block_bytes(CacheType t) { return block_of(cache_element_type(t)).bytes; }
 }  // namespace
 
+CacheRotation cache_rotation(const std::string& name) {
+  if (name == "auto") return CacheRotation::automatic;
+  if (name == "on") return CacheRotation::on;
+  if (name == "off") return CacheRotation::off;
+  fail("kv cache: unknown rotation '", name, "' (auto, on or off)");
+}
+
+const char* cache_rotation_name(CacheRotation rotation) {
+  switch (rotation) {
+    case CacheRotation::on:
+      return "on";
+    case CacheRotation::off:
+      return "off";
+    default:
+      return "auto";
+  }
+}
+
+bool cache_rotates(CacheType type, CacheRotation rotation) {
+  return rotation == CacheRotation::on ||
+         (rotation == CacheRotation::automatic && is_kv_block_type(cache_element_type(type)));
+}
+
 KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
     : batch_(o.batch),
       layers_(config.n_layers),
       kv_heads_(config.n_kv_heads),
       d_head_(config.d_head),
       max_seq_(o.max_seq > 0 ? o.max_seq : config.context),
+      rotation_(cache_rotates(o.type, o.rotation) && config.d_head > 0 ? rotation_block(config.d_head)
+                                                                        : 0),
       ring_(o.ring),
       type_(o.type) {
   validate(config);
@@ -177,6 +203,7 @@ StoredKV KVCache::stored(int64_t layer, int64_t seq, int64_t length) const {
   kv.dim_k = kv.dim_v = d_head_;
   kv.length = length;
   kv.slots = ring_ ? slots_ : 0;
+  kv.rotation = rotation_;
   return kv;
 }
 
@@ -189,6 +216,20 @@ void KVCache::attend(int64_t layer, int64_t seq, const AttentionArgs& args, cons
   const int64_t pos0 = length(seq), T = args.q.shape[2], end = pos0 + T;
   check_room(seq, T);
   StoredKV kv = stored(layer, seq, end);
+  if (rotation_ > 0) {  // the new rows as they are stored: rotated
+    const int64_t width = kv_heads_ * d_head_;
+    float* k = detail::thread_scratch(detail::CacheSlot::keys, T * width);
+    float* v = detail::thread_scratch(detail::CacheSlot::values, T * width);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < kv_heads_; ++h) {
+        const int64_t from = t * row_stride + h * d_head_, to = t * width + h * d_head_;
+        std::copy(k_rows + from, k_rows + from + d_head_, k + to);
+        std::copy(v_rows + from, v_rows + from + d_head_, v + to);
+        hadamard_rotate(k + to, d_head_, rotation_);
+        hadamard_rotate(v + to, d_head_, rotation_);
+      }
+    k_rows = k, v_rows = v, row_stride = width;
+  }
   const int64_t seen =
       args.mask.window_left >= 0 ? std::max<int64_t>(0, pos0 - args.mask.window_left) : 0;
   if (ring_ && end - seen > slots_) {

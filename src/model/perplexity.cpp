@@ -10,7 +10,7 @@
 namespace qkv {
 
 PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, int64_t ctx,
-                            int32_t bos, CacheType storage) {
+                            int32_t bos, CacheType storage, CacheRotation rotation) {
   const ModelConfig& c = model.config();
   check(ctx >= 4 && ctx <= c.context, "perplexity: --ctx ", ctx,
         " must be from 4 to the model's context of ", c.context);
@@ -20,7 +20,7 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, in
   r.ctx = ctx;
   r.chunks = n / ctx;
   const int64_t first = ctx / 2, V = c.vocab_size;
-  KVCache cache(c, {.batch = 1, .max_seq = ctx, .type = storage});
+  KVCache cache(c, {.batch = 1, .max_seq = ctx, .type = storage, .rotation = rotation});
   std::vector<int32_t> chunk(ctx);
   double sum = 0, sum_sq = 0;  // of the scored tokens' negative log-likelihoods
   const double t0 = now_seconds();

@@ -38,8 +38,9 @@ inline constexpr int kAttentionSlots =
     static_cast<int>(ForwardSlot::end) > static_cast<int>(BackwardSlot::end)
         ? static_cast<int>(ForwardSlot::end)
         : static_cast<int>(BackwardSlot::end);
-// Attention over a cache: the visible keys and values gathered as fp32 (src/attention/stored.cpp).
-enum class StoredSlot { keys = kAttentionSlots, values, end };
+// Attention over a cache: the visible keys and values gathered as fp32, the queries and outputs
+// of a rotated cache (src/attention/stored.cpp).
+enum class StoredSlot { keys = kAttentionSlots, values, rotated_queries, rotated_out, end };
 // Products with block-format weights (src/quant/matmul.cpp).
 enum class QuantSlot { block_sums = static_cast<int>(StoredSlot::end), tile, end };
 // Ring attention (src/dist/ring_attention.cpp), kept across the attention calls it makes.
@@ -60,7 +61,9 @@ enum class RingSlot {
 };
 // Keys and values in 32-value blocks widened a tile at a time (src/attention/block_rows-inl.h).
 enum class BlockSlot { keys = static_cast<int>(RingSlot::end), values, end };
-inline constexpr int kScratchSlots = static_cast<int>(BlockSlot::end);
+// A key/value cache's new rows, rotated before they are stored (src/generate/kv_cache.cpp).
+enum class CacheSlot { keys = static_cast<int>(BlockSlot::end), values, end };
+inline constexpr int kScratchSlots = static_cast<int>(CacheSlot::end);
 
 // A buffer of at least `floats` floats for the calling thread, in slot `slot`. Contents are
 // not preserved when it grows. Throws std::bad_alloc if memory runs out.
