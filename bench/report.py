@@ -15,6 +15,8 @@ The peers:
   ggml            --ggml PATH: ggml's test-backend-ops, built in scratch space outside the
                   repository; its FLASH_ATTN_EXT decoding cases beside qkv's on the same shapes.
   llama2.c        --llama2c PATH: llama2.c's run.c built in scratch space; stories260K, greedy.
+  llama-perplexity  --llama-perplexity PATH: llama.cpp's, built in scratch space; quantized
+                  caches' perplexity with and without its rotation, beside qkv's.
 
   make build && scripts/get-models
   bench/report.py --setup                 # once: build/peer (downloads PyTorch, builds llama.cpp)
@@ -39,7 +41,8 @@ QKV = os.path.join(ROOT, "build", "release", "qkv")
 PEER = os.path.join(ROOT, "build", "peer")
 SMOLLM2 = os.path.join(ROOT, "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 STORIES = os.path.join(ROOT, "models", "stories260K")
-SECTIONS = ["attention", "units", "training", "generation", "quantized", "kv_cache", "python",
+SECTIONS = ["attention", "units", "training", "generation", "quantized", "kv_cache",
+            "cache_rotation", "python",
             "mpi", "ggml", "llama2c"]
 
 
@@ -415,6 +418,49 @@ def section_ggml(peer_py, quick, args):
             + "\n".join(rows) + "\n")
 
 
+def section_cache_rotation(peer_py, quick, args):
+    text = ["## Rotated quantized caches\n"]
+    if args.cache_rotation_json:  # the output of an earlier bench/cache_rotation_compare.py --json
+        with open(args.cache_rotation_json, encoding="utf-8") as f:
+            r = json.load(f)
+    elif not args.llama_perplexity or not os.path.exists(SMOLLM2):
+        text.append("Not measured in this run: give `--llama-perplexity PATH` (llama.cpp's "
+                    "`llama-perplexity`, built outside the repository) and get SmolLM2 "
+                    "(`scripts/get-models`).\n")
+        return "\n".join(text)
+    else:
+        r = json.loads(run([sys.executable, "bench/cache_rotation_compare.py", "--json",
+                            "--llama-perplexity", args.llama_perplexity], timeout=7200))
+    base = {(row["cache"], row["rotation_asked"]): row for row in r["rows"]}
+    f32 = base[("f32", False)]
+    text.append(
+        f"`bench/cache_rotation_compare.py`: SmolLM2-135M-Instruct's perplexity on "
+        f"{r['text']} in windows of {r['ctx']} (llama-perplexity's), each cache type with its "
+        f"rows stored rotated (a normalised Walsh–Hadamard transform over the head dim, 64 "
+        f"here) and not: `qkv perplexity --cache T --cache-rotation on|off` (weight products "
+        f"{r['matmul']}) and llama.cpp's `llama-perplexity -fa on -ctk T -ctv T`, rotated by "
+        f"default and not with `LLAMA_ATTN_ROT_DISABLE=1`, in one run. The rise of each over "
+        f"the same program's f32 cache:\n\n"
+        f"| cache | rotation | qkv | against f32 | llama.cpp | against its f32 |\n"
+        f"|---|---|---:|---:|---:|---:|")
+    for row in r["rows"]:
+        text.append(f"| {row['cache']} | {'on' if row['rotation_asked'] else 'off'} | "
+                    f"{row['qkv']:.3f} | {100 * (row['qkv'] / f32['qkv'] - 1):+.2f}% | "
+                    f"{row['llama_cpp']:.3f} | "
+                    f"{100 * (row['llama_cpp'] / f32['llama_cpp'] - 1):+.2f}% |")
+    text.append(
+        "\n**What it costs in speed**: decoding over a 32k cache (`qkv bench attention --queries 1 "
+        "--seq 32768 --dim 128 --kv-heads 8 --cache T --cache-rotation off|on`, 2 threads; the "
+        "timed call rotates the query and the output back), the two interleaved round by round, "
+        "medians:\n\n| heads | cache | ms, rotation off | ms, rotation on | on / off |\n"
+        "|---|---|---:|---:|---:|")
+    for d in r["decode"]:
+        text.append(f"| {d['heads']}/{d['kv_heads']} | {d['cache']} | {d['ms_off']:.2f} | "
+                    f"{d['ms_on']:.2f} | {d['ms_on'] / d['ms_off']:.3f} |")
+    text.append("")
+    return "\n".join(text)
+
+
 def section_llama2c(peer_py, quick, args):
     if not args.llama2c:
         return ("## llama2.c\n\nNot measured in this run: give `--llama2c PATH` (llama2.c's `run`, "
@@ -468,6 +514,9 @@ def main():
                     "else /usr/bin/python3)")
     ap.add_argument("--ggml", help="ggml's test-backend-ops binary")
     ap.add_argument("--llama2c", help="llama2.c's run binary")
+    ap.add_argument("--llama-perplexity", help="llama.cpp's llama-perplexity binary")
+    ap.add_argument("--cache-rotation-json", help="the cache_rotation section from this output "
+                    "of bench/cache_rotation_compare.py --json instead of running it")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--kv-cache-json", help="the kv_cache section from this output of "
                     "bench/kv_cache_compare.py instead of running it (it takes the better part "

@@ -120,6 +120,36 @@ TEST(CacheRotation, AnF32CacheRotatedGivesTheSameLogits) {
   }
 }
 
+// Three sequences of different lengths in one rotated cache, one reset and run again, then
+// decoded together: the unrotated cache's logits within fp32 rounding.
+TEST(CacheRotation, BatchesOfDifferentLengthsAndResets) {
+  const ModelConfig c = config_of("llama");
+  Model m(c, 5);
+  const int64_t V = c.vocab_size;
+  const auto tokens = tokens_of(30, V);
+  std::vector<float> got[2];
+  for (CacheRotation rotation : {CacheRotation::off, CacheRotation::on}) {
+    KVCache batch(c, {.batch = 3, .max_seq = 30, .rotation = rotation});
+    const int64_t prompt[3] = {12, 5, 9};
+    for (int64_t s = 0; s < 3; ++s) m.forward_cached(batch, tokens.data(), 1, prompt[s], &s);
+    batch.reset(1);
+    const int64_t seq1 = 1;
+    m.forward_cached(batch, tokens.data(), 1, prompt[1], &seq1);
+    for (int64_t step = 0; step < 10; ++step) {
+      int32_t next[3];
+      for (int s = 0; s < 3; ++s) next[s] = tokens[prompt[s] + step];
+      const View l = m.forward_cached(batch, next, 3, 1);
+      got[rotation == CacheRotation::on].insert(got[rotation == CacheRotation::on].end(), l.data,
+                                                l.data + 3 * V);
+    }
+  }
+  double gap = 0, scale = 0;
+  for (size_t i = 0; i < got[0].size(); ++i)
+    gap = std::max(gap, std::abs(double(got[0][i]) - got[1][i])),
+    scale = std::max(scale, std::abs(double(got[0][i])));
+  EXPECT_LE(gap / scale, 1e-5);
+}
+
 TEST(CacheRotation, OnByDefaultForTheBlockFormatsOnly) {
   const ModelConfig c = config_of("llama");
   for (const std::string& name : cache_type_names()) {

@@ -230,7 +230,12 @@ void rotated_rows(const View& x, int64_t block, float* to) {
   detail::parallel_for(B * H, detail::threads_for(B * H * T * E), [&](int64_t bh) {
     for (int64_t i = 0; i < T; ++i) {
       float* row = to + (bh * T + i) * E;
-      for (int64_t e = 0; e < E; ++e) row[e] = x.get(bh / H, bh % H, i, e);
+      if (x.type == TensorType::f32 && x.stride[3] == 1) {
+        const float* from = &x(bh / H, bh % H, i, 0);
+        std::copy(from, from + E, row);
+      } else {
+        for (int64_t e = 0; e < E; ++e) row[e] = x.get(bh / H, bh % H, i, e);
+      }
       hadamard_rotate(row, E, block);
     }
   });
@@ -257,7 +262,10 @@ void attention(const AttentionArgs& args, const StoredKV& kv) {
     for (int64_t i = 0; i < Tq; ++i) {
       float* row = out + (bh * Tq + i) * Dv;
       hadamard_rotate(row, Dv, kv.rotation);
-      for (int64_t e = 0; e < Dv; ++e) args.out.set(bh / Hq, bh % Hq, i, e, row[e]);
+      if (args.out.type == TensorType::f32 && args.out.stride[3] == 1)
+        std::copy(row, row + Dv, &args.out(bh / Hq, bh % Hq, i, 0));
+      else
+        for (int64_t e = 0; e < Dv; ++e) args.out.set(bh / Hq, bh % Hq, i, e, row[e]);
     }
   });
 }
