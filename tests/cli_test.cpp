@@ -16,6 +16,7 @@
 
 #include "qkv/attention.h"
 #include "qkv/gguf.h"
+#include "qkv/version.h"
 
 namespace {
 
@@ -204,6 +205,27 @@ TEST(CliErrors, ForcingAUnitIsCheckedAgainstTheCpu) {
   EXPECT_TRUE(listed);
   EXPECT_NE(info["target"], "avx512_bf16");
   EXPECT_NE(info["cpu_id"].get<std::string>().find(" family "), std::string::npos);
+}
+
+// The version is CMakeLists.txt's project version, in qkv --version, qkv info and the library,
+// with the commit it was built from (12 hex digits in a checkout).
+TEST(CliInfo, VersionAndCommit) {
+  std::ifstream cmake(std::string(QKV_SOURCE_DIR) + "/CMakeLists.txt");
+  const std::string text{std::istreambuf_iterator<char>(cmake), std::istreambuf_iterator<char>()};
+  const auto at = text.find("project(qkv VERSION ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string expected = text.substr(at + 20, text.find_first_of(" )", at + 20) - at - 20);
+  EXPECT_EQ(std::string(qkv::version()), expected);
+  const std::string commit = qkv::build_commit();
+  EXPECT_TRUE(commit == "unknown" ||
+              (commit.size() == 12 && commit.find_first_not_of("0123456789abcdef") == std::string::npos))
+      << commit;
+  const Result r = run("--version");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.output, "qkv " + expected + " (commit " + commit + ")\n");
+  const json info = run_json("info --json --threads 1");
+  EXPECT_EQ(info["version"], expected);
+  EXPECT_EQ(info["commit"], commit);
 }
 
 // qkv info names a supported target and agrees with --target; bench reports the target that ran.

@@ -7,6 +7,7 @@
 
 #include "qkv/error.h"
 #include "qkv/targets.h"
+#include "qkv/version.h"
 
 namespace qkv::cli {
 
@@ -68,6 +69,9 @@ Sampling sampling_of(const SamplingFlags& f) {
 
 int run(int argc, const char* const* argv) {
   CLI::App app{"qkv: transformer attention, explained and fast.", "qkv"};
+  app.set_version_flag("--version",
+                       std::string("qkv ") + version() + " (commit " + build_commit() + ")",
+                       "Print the version and the commit it was built from, then exit");
   app.require_subcommand(1);
   app.failure_message([](const CLI::App*, const CLI::Error& e) { return std::string(e.what()); });
   // --target applies to every command, before or after its name (fallthrough: subcommands
@@ -75,7 +79,8 @@ int run(int argc, const char* const* argv) {
   app.fallthrough();
   app.add_option_function<std::string>(
       "--target", [](const std::string& t) { set_target_from(t, "--target"); },
-      "SIMD target to run: sse4, avx2, avx512, avx512_dl (x86-64), neon, sve (AArch64); default "
+      "SIMD target to run: sse4, avx2, avx512, avx512_dl, avx512_bf16 (x86-64), neon, neon_bf16, "
+      "sve (AArch64); default "
       "the best this CPU supports, or $QKV_TARGET (see qkv info)");
   add_explain(app);
   add_params(app);
@@ -107,6 +112,9 @@ int run(int argc, const char* const* argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << "\n";
+    return 0;
   } catch (const CLI::ParseError& e) {
     std::cerr << "qkv: error: " << e.what() << "\n(run `qkv --help` for usage)\n";
     return 2;

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "qkv/targets.h"
 #include "qkv/threads.h"
+#include "qkv/version.h"
 #include "yardsticks.h"
 
 namespace qkv::cli {
@@ -85,6 +86,8 @@ void info(const InfoOptions& o) {
   for (const UnitInUse& u : units_in_use())
     units.push_back({{"data", u.data}, {"unit", u.unit}, {"why", u.why}});
   const json result = {
+      {"version", version()},
+      {"commit", build_commit()},
       {"cpu", model},
       {"cpu_id", cpu_identity()},
       {"arch", arch},
@@ -105,7 +108,8 @@ void info(const InfoOptions& o) {
     std::cout << result.dump() << "\n";
     return;
   }
-  std::cout << "cpu:      " << model << " (" << arch << "), " << omp_get_num_procs()
+  std::cout << "qkv:      " << version() << " (commit " << build_commit() << ")\n"
+            << "cpu:      " << model << " (" << arch << "), " << omp_get_num_procs()
             << " logical CPUs\n          " << cpu_identity() << "\ncaches:  ";
   for (const json& c : result["caches"])
     std::cout << " " << c["name"].get<std::string>() << " " << c["size"].get<std::string>()

@@ -11,16 +11,16 @@ Models: ``qkv.load_llama2c``, ``qkv.load_checkpoint``, ``qkv.load_gguf``; a conv
 chat model: ``qkv.Chat``; learning: ``qkv.explain``,
 ``qkv.attention_map``. Errors from qkv are ``ValueError`` with qkv's message.
 """
-from ._qkv import (Tokenizer, compiled_targets, current_target, num_threads, set_num_threads,
-                   set_target, supported_targets)
+from ._qkv import (Tokenizer, build_commit, compiled_targets, current_target, num_threads,
+                   set_num_threads, set_target, supported_targets, version)
 from ._attention import attention, attention_backward
 from ._models import (AttentionMap, Chat, Explanation, Model, attention_map, explain, load_checkpoint,
                       load_gguf, load_llama2c, stories260k_path)
 
-__version__ = "0.1.0"
+__version__ = version()  # CMakeLists.txt's project version, as the library was built
 __all__ = [
     "attention", "attention_backward", "Model", "load_llama2c", "load_checkpoint", "load_gguf", "Tokenizer",
     "Chat", "explain", "Explanation", "attention_map", "AttentionMap", "stories260k_path",
     "compiled_targets", "supported_targets", "current_target", "set_target", "num_threads",
-    "set_num_threads",
+    "set_num_threads", "version", "build_commit",
 ]

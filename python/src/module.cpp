@@ -7,6 +7,7 @@
 #include "qkv/error.h"
 #include "qkv/targets.h"
 #include "qkv/threads.h"
+#include "qkv/version.h"
 
 namespace qkv::python {
 namespace nb = nanobind;
@@ -29,6 +30,8 @@ NB_MODULE(_qkv, m) {
     }
   });
   m.def("compiled_targets", &qkv::compiled_targets, "SIMD targets built into this module");
+  m.def("version", &qkv::version, "qkv's version");
+  m.def("build_commit", &qkv::build_commit, "The commit this module was built from, or 'unknown'");
   m.def("supported_targets", &qkv::supported_targets, "the compiled targets this CPU runs");
   m.def("current_target", &qkv::current_target, "the SIMD target the kernels use now");
   m.def("set_target", &qkv::set_target, nb::arg("name"), "use this SIMD target from now on");

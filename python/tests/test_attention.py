@@ -261,3 +261,11 @@ def test_a_nan_in_the_inputs_is_not_hidden(rng):
         out = qkv.attention(q, k, v, causal=causal)
         assert np.isnan(out[0, 0, 7]).all()
         assert np.isfinite(np.delete(out[0, 0], 7, axis=0)).all() and np.isfinite(out[0, 1]).all()
+
+
+def test_version_is_the_packages_and_the_librarys():
+    import importlib.metadata
+    import re
+    assert qkv.__version__ == qkv.version() == importlib.metadata.version("qkv")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", qkv.__version__)
+    assert qkv.build_commit() == "unknown" or re.fullmatch(r"[0-9a-f]{12}", qkv.build_commit())
