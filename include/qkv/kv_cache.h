@@ -16,8 +16,8 @@
 // row rotated by a normalised Walsh–Hadamard transform (hadamard_rotate, in blocks of
 // rotation_block(d_head)), and attention over it rotates the queries alike and the outputs
 // back: the same result in real arithmetic, while a block's scale is chosen after the rotation
-// has spread the row's outliers over the block (a q4_0 cache's perplexity cost falls several
-// times; docs/api.md has the measurements).
+// has spread the row's outliers over the block (on SmolLM2 a q4_0 cache's perplexity cost falls
+// from 24% to 7%; docs/api.md has the measurements).
 // Ring mode (sliding-window models): only the last window + 1 positions are kept; position p
 // lives in slot p mod slots, so memory stays bounded however long the sequence grows.
 #pragma once
