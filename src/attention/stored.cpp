@@ -195,7 +195,6 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
   });
 }
 
-
 // attention(args, kv) once validated, over rows stored as they are (no rotation).
 void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
   const int64_t B = args.q.shape[0], Tq = args.q.shape[2], Hkv = kv.heads;
@@ -224,7 +223,7 @@ void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
   detail::forward_validated(x);
 }
 
-// x's rows (b, h, i) as fp32 into to [B, H, T, E] rotated by the block, or back again.
+// x's rows (b, h, i) as fp32 into to [B, H, T, E], each rotated by hadamard_rotate.
 void rotated_rows(const View& x, int64_t block, float* to) {
   const int64_t B = x.shape[0], H = x.shape[1], T = x.shape[2], E = x.shape[3];
   detail::parallel_for(B * H, detail::threads_for(B * H * T * E), [&](int64_t bh) {
