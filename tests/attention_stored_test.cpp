@@ -25,7 +25,7 @@ struct StoredCase {
   int64_t Tq = 1;
   int window = -1;  // window_left; -1: the whole prefix
   bool alibi = false;
-  bool fresh = false;  // the queries' own keys and values given beside the storage
+  bool fresh = false;      // the queries' own keys and values given beside the storage
   int64_t Hq = 4, L = 37;  // query heads (of 2 key/value heads); positions
   int64_t rotation = 0;    // the rows' rotation block; 0: none
 };
@@ -139,7 +139,8 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
 
   // The rows attention sees: those stored, rotated back (H is its own inverse).
   for (Tensor* t : {&k, &v})
-    for (int64_t r = 0; c.rotation && r < Hkv * L; ++r) hadamard_rotate(t->data() + r * D, D, c.rotation);
+    for (int64_t r = 0; c.rotation && r < Hkv * L; ++r)
+      hadamard_rotate(t->data() + r * D, D, c.rotation);
   AttentionArgs r = a;
   r.k = k, r.v = v, r.out = expected, r.lse = expected_lse.data();
   reference::attention(r);
@@ -202,7 +203,8 @@ TEST(StoredAttentionBf16Query, AgainstBlocks) {
     std::uniform_real_distribution<float> u(-1, 1);
     Tensor k({1, Hkv, L, D}), v({1, Hkv, L, D}), q({1, Hq, Tq, D}), expected({1, Hq, Tq, D});
     std::vector<uint16_t> qb(q.numel()), ob(q.numel());
-    for (int64_t i = 0; i < q.numel(); ++i) qb[i] = float_to_bf16(u(rng)), q.data()[i] = bf16_to_float(qb[i]);
+    for (int64_t i = 0; i < q.numel(); ++i)
+      qb[i] = float_to_bf16(u(rng)), q.data()[i] = bf16_to_float(qb[i]);
     std::vector<uint8_t> kq, vq;
     for (Tensor* t : {&k, &v})
       for (int64_t r = 0; r < Hkv * L; ++r) {
@@ -212,9 +214,16 @@ TEST(StoredAttentionBf16Query, AgainstBlocks) {
         quant::dequantize(TensorType::q8_0, bytes.data(), D, row);  // what the blocks hold
         (t == &k ? kq : vq).insert((t == &k ? kq : vq).end(), bytes.begin(), bytes.end());
       }
-    const StoredKV kv{.type = TensorType::q8_0, .k = kq.data(), .v = vq.data(),
-                      .batch_stride = Hkv * L * D, .head_stride = L * D, .row_stride = D,
-                      .heads = Hkv, .dim_k = D, .dim_v = D, .length = L};
+    const StoredKV kv{.type = TensorType::q8_0,
+                      .k = kq.data(),
+                      .v = vq.data(),
+                      .batch_stride = Hkv * L * D,
+                      .head_stride = L * D,
+                      .row_stride = D,
+                      .heads = Hkv,
+                      .dim_k = D,
+                      .dim_v = D,
+                      .length = L};
     View qv(reinterpret_cast<bf16*>(qb.data()), {1, Hq, Tq, D}),
         ov(reinterpret_cast<bf16*>(ob.data()), {1, Hq, Tq, D});
     qv.type = ov.type = TensorType::bf16;
@@ -225,7 +234,8 @@ TEST(StoredAttentionBf16Query, AgainstBlocks) {
     r.mask.causal = true;
     reference::attention(r);
     for (int64_t i = 0; i < q.numel(); ++i)  // |x| < 1: half a bf16 ulp is at most 2^-9
-      ASSERT_NEAR(bf16_to_float(ob[i]), expected.data()[i], 2.5e-3) << "Tq " << Tq << ", element " << i;
+      ASSERT_NEAR(bf16_to_float(ob[i]), expected.data()[i], 2.5e-3)
+          << "Tq " << Tq << ", element " << i;
   }
 }
 

@@ -193,9 +193,17 @@ TEST(CacheRotation, SpreadsOutliersBeforeTheBlockScaleIsChosen) {
         const auto bytes = quant::quantize(TensorType::q4_0, row.data(), D);
         (t == &k ? kq : vq).insert((t == &k ? kq : vq).end(), bytes.begin(), bytes.end());
       }
-    const StoredKV kv{.type = TensorType::q4_0, .k = kq.data(), .v = vq.data(),
-                      .batch_stride = H * L * D, .head_stride = L * D, .row_stride = D,
-                      .heads = H, .dim_k = D, .dim_v = D, .length = L, .rotation = rotation};
+    const StoredKV kv{.type = TensorType::q4_0,
+                      .k = kq.data(),
+                      .v = vq.data(),
+                      .batch_stride = H * L * D,
+                      .head_stride = L * D,
+                      .row_stride = D,
+                      .heads = H,
+                      .dim_k = D,
+                      .dim_v = D,
+                      .length = L,
+                      .rotation = rotation};
     Tensor out({1, H, 1, D});
     attention(AttentionArgs{.q = q, .out = out}, kv);
     double err = 0;

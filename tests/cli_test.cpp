@@ -217,8 +217,9 @@ TEST(CliInfo, VersionAndCommit) {
   const std::string expected = text.substr(at + 20, text.find_first_of(" )", at + 20) - at - 20);
   EXPECT_EQ(std::string(qkv::version()), expected);
   const std::string commit = qkv::build_commit();
-  EXPECT_TRUE(commit == "unknown" ||
-              (commit.size() == 12 && commit.find_first_not_of("0123456789abcdef") == std::string::npos))
+  EXPECT_TRUE(
+      commit == "unknown" ||
+      (commit.size() == 12 && commit.find_first_not_of("0123456789abcdef") == std::string::npos))
       << commit;
   const Result r = run("--version");
   EXPECT_EQ(r.status, 0);
@@ -238,8 +239,8 @@ TEST(CliInfo, TargetsAndYardsticks) {
   for (const json& u : info["units"])
     if (u["data"] == "bf16") bf16_unit = u["unit"];
   const bool units_target = supported.front() == "avx512_bf16" || supported.front() == "neon_bf16";
-  EXPECT_EQ(info["target"], units_target && bf16_unit != "bf16_dot" ? supported.at(1)
-                                                                    : supported.front());
+  EXPECT_EQ(info["target"],
+            units_target && bf16_unit != "bf16_dot" ? supported.at(1) : supported.front());
   EXPECT_GT(info["fma_peak_gflops"].get<double>(), 0);
   EXPECT_GT(info["read_gbps"].get<double>(), 0);
   EXPECT_FALSE(info["cpu"].get<std::string>().empty());
@@ -528,9 +529,9 @@ TEST(CliChat, SmolLM2AnswersTurnByTurn) {
   const json pu = json::parse(unrotated.output);
   EXPECT_EQ(pu["cache_rotation"], "off");
   EXPECT_NEAR(pu["nll"].get<double>(), pj["nll"].get<double>(), 0.01 * pj["nll"].get<double>());
-  EXPECT_EQ(run("perplexity --model " + model + " --text " + text + " --cache-rotation yes", true)
-                .status,
-            2);
+  EXPECT_EQ(
+      run("perplexity --model " + model + " --text " + text + " --cache-rotation yes", true).status,
+      2);
   EXPECT_EQ(run("perplexity --model " + model + " --text " + text + " --cache q4_1", true).status,
             2);
   const Result short_text =

@@ -150,22 +150,22 @@ TEST(KVCache, RingBufferMatchesSlidingWindow) {
 TEST(KVCache, SixteenBitStorageHalvesMemoryAndStaysClose) {
   for (const char* style : {"llama", "window"})
     for (CacheType type : {CacheType::bf16, CacheType::f16}) {
-    const ModelConfig c = config_of(style);
-    Model m(c, 7);
-    const auto tokens = tokens_of(30, 4, c.vocab_size);
-    const auto expected = full_logits(m, tokens);
-    KVCache f32(c, {.max_seq = 30}), half(c, {.max_seq = 30, .type = type});
-    EXPECT_EQ(half.bytes() * 2, f32.bytes());
-    m.forward_cached(half, tokens.data(), 1, 10);
-    double worst = 0;
-    for (int64_t t = 10; t < 30; ++t) {
-      const View l = m.forward_cached(half, &tokens[t], 1, 1);
-      worst = std::max(worst, relative_error(expected, t, l, 0, c.vocab_size));
+      const ModelConfig c = config_of(style);
+      Model m(c, 7);
+      const auto tokens = tokens_of(30, 4, c.vocab_size);
+      const auto expected = full_logits(m, tokens);
+      KVCache f32(c, {.max_seq = 30}), half(c, {.max_seq = 30, .type = type});
+      EXPECT_EQ(half.bytes() * 2, f32.bytes());
+      m.forward_cached(half, tokens.data(), 1, 10);
+      double worst = 0;
+      for (int64_t t = 10; t < 30; ++t) {
+        const View l = m.forward_cached(half, &tokens[t], 1, 1);
+        worst = std::max(worst, relative_error(expected, t, l, 0, c.vocab_size));
+      }
+      // bf16 measured 2.8e-2 (llama), weights of std 0.25; fp16 has 8x finer steps.
+      EXPECT_LE(worst, type == CacheType::bf16 ? 5e-2 : 6e-3) << style;
+      EXPECT_GT(worst, 0) << style << ": the rounding should show";
     }
-    // bf16 measured 2.8e-2 (llama), weights of std 0.25; fp16 has 8x finer steps.
-    EXPECT_LE(worst, type == CacheType::bf16 ? 5e-2 : 6e-3) << style;
-    EXPECT_GT(worst, 0) << style << ": the rounding should show";
-  }
 }
 
 // One token at a time (split-KV decoding) and a chunk of tokens (the tiled forward) both read
@@ -247,7 +247,8 @@ TEST(KVCache, BlockStorageIsSmallAndStaysClose) {
       // 5.9e-2 and 6.7e-2, q4_0 (16x coarser steps) 0.67 and 0.57, q4_1 0.62 and 0.97.
       // SmolLM2's perplexity is the
       // quality measure that matters (docs/api.md); this bounds the noise to its expected size.
-      EXPECT_LE(worst, type == CacheType::q8_0 ? 0.12 : 1.5) << cache_type_name(type) << " " << style;
+      EXPECT_LE(worst, type == CacheType::q8_0 ? 0.12 : 1.5)
+          << cache_type_name(type) << " " << style;
       EXPECT_GT(worst, 0) << style << ": the rounding should show";
     }
 }
@@ -334,7 +335,7 @@ TEST(KVCache, BadArgumentsAreErrors) {
   EXPECT_THROW(m.forward_cached(cache, &token, 3, 1), Error);
   EXPECT_THROW(KVCache(c, {.max_seq = 100}), Error);  // past 64 learned positions
   EXPECT_THROW(KVCache(c, {.ring = true}), Error);    // no window in this model
-  try {  // head dim 8: not whole blocks of 32
+  try {                                               // head dim 8: not whole blocks of 32
     KVCache(c, {.type = CacheType::q8_0});
     FAIL() << "expected an error";
   } catch (const Error& e) {

@@ -47,8 +47,8 @@ struct CacheStorage {
     const int64_t B = kt.size(0), H = kt.size(1), T = kt.size(2), D = kt.size(3);
     check(vt.size(3) == D, "bench: --cache needs --dim-v equal to --dim");
     if (is_kv_block_type(type))
-      check(D % kKvBlockValues == 0, "bench: a ", to_string(type), " cache needs a head dim of whole 32s, got ",
-            D);
+      check(D % kKvBlockValues == 0, "bench: a ", to_string(type),
+            " cache needs a head dim of whole 32s, got ", D);
     auto store = [&](const Tensor& t, std::vector<uint8_t>& bytes) {
       const int64_t rows = B * H * T, row_bytes = quant::row_bytes(type, D);
       bytes.resize(rows * row_bytes);
@@ -70,9 +70,17 @@ struct CacheStorage {
     };
     store(kt, k);
     store(vt, v);
-    kv = StoredKV{.type = type, .k = k.data(), .v = v.data(), .batch_stride = H * T * D,
-                  .head_stride = T * D, .row_stride = D, .heads = H, .dim_k = D, .dim_v = D,
-                  .length = T, .rotation = rotation};
+    kv = StoredKV{.type = type,
+                  .k = k.data(),
+                  .v = v.data(),
+                  .batch_stride = H * T * D,
+                  .head_stride = T * D,
+                  .row_stride = D,
+                  .heads = H,
+                  .dim_k = D,
+                  .dim_v = D,
+                  .length = T,
+                  .rotation = rotation};
   }
   // Head (b, h)'s keys or values as the cache holds them, in fp32 [1, 1, T, D].
   Tensor widened(bool values, int64_t b, int64_t h) const {
@@ -163,7 +171,8 @@ Timing time_against_peak(F&& f, double flops, int threads, double min_time, doub
     reads.push_back(read_gbps());
     read_fractions.push_back(bytes / seconds.back() / 1e9 / reads.back());
   }
-  Timing t{median(seconds), median(peaks), median(fractions), median(reads), median(read_fractions)};
+  Timing t{median(seconds), median(peaks), median(fractions), median(reads),
+           median(read_fractions)};
   if (bf16_units) t.bf16_peak = median(bf16_peaks), t.bf16_fraction = median(bf16_fractions);
   return t;
 }
@@ -195,7 +204,8 @@ void bench_attention(const BenchOptions& o) {
   // --cache: K and V as a key/value cache stores them, read through attention(args, StoredKV).
   std::unique_ptr<CacheStorage> cache;
   if (!o.cache.empty()) {
-    check(!o.seq_major && !o.backward && o.kv_len == 0, "bench: --cache times the forward over "
+    check(!o.seq_major && !o.backward && o.kv_len == 0,
+          "bench: --cache times the forward over "
           "[B, H, T, D] rows (no --bthd, --backward or --kv-len)");
     const CacheType t = cache_type(o.cache);
     cache = std::make_unique<CacheStorage>(
@@ -236,9 +246,8 @@ void bench_attention(const BenchOptions& o) {
     bytes *= 2;  // the backward reads q, k, v, out, dout and writes dq, dk, dv
   }
   // The read yardstick reads the run's own K and V, in their type (no second copy of them).
-  const double kv_bytes =
-      cache ? double(cache->k.size() + cache->v.size())
-            : double(element_bytes) * (k.numel() + v.numel());
+  const double kv_bytes = cache ? double(cache->k.size() + cache->v.size())
+                                : double(element_bytes) * (k.numel() + v.numel());
   auto span_of = [&](const View& x, const Tensor& t) {
     return std::span<const float>(static_cast<const float*>(x.address()),
                                   static_cast<size_t>(t.numel() * element_bytes / 4));
@@ -298,38 +307,38 @@ void bench_attention(const BenchOptions& o) {
 
   const double read_gbps = timing.read;
   const double gflops = flops / seconds / 1e9;
-  json result = {{"benchmark", "attention"},
-                 {"batch", B},
-                 {"heads", Hq},
-                 {"kv_heads", Hkv},
-                 {"queries", Tq},
-                 {"seq", Tk},
-                 {"dim", D},
-                 {"dim_v", Dv},
-                 {"causal", o.causal},
-                 {"window", o.window},
-                 {"kv_len", o.kv_len > 0 ? o.kv_len : Tk},
-                 {"layout", o.seq_major ? "bthd" : "bhtd"},
-                 {"dtype", o.dtype},
-                 {"cache", o.cache.empty() ? json(nullptr) : json(o.cache)},
-                 {"cache_rotation", cache ? json(cache->kv.rotation > 0 ? "on" : "off") : json(nullptr)},
-                 {"backward", o.backward},
-                 {"threads", threads},
-                 {"target", current_target()},
-                 {"ms", seconds * 1e3},
-                 {"gflops", gflops},
-                 {"gbps", bytes / seconds / 1e9},
-                 {"kv_gbps", kv_bytes / seconds / 1e9},
-                 {"peak_gflops", peak},
-                 {"fraction_of_peak", timing.fraction},
-                 {"bf16_peak_gflops", timing.bf16_peak > 0 ? json(timing.bf16_peak) : json(nullptr)},
-                 {"fraction_of_bf16_peak",
-                  timing.bf16_peak > 0 ? json(timing.bf16_fraction) : json(nullptr)},
-                 {"read_gbps", read_gbps},
-                 {"fraction_of_read", timing.read_fraction},
-                 {"reference_ms", reference_ms},
-                 {"max_abs_err", max_abs_err},
-                 {"peak_rss_mb", peak_rss}};
+  json result = {
+      {"benchmark", "attention"},
+      {"batch", B},
+      {"heads", Hq},
+      {"kv_heads", Hkv},
+      {"queries", Tq},
+      {"seq", Tk},
+      {"dim", D},
+      {"dim_v", Dv},
+      {"causal", o.causal},
+      {"window", o.window},
+      {"kv_len", o.kv_len > 0 ? o.kv_len : Tk},
+      {"layout", o.seq_major ? "bthd" : "bhtd"},
+      {"dtype", o.dtype},
+      {"cache", o.cache.empty() ? json(nullptr) : json(o.cache)},
+      {"cache_rotation", cache ? json(cache->kv.rotation > 0 ? "on" : "off") : json(nullptr)},
+      {"backward", o.backward},
+      {"threads", threads},
+      {"target", current_target()},
+      {"ms", seconds * 1e3},
+      {"gflops", gflops},
+      {"gbps", bytes / seconds / 1e9},
+      {"kv_gbps", kv_bytes / seconds / 1e9},
+      {"peak_gflops", peak},
+      {"fraction_of_peak", timing.fraction},
+      {"bf16_peak_gflops", timing.bf16_peak > 0 ? json(timing.bf16_peak) : json(nullptr)},
+      {"fraction_of_bf16_peak", timing.bf16_peak > 0 ? json(timing.bf16_fraction) : json(nullptr)},
+      {"read_gbps", read_gbps},
+      {"fraction_of_read", timing.read_fraction},
+      {"reference_ms", reference_ms},
+      {"max_abs_err", max_abs_err},
+      {"peak_rss_mb", peak_rss}};
   if (!o.json) {
     std::cout << std::fixed << std::setprecision(2)
               << (o.backward ? "attention forward + backward B=" : "attention B=") << B
@@ -337,8 +346,8 @@ void bench_attention(const BenchOptions& o) {
               << (o.causal ? " causal" : "") << " " << o.dtype
               << (cache ? ", " + o.cache + " cache (rotation " +
                               std::string(cache->kv.rotation > 0 ? "on" : "off") + ")"
-                        : std::string()) << ", " << threads << " thread(s), SIMD target "
-              << current_target() << "\n"
+                        : std::string())
+              << ", " << threads << " thread(s), SIMD target " << current_target() << "\n"
               << "  " << seconds * 1e3 << " ms, " << gflops
               << " GFLOP/s = " << 100 * timing.fraction << "% of the measured fp32 FMA peak ("
               << peak << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n";
@@ -348,8 +357,7 @@ void bench_attention(const BenchOptions& o) {
                 << (current_target() == "neon_bf16" ? "bfdot" : "vdpbf16ps")
                 << ", the unit the bf16 kernels run on)\n";
     std::cout << (cache ? "  K and V (as stored) read at " : "  K and V read at ")
-              << result["kv_gbps"].get<double>()
-              << " GB/s = " << 100 * timing.read_fraction
+              << result["kv_gbps"].get<double>() << " GB/s = " << 100 * timing.read_fraction
               << "% of a plain read loop over the same bytes (" << read_gbps
               << " GB/s; medians over the rounds)\n"
               << std::scientific << "  max |error| against the reference: " << max_abs_err
@@ -397,8 +405,10 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--min-time", o->min_time, "Seconds to repeat the timed call")
       ->capture_default_str();
   cmd->add_flag("--no-reference", o->no_reference, "Skip timing the reference kernel");
-  cmd->add_option("--dtype", o->dtype, "Element type of q, k, v, out and the gradients: fp32, "
-                  "bf16 or fp16 (fractions of the fp32 FMA peak, and on avx512_bf16 and neon_bf16 of the bf16 dot peak too)")
+  cmd->add_option("--dtype", o->dtype,
+                  "Element type of q, k, v, out and the gradients: fp32, "
+                  "bf16 or fp16 (fractions of the fp32 FMA peak, and on avx512_bf16 and neon_bf16 "
+                  "of the bf16 dot peak too)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   add_cache_option(*cmd, o->cache,

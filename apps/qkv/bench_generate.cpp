@@ -122,7 +122,8 @@ void bench_generate(const BenchGenerateOptions& o) {
                       {"prefill_fraction_of_peak", prefill_flops / prefill * 1e-9 / peak}};
   if (!o.json)
     std::cout << "model " << o.model << ": " << short_count(m.num_params()) << " parameters, "
-              << threads << " thread(s), " << o.cache << " cache (rotation " << rotation << "), " << o.matmul << " matmul\n"
+              << threads << " thread(s), " << o.cache << " cache (rotation " << rotation << "), "
+              << o.matmul << " matmul\n"
               << "prefill " << o.prompt << " tokens: " << prefill * 1e3 << " ms, "
               << static_cast<int64_t>(P / prefill) << " tokens/s, "
               << prefill_flops / prefill * 1e-9

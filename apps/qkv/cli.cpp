@@ -64,7 +64,8 @@ Sampling sampling_of(const SamplingFlags& f) {
       f.seed ? f.seed
              : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   return {{.temperature = f.temperature, .top_k = f.top_k, .top_p = f.top_p, .seed = seed},
-          cache_type(f.cache), cache_rotation(f.cache_rotation)};
+          cache_type(f.cache),
+          cache_rotation(f.cache_rotation)};
 }
 
 int run(int argc, const char* const* argv) {

@@ -28,8 +28,10 @@ void run_generate(const GenerateCliOptions& o) {
   Model& model = *f.model;
   set_matmul(model, o.matmul);
   const std::vector<int32_t> prompt = prompt_tokens(f, o.prompt, o.prompt_ids);
-  GenerateOptions g{.steps = o.steps, .sampling = sampling.options, .cache = sampling.cache,
-                     .cache_rotation = sampling.cache_rotation};
+  GenerateOptions g{.steps = o.steps,
+                    .sampling = sampling.options,
+                    .cache = sampling.cache,
+                    .cache_rotation = sampling.cache_rotation};
   g.stop_tokens = stop_tokens(f);
 
   // run.c's -n: positions in all, the prompt included. A prompt that fills them is echoed and
@@ -67,10 +69,11 @@ void run_generate(const GenerateCliOptions& o) {
   };
   line("prefill", s.prefill_seconds > 0 ? s.prompt_tokens : 0, s.prefill_seconds);
   line("decode", s.generated_tokens, s.decode_seconds);
-  std::fprintf(stderr, "(model: %s, %s parameters, %d threads, %s cache (rotation %s), seed %llu)\n",
-               f.format.c_str(), short_count(model.num_params()).c_str(), num_threads(),
-               o.sampling.cache.c_str(), rotation_state(o.sampling.cache, o.sampling.cache_rotation),
-               static_cast<unsigned long long>(g.sampling.seed));
+  std::fprintf(
+      stderr, "(model: %s, %s parameters, %d threads, %s cache (rotation %s), seed %llu)\n",
+      f.format.c_str(), short_count(model.num_params()).c_str(), num_threads(),
+      o.sampling.cache.c_str(), rotation_state(o.sampling.cache, o.sampling.cache_rotation),
+      static_cast<unsigned long long>(g.sampling.seed));
 }
 
 }  // namespace

@@ -121,17 +121,14 @@ void info(const InfoOptions& o) {
   for (const UnitInUse& u : units_in_use())
     std::cout << "  " << std::left << std::setw(22) << u.data << std::setw(11) << u.unit << u.why
               << "\n";
-  std::cout << std::right
-            << std::fixed << std::setprecision(1) << "fp32 FMA peak, " << threads << " thread(s), "
-            << target << ": " << peak << " GFLOP/s (measured now)\n";
+  std::cout << std::right << std::fixed << std::setprecision(1) << "fp32 FMA peak, " << threads
+            << " thread(s), " << target << ": " << peak << " GFLOP/s (measured now)\n";
   if (bf16_peak > 0)
     std::cout << "bf16 dot peak (" << (target == "neon_bf16" ? "bfdot" : "vdpbf16ps") << "), "
-              << threads << " thread(s), " << target << ": "
-              << bf16_peak << " GFLOP/s (measured now)\n";
-  else
-    std::cout << "bf16 dot peak: no bf16 unit in use (" << target << " widens bf16 to fp32)\n";
-  std::cout
-            << "read bandwidth, " << threads << " thread(s), 256 MiB: " << read
+              << threads << " thread(s), " << target << ": " << bf16_peak
+              << " GFLOP/s (measured now)\n";
+  else std::cout << "bf16 dot peak: no bf16 unit in use (" << target << " widens bf16 to fp32)\n";
+  std::cout << "read bandwidth, " << threads << " thread(s), 256 MiB: " << read
             << " GB/s (measured now)\n"
             << result.dump() << "\n";
 }

@@ -31,9 +31,8 @@ void run_perplexity(const PerplexityCliOptions& o) {
   set_matmul(*f.model, o.matmul);
   const Tokenizer& tok = *f.tokenizer;
   const std::vector<int32_t> tokens = tok.encode(text);
-  const PerplexityResult r =
-      perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1, cache_type(o.cache),
-                 cache_rotation(o.rotation));
+  const PerplexityResult r = perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1,
+                                        cache_type(o.cache), cache_rotation(o.rotation));
   const char* rotation = rotation_state(o.cache, o.rotation);
   nlohmann::json j = {{"model", o.model},           {"text", o.text},
                       {"tokens", tokens.size()},    {"ctx", r.ctx},
@@ -48,7 +47,8 @@ void run_perplexity(const PerplexityCliOptions& o) {
     return;
   }
   std::cout << o.text << ": " << tokens.size() << " tokens, " << r.chunks << " chunks of " << r.ctx
-            << ", " << r.scored << " scored (" << o.matmul << " matmul, " << o.cache << " cache, rotation " << rotation << ")\n";
+            << ", " << r.scored << " scored (" << o.matmul << " matmul, " << o.cache
+            << " cache, rotation " << rotation << ")\n";
   for (size_t k = 0; k < r.chunk_perplexity.size(); ++k)
     std::cout << "[" << k + 1 << "]" << r.chunk_perplexity[k]
               << (k + 1 < r.chunk_perplexity.size() ? "," : "\n");

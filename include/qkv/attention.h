@@ -149,9 +149,9 @@ void hadamard_rotate(float* x, int64_t dim, int64_t block);
 // every cache: it reads the rows in place, in their stored type (16-bit rows and 32-value
 // blocks widened in registers, or a tile of rows at a time into L1; a ring's slots too, for one
 // query that sees them all), or else — a ring whose slots are out of order, or fresh rows —
-// gathers the positions the queries see as an fp32 copy and runs attention() on it. Throws qkv::Error for arguments
-// attention() would refuse, a position the queries see that the storage no longer holds, a
-// bias, padding or packed sequences (not supported over a cache).
+// gathers the positions the queries see as an fp32 copy and runs attention() on it. Throws
+// qkv::Error for arguments attention() would refuse, a position the queries see that the storage no
+// longer holds, a bias, padding or packed sequences (not supported over a cache).
 void attention(const AttentionArgs& args, const StoredKV& kv);
 
 namespace reference {

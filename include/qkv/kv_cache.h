@@ -10,10 +10,10 @@
 // Storage: fp32; bf16 or fp16 (half the memory; keys and values are rounded to 8 or 11
 // mantissa bits when written); or q8_0, q4_0 or q4_1, ggml's 32-value blocks with an fp16
 // scale (q4_1: and an fp16 offset; 34, 18 or 20 bytes per 32 values: 0.27, 0.14 or 0.16 of
-// fp32), each row quantized as it is written, as llama.cpp's quantizers do. Scores and softmax stay fp32 whatever the storage (see
-// docs/api.md for the measured accuracy). Block storage needs a head dim of whole 32s.
-// Rotation: a block-format cache (by default; any cache when asked) stores each key and value
-// row rotated by a normalised Walsh–Hadamard transform (hadamard_rotate, in blocks of
+// fp32), each row quantized as it is written, as llama.cpp's quantizers do. Scores and softmax stay
+// fp32 whatever the storage (see docs/api.md for the measured accuracy). Block storage needs a head
+// dim of whole 32s. Rotation: a block-format cache (by default; any cache when asked) stores each
+// key and value row rotated by a normalised Walsh–Hadamard transform (hadamard_rotate, in blocks of
 // rotation_block(d_head)), and attention over it rotates the queries alike and the outputs
 // back: the same result in real arithmetic, while a block's scale is chosen after the rotation
 // has spread the row's outliers over the block (on SmolLM2 a q4_0 cache's perplexity cost falls

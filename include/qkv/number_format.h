@@ -104,7 +104,8 @@ const std::vector<TensorType>& kv_row_types();
 bool is_kv_row_type(TensorType t);
 // Whether a key/value row type is stored in blocks (of kKvBlockValues values).
 bool is_kv_block_type(TensorType t);
-inline constexpr int64_t kKvBlockValues = block_size(static_cast<uint32_t>(TensorType::q8_0))->elements;
+inline constexpr int64_t kKvBlockValues =
+    block_size(static_cast<uint32_t>(TensorType::q8_0))->elements;
 static_assert(block_size(static_cast<uint32_t>(TensorType::q4_0))->elements == kKvBlockValues &&
               block_size(static_cast<uint32_t>(TensorType::q4_1))->elements == kKvBlockValues);
 

@@ -126,12 +126,13 @@ void bind_models(nb::module_& m) {
           [](ModelFile& f, std::vector<int32_t> prompt, int64_t steps, float temperature,
              float top_p, int64_t top_k, uint64_t seed, const std::string& cache,
              const std::string& rotation) {
-            GenerateOptions o{
-                .steps = steps,
-                .sampling = {
-                    .temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed},
-                .cache = cache_type(cache),
-                .cache_rotation = cache_rotation(rotation)};
+            GenerateOptions o{.steps = steps,
+                              .sampling = {.temperature = temperature,
+                                           .top_k = top_k,
+                                           .top_p = top_p,
+                                           .seed = seed},
+                              .cache = cache_type(cache),
+                              .cache_rotation = cache_rotation(rotation)};
             o.stop_tokens = stop_tokens(f);
             return Generator(*f.model, std::move(prompt), o);
           },

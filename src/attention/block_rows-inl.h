@@ -1,9 +1,9 @@
 // Keys and values stored in 32-value blocks (a key/value cache in Q8_0, Q4_0 or Q4_1), as the
 // attention kernels read them: one place per block format (block_ints, block_min, kDataOffset;
-// with_block_format names them all), read by every kernel. split-KV decoding widens a block's values in registers
-// (block_ints, block_scale) as it multiplies them; the tiled kernels widen a tile of rows at
-// a time to fp32 in the thread's scratch (widen_rows), where the fp32 micro-kernels multiply
-// them. Each stored byte is read once per pass and the cache is never copied whole. Per
+// with_block_format names them all), read by every kernel. split-KV decoding widens a block's
+// values in registers (block_ints, block_scale) as it multiplies them; the tiled kernels widen a
+// tile of rows at a time to fp32 in the thread's scratch (widen_rows), where the fp32 micro-kernels
+// multiply them. Each stored byte is read once per pass and the cache is never copied whole. Per
 // Highway target, like src/simd/simd-inl.h.
 //
 // Strides count values, as for every view (include/qkv/attention.h, StoredKV): position j of
@@ -39,9 +39,12 @@ inline constexpr int64_t kBlockValues = kKvBlockValues;
 template <typename F>
 decltype(auto) with_block_format(TensorType type, F&& f) {
   switch (type) {
-    case TensorType::q8_0: return f(std::integral_constant<TensorType, TensorType::q8_0>{});
-    case TensorType::q4_0: return f(std::integral_constant<TensorType, TensorType::q4_0>{});
-    default: return f(std::integral_constant<TensorType, TensorType::q4_1>{});
+    case TensorType::q8_0:
+      return f(std::integral_constant<TensorType, TensorType::q8_0>{});
+    case TensorType::q4_0:
+      return f(std::integral_constant<TensorType, TensorType::q4_0>{});
+    default:
+      return f(std::integral_constant<TensorType, TensorType::q4_1>{});
   }
 }
 
@@ -53,7 +56,8 @@ struct BlockRows {
   int64_t block_bytes = 0;
 
   const uint8_t* row(int64_t b, int64_t h, int64_t j) const {
-    return data + (b * batch_stride + h * head_stride + j * row_stride) / kBlockValues * block_bytes;
+    return data +
+           (b * batch_stride + h * head_stride + j * row_stride) / kBlockValues * block_bytes;
   }
   int64_t row_bytes() const { return dim / kBlockValues * block_bytes; }
   int64_t stride_bytes() const { return row_stride / kBlockValues * block_bytes; }
@@ -101,7 +105,8 @@ HWY_INLINE simd::Vf block_ints(const uint8_t* blk, int64_t i) {
   const uint8_t* q = blk + kDataOffset<kType>;
   if constexpr (kType == TensorType::q8_0) {
     const hn::Rebind<int8_t, simd::Df> di8;
-    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(q) + i)));
+    return hn::ConvertTo(df,
+                         hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(q) + i)));
   } else {
     const hn::Rebind<uint8_t, simd::Df> du8;
     const auto v = hn::PromoteTo(di, hn::LoadU(du8, q + i % (kBlockValues / 2)));
@@ -152,9 +157,8 @@ void widen_rows_of(const BlockRows& r, int64_t b, int64_t h, int64_t j, int64_t 
 }
 inline void widen_rows(const BlockRows& r, int64_t b, int64_t h, int64_t j, int64_t count,
                        float* out) {
-  with_block_format(r.type, [&](auto format) {
-    widen_rows_of<decltype(format)::value>(r, b, h, j, count, out);
-  });
+  with_block_format(
+      r.type, [&](auto format) { widen_rows_of<decltype(format)::value>(r, b, h, j, count, out); });
 }
 
 }  // namespace HWY_NAMESPACE

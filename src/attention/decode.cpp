@@ -130,8 +130,9 @@ HWY_INLINE Vf column(const T* row0, int64_t stride, int64_t last, int64_t e) {
 
 // s[r][j − c0] ← q_r · k_j for the keys [c0, c1) visible to row r (others stay −inf).
 template <typename T>
-void scores_keys_in_lanes(const ElementSource<T>& K, const Shape& n, int64_t b, int64_t hkv, int64_t c0,
-                          int64_t c1, const float* q, const KeyRange* ranges, float* s) {
+void scores_keys_in_lanes(const ElementSource<T>& K, const Shape& n, int64_t b, int64_t hkv,
+                          int64_t c0, int64_t c1, const float* q, const KeyRange* ranges,
+                          float* s) {
   const hn::RebindToSigned<simd::Df> di;
   const auto N = static_cast<int64_t>(simd::lanes());
   const int64_t ks = K.step;
@@ -159,8 +160,8 @@ void scores_keys_in_lanes(const ElementSource<T>& K, const Shape& n, int64_t b, 
 
 // o_r += Σ_j p_r[j] v_j over the keys [c0, c1), p = s (0 where masked).
 template <typename T>
-void values_keys_in_lanes(const ElementSource<T>& V, const Shape& n, int64_t b, int64_t hkv, int64_t c0,
-                          int64_t c1, const float* s, float* parts, int64_t unit) {
+void values_keys_in_lanes(const ElementSource<T>& V, const Shape& n, int64_t b, int64_t hkv,
+                          int64_t c0, int64_t c1, const float* s, float* parts, int64_t unit) {
   const auto N = static_cast<int64_t>(simd::lanes());
   const int64_t vs = V.step;
   for (int64_t e = 0; e < n.Dv; ++e) {
@@ -205,9 +206,10 @@ UnitRows start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t
       u.lo = std::min(u.lo, range.begin), u.hi = std::max(u.hi, range.end);
     tiles::with_element_type(a.q.type, [&](auto element) {
       using Q = decltype(element);
-      const Q* row = static_cast<const Q*>(a.q.address()) + b * a.q.stride[0] +
-                     h * a.q.stride[1] + i * a.q.stride[2];
-      for (int64_t d = 0; d < n.D; ++d) u.q[r * n.D + d] = scale * widen_one(row[d * a.q.stride[3]]);
+      const Q* row = static_cast<const Q*>(a.q.address()) + b * a.q.stride[0] + h * a.q.stride[1] +
+                     i * a.q.stride[2];
+      for (int64_t d = 0; d < n.D; ++d)
+        u.q[r * n.D + d] = scale * widen_one(row[d * a.q.stride[3]]);
     });
     pair_order(u.q + r * n.D, paired, false);
     float* out = partial(parts, n, u.unit, r);
@@ -220,8 +222,9 @@ UnitRows start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t
 // A row's scores s[j − lo] for keys j in [lo, hi), of which it sees `range`: the score
 // transforms on the keys it sees, -inf on the rest up to the next whole vector past hi, then
 // softmax_row into the row's partial result.
-void finish_scores(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t hkv,
-                   int64_t r, KeyRange range, int64_t lo, int64_t hi, float* s, float* out) {
+void finish_scores(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b,
+                   int64_t hkv, int64_t r, KeyRange range, int64_t lo, int64_t hi, float* s,
+                   float* out) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
   if (rule.transforms())
     for (int64_t j = range.begin; j < range.end; ++j)
@@ -259,8 +262,8 @@ void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const 
                       float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
                       float* parts) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  const UnitRows u = start_unit(a, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts,
-                                 Unit::paired(K));
+  const UnitRows u =
+      start_unit(a, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts, Unit::paired(K));
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
   Unit unit;
@@ -353,8 +356,8 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
     const int64_t next = j0 + nk, next_rows = std::min(kKeyTile, hi - next);
     const int64_t per_call = std::max<int64_t>(8, (next_rows * lines_per_row + calls - 1) / calls);
     prefetch.issue_all();
-    prefetch.reset(K.row(b, hkv, next), K.step, K.width(), V.row(b, hkv, next), V.step,
-                   V.width(), next_rows, static_cast<int>(per_call));
+    prefetch.reset(K.row(b, hkv, next), K.step, K.width(), V.row(b, hkv, next), V.step, V.width(),
+                   next_rows, static_cast<int>(per_call));
     int64_t ks, vs;
     const E* k_rows = K.tile(b, hkv, j0, nk, k_scratch, ks);
     const E* v_rows = V.tile(b, hkv, j0, nk, v_scratch, vs);
@@ -383,8 +386,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
               hn::Store(tm.hide(v, j0 + jj, hn::Load(df, s)), df, s);
             }
         tiles::online_softmax<NQV>(S, Mq, m, l, alpha, tiles::every_score<NQV>(nk));
-        Unit::template accumulate<NQV>(S, nk, Mq, Vt, n.Dv, alpha, Ot + blk * n.Dv * Mq,
-                                       &prefetch);
+        Unit::template accumulate<NQV>(S, nk, Mq, Vt, n.Dv, alpha, Ot + blk * n.Dv * Mq, &prefetch);
       });
     }
   }
@@ -401,8 +403,17 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
 // The split-KV driver over one row source for keys and values (Tk, Hkv and Dv from the view).
 template <class Src>
 void decode(const AttentionArgs& a, const Src& K, const Src& V) {
-  Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2], a.k.shape[2], a.q.shape[3],
-          a.v.shape[3], 0, 0, 0, 0};
+  Shape n{a.q.shape[0],
+          a.q.shape[1],
+          a.k.shape[1],
+          a.q.shape[2],
+          a.k.shape[2],
+          a.q.shape[3],
+          a.v.shape[3],
+          0,
+          0,
+          0,
+          0};
   n.G = n.Hq / n.Hkv;
   n.R = n.G * n.Tq;
   n.chunk = chunk_for(n.Tk);
@@ -434,8 +445,7 @@ void decode(const AttentionArgs& a, const Src& K, const Src& V) {
     each_unit(Variant::decode_rows_bf16_dot, [](auto&&... x) {
       if constexpr (kRowsOnBf16Dot) decode_unit_rows<RowsOnBf16Dot>(x...);
     });
-  else
-    each_unit(Variant::decode_rows, [](auto&&... x) { decode_unit_rows<RowsOnFma>(x...); });
+  else each_unit(Variant::decode_rows, [](auto&&... x) { decode_unit_rows<RowsOnFma>(x...); });
   // Merge the chunks of each row in chunk order.
   const int64_t rows = n.B * n.Hkv * n.R;
   parallel_for(rows, detail::threads_for(rows * n.chunks * n.Dv), [&](int64_t row) {

@@ -62,12 +62,12 @@ namespace hn = simd::hn;
 using simd::df;
 using simd::Vf;
 using tiles::kKeyTile;
+using tiles::kOnUnits;
 using tiles::kQueryVectors;
 using tiles::Shape;
 using tiles::TileMask;
 using tiles::VisibleBlocks;
 using tiles::with_typed;
-using tiles::kOnUnits;
 
 int64_t padded(int64_t n) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -94,7 +94,8 @@ struct StepBuffers {
 StepBuffers step_buffers(const Shape& n) {
   const int64_t tile = kKeyTile * n.Mq, part = n.D * std::max(n.Mq, kKeyTile / 2);
   float* w = thread_scratch(BackwardSlot::tile, 3 * tile + part + tile / 2);
-  return {w, w + tile, w + 2 * tile, w + 3 * tile, reinterpret_cast<uint16_t*>(w + 3 * tile + part)};
+  return {w, w + tile, w + 2 * tile, w + 3 * tile,
+          reinterpret_cast<uint16_t*>(w + 3 * tile + part)};
 }
 
 // How a key step delivers its part of dQ, Kᵀ dS: alone (the caller sums the parts in key
@@ -136,9 +137,8 @@ void pack_rows(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows, in
                float scale, float* t, int64_t Mq, float* r, int64_t E_pad) {
   std::fill(r, r + Mq * E_pad, 0.0f);
   if (x.stride[3] == 1) {
-    with_typed(x, b, h, i0, 0, [&](auto* x0) {
-      simd::pack_transposed(x0, x.stride[2], rows, E, scale, t, Mq);
-    });
+    with_typed(x, b, h, i0, 0,
+               [&](auto* x0) { simd::pack_transposed(x0, x.stride[2], rows, E, scale, t, Mq); });
     for (int64_t i = 0; i < rows; ++i) widen_row(x, b, h, i0 + i, E, r + i * E_pad);
     return;
   }
@@ -170,8 +170,8 @@ double row_dot(const float* g, const float* o, int64_t E) {
 HWY_INLINE void score_gradient(const AttentionArgs& a, const PackedTile& p, const StepBuffers& w,
                                int64_t at, int64_t v) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  Vf ds = hn::Mul(hn::Load(df, w.S + at),
-                  hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, p.Di + v * N)));
+  Vf ds =
+      hn::Mul(hn::Load(df, w.S + at), hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, p.Di + v * N)));
   if (a.softcap > 0) {
     const Vf t = hn::Load(df, w.tanh + at);
     ds = hn::Mul(ds, hn::NegMulAdd(t, t, hn::Set(df, 1.0f)));
@@ -206,7 +206,9 @@ struct BackwardUnit<false> {
   }
   // P as the reductions read it: in place.
   template <int NQV>
-  static const float* reduction_rows(const float* P, int64_t, int64_t, uint16_t*) { return P; }
+  static const float* reduction_rows(const float* P, int64_t, int64_t, uint16_t*) {
+    return P;
+  }
   // C [keys][E_pad] += Pᵀ R over `queries` queries from q0: P [keys][Mq] from its query q0,
   // R [Mq][E_pad] the tile's rows.
   static void reduce(const float* P, int64_t keys, int64_t Mq, int64_t q0, int64_t queries,
@@ -216,11 +218,12 @@ struct BackwardUnit<false> {
   // dQt's part Kᵀ dS over the tile (unmasked: one product from zero, stored or added at its
   // end), or over the visible blocks into a part of its own, then added: the same sum.
   template <int NQV, class T, class Chunks>
-  static void dq(bool masked, Chunks&& chunks, const float* dS, int64_t nk, int64_t Mq,
-                 const T* k, int64_t ks, int64_t D, float* scratch, float* dQt, DqPart dq) {
+  static void dq(bool masked, Chunks&& chunks, const float* dS, int64_t nk, int64_t Mq, const T* k,
+                 int64_t ks, int64_t D, float* scratch, float* dQt, DqPart dq) {
     using simd::Into;
     if (!masked) {
-      if (dq == DqPart::kAdd) simd::accumulate_tile_rows<NQV, Into::kAdd>(dS, nk, Mq, k, ks, D, dQt);
+      if (dq == DqPart::kAdd)
+        simd::accumulate_tile_rows<NQV, Into::kAdd>(dS, nk, Mq, k, ks, D, dQt);
       else simd::accumulate_tile_rows<NQV, Into::kStore>(dS, nk, Mq, k, ks, D, dQt);
       return;
     }
@@ -280,13 +283,11 @@ struct BackwardUnit<true> {
     if (!masked) {
       simd::pairs_of_rows<NQV>(dS, nk, Mq);
       if (dq == DqPart::kAdd)
-        simd::rows_times_pairs_tile<NQV, Into::kAdd>(k2, 2, 2 * D, D, words(dS), nullptr,
-                                                     (nk + 1) / 2, Mq, dQt, Mq, 1.0f, nullptr,
-                                                     nullptr);
+        simd::rows_times_pairs_tile<NQV, Into::kAdd>(
+            k2, 2, 2 * D, D, words(dS), nullptr, (nk + 1) / 2, Mq, dQt, Mq, 1.0f, nullptr, nullptr);
       else
-        simd::rows_times_pairs_tile<NQV, Into::kStore>(k2, 2, 2 * D, D, words(dS), nullptr,
-                                                       (nk + 1) / 2, Mq, dQt, Mq, 1.0f, nullptr,
-                                                       nullptr);
+        simd::rows_times_pairs_tile<NQV, Into::kStore>(
+            k2, 2, 2 * D, D, words(dS), nullptr, (nk + 1) / 2, Mq, dQt, Mq, 1.0f, nullptr, nullptr);
       return;
     }
     const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -363,8 +364,8 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
   // dV[j0:j1] += P dOr
   reduce_over_queries(w.S, p.dOr, p.dout_split, Dvp, dV);
   // dP ← V dOt;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP, on the blocks computed.
-  tiles::tile_scores<NQV, Tile>(masked, blocks, v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq,
-                                p.dout_split, 1.0f, w.dP, nullptr);
+  tiles::tile_scores<NQV, Tile>(masked, blocks, v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, p.dout_split,
+                                1.0f, w.dP, nullptr);
   chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
     for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
       for (int64_t v = v0c; v < v0c + count; ++v) score_gradient(a, p, w, jj * Mq + v * N, v);
@@ -424,7 +425,7 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
   const int64_t first = tm.lo / kKeyTile, count = (tm.hi - 1) / kKeyTile + 1 - first;
   auto step = [&](int64_t k, float* part, DqPart dq) {
     key_step<NQV, T>(a, rule, n, b, h, i0, rows, tm, p, (first + k) * kKeyTile, step_buffers(n), dK,
-                  dV, part, dq);
+                     dV, part, dq);
   };
   if (!split_keys) {  // each step adds its part to the sum in turn
     for (int64_t k = 0; k < count; ++k) step(k, dQt, k == 0 ? DqPart::kFirst : DqPart::kAdd);
@@ -495,8 +496,8 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
       for (int64_t t = 0; t < tiles_q; ++t) {
         const int64_t i0 = t * Mq, rows = std::min(Mq, n.Tq - i0);
         simd::with_count<kQueryVectors>(static_cast<int>((rows + N - 1) / N), [&](auto c) {
-          query_tile<decltype(c)::value, T>(a, rule, scale, n, dout, dq, b, h, i0, rows, split_keys, p,
-                                         dQt, dK, dV);
+          query_tile<decltype(c)::value, T>(a, rule, scale, n, dout, dq, b, h, i0, rows, split_keys,
+                                            p, dQt, dK, dV);
         });
       }
     for (int64_t j = 0; j < n.Tk; ++j) {
@@ -523,8 +524,8 @@ namespace qkv::detail {
 
 // bf16 K and V on the bf16 units when both head dims are whole pairs (flash_backward_bf16.cpp).
 QKV_ENTRY_WITH_BF16_UNITS(flash_backward,
-                          (const AttentionArgs& a, const View& dout, const View& dq,
-                           const View& dk, const View& dv),
+                          (const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
+                           const View& dv),
                           (a, dout, dq, dk, dv),
                           a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0 &&
                               a.v.shape[3] % 2 == 0)

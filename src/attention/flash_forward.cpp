@@ -101,8 +101,7 @@ void for_visible_scores(bool masked, const VisibleBlocks& blocks, int64_t nk, F&
   for (int c = 0; c < blocks.chunks; ++c)
     for (int v = 0; v < NQV; ++v)
       if (v >= blocks.first[c] && v < blocks.last[c])
-        for (int64_t jj = c * kKeyChunk; jj < c * kKeyChunk + blocks.keys_in(c, nk); ++jj)
-          f(jj, v);
+        for (int64_t jj = c * kKeyChunk; jj < c * kKeyChunk + blocks.keys_in(c, nk); ++jj) f(jj, v);
 }
 
 // One key tile [j0, j1) for one query tile: scores, online softmax, P V, on the unit that
@@ -123,9 +122,8 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
   if (rule.transforms())
     transform_scores(rule, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
   else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
-  online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha, [&](auto&& f) {
-    for_visible_scores<NQV>(masked, blocks, nk, f);
-  });
+  online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha,
+                      [&](auto&& f) { for_visible_scores<NQV>(masked, blocks, nk, f); });
   tile_accumulate<NQV, Unit>(masked, blocks, S, nk, Mq, Vt, n.Dv, t.alpha, t.Ot, &prefetch);
 }
 
@@ -291,7 +289,6 @@ void flash_forward(const AttentionArgs& args) {
   if (is_kv_block_type(a.k.type)) group(float{});  // widened to fp32 a tile at a time
   else with_element_type(a.k.type, group);
 }
-
 
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv::detail

@@ -36,8 +36,8 @@ struct Dims {
 };
 
 // S[i, j] for one (b, h): every step up to and including the mask.
-void scores(const AttentionArgs& a, const Dims& n, const detail::ScoreRule& rule, float scale, int64_t b,
-            int64_t h, float* S) {
+void scores(const AttentionArgs& a, const Dims& n, const detail::ScoreRule& rule, float scale,
+            int64_t b, int64_t h, float* S) {
   const int64_t hkv = h / (n.Hq / n.Hkv);  // the key/value head this query head reads
   for (int64_t i = 0; i < n.Tq; ++i) {
     const detail::KeyRange visible = rule.visible(b, i);
@@ -88,9 +88,9 @@ void weighted_values(const AttentionArgs& a, const Dims& n, int64_t b, int64_t h
 }
 
 // dq, dk, dv for one (batch, key/value head): every query head of its group.
-void backward_group(const AttentionArgs& a, const Dims& n, const detail::ScoreRule& rule, float scale,
-                    const View& dout, const View& dq, const View& dk, const View& dv, int64_t b,
-                    int64_t hkv, float* P) {
+void backward_group(const AttentionArgs& a, const Dims& n, const detail::ScoreRule& rule,
+                    float scale, const View& dout, const View& dq, const View& dk, const View& dv,
+                    int64_t b, int64_t hkv, float* P) {
   const int64_t group = n.Hq / n.Hkv;
   std::vector<double> dK(n.Tk * n.D, 0.0), dV(n.Tk * n.Dv, 0.0), dS(n.Tk);
   for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
@@ -102,7 +102,8 @@ void backward_group(const AttentionArgs& a, const Dims& n, const detail::ScoreRu
       double Di = 0;
       for (int64_t j = 0; j < n.Tk; ++j) {
         double dP = 0;
-        for (int64_t e = 0; e < n.Dv; ++e) dP += double(dout.get(b, h, i, e)) * a.v.get(b, hkv, j, e);
+        for (int64_t e = 0; e < n.Dv; ++e)
+          dP += double(dout.get(b, h, i, e)) * a.v.get(b, hkv, j, e);
         dS[j] = dP;
         Di += p[j] * dP;
       }
@@ -112,7 +113,8 @@ void backward_group(const AttentionArgs& a, const Dims& n, const detail::ScoreRu
         double ds = p[j] * (dS[j] - Di);  // ∂L/∂s_ij through the softmax
         if (a.softcap > 0) {              // s = c · tanh(x / c): ∂s/∂x = 1 − tanh²
           double dot = 0;
-          for (int64_t d = 0; d < n.D; ++d) dot += double(a.q.get(b, h, i, d)) * a.k.get(b, hkv, j, d);
+          for (int64_t d = 0; d < n.D; ++d)
+            dot += double(a.q.get(b, h, i, d)) * a.k.get(b, hkv, j, d);
           const double t = std::tanh(dot * scale / a.softcap);
           ds *= 1 - t * t;
         }

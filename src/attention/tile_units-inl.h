@@ -40,14 +40,15 @@ struct TileUnit<false> {
   static constexpr bool kBf16Dot = false;
   static constexpr bool kScalesScores = false;  // the queries are packed already scaled
   // Qt [D][Mq] ← scale · rows [i0, i0 + rows) of q(b, h)ᵀ, zero in the lanes past them.
-  static void pack_queries(const View& q, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                           int64_t D, int64_t Mq, float scale, bool /*two*/, float* Qt) {
+  static void pack_queries(const View& q, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t D,
+                           int64_t Mq, float scale, bool /*two*/, float* Qt) {
     if (q.stride[3] == 1)
       return with_typed(q, b, h, i0, 0, [&](auto* q0) {
         simd::pack_transposed(q0, q.stride[2], rows, D, scale, Qt, Mq);
       });
     for (int64_t d = 0; d < D; ++d)
-      for (int64_t r = 0; r < Mq; ++r) Qt[d * Mq + r] = r < rows ? scale * q.get(b, h, i0 + r, d) : 0;
+      for (int64_t r = 0; r < Mq; ++r)
+        Qt[d * Mq + r] = r < rows ? scale * q.get(b, h, i0 + r, d) : 0;
   }
   // Vt [Dv][kKeyTile] ← nk value rows (vs apart).
   template <class T>
@@ -76,8 +77,8 @@ struct TileUnit<true> {
   static constexpr bool kBf16Dot = true;
   static constexpr bool kScalesScores = true;  // queries packed unscaled, scores scaled after
   // Qt2 [D/2][Mq] words of bf16 pairs of q, unscaled (hi; with `two`, lo after it).
-  static void pack_queries(const View& q, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                           int64_t D, int64_t Mq, float /*scale*/, bool two, float* Qt) {
+  static void pack_queries(const View& q, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t D,
+                           int64_t Mq, float /*scale*/, bool two, float* Qt) {
     pack_pairs_transposed(q, b, h, i0, rows, D, Mq, reinterpret_cast<uint32_t*>(Qt), two);
   }
   // V2 [nk/2][Dv] words: pairs of value rows interleaved.
@@ -95,8 +96,8 @@ struct TileUnit<true> {
                      bool two, float scale, float* S, simd::PrefetchQueue* prefetch) {
     const auto* q2 = reinterpret_cast<const uint32_t*>(Qt);
     simd::rows_times_pairs_tile<NQV, simd::Into::kStore>(
-        reinterpret_cast<const uint16_t*>(k), ks, 2, nk, q2, two ? q2 + D / 2 * Mq : nullptr,
-        D / 2, Mq, S, Mq, scale, nullptr, prefetch);
+        reinterpret_cast<const uint16_t*>(k), ks, 2, nk, q2, two ? q2 + D / 2 * Mq : nullptr, D / 2,
+        Mq, S, Mq, scale, nullptr, prefetch);
   }
   // P rounded into bf16 pairs in place, then Oᵀ ← alpha Oᵀ + V2ᵀ P2.
   template <int NQV>
@@ -116,8 +117,7 @@ template <int NQV, class Unit, class T>
 void tile_scores(bool masked, const VisibleBlocks& blocks, const T* k, int64_t ks, int64_t nk,
                  const float* Qt, int64_t D, int64_t Mq, bool two, float scale, float* S,
                  simd::PrefetchQueue* prefetch) {
-  if (!masked)
-    return Unit::template scores<NQV>(k, ks, nk, Qt, D, Mq, two, scale, S, prefetch);
+  if (!masked) return Unit::template scores<NQV>(k, ks, nk, Qt, D, Mq, two, scale, S, prefetch);
   const int64_t N = static_cast<int64_t>(simd::lanes());
   for (int c = 0; c < blocks.chunks; ++c) {
     if (blocks.first[c] == blocks.last[c]) continue;
@@ -154,9 +154,9 @@ void tile_accumulate(bool masked, const VisibleBlocks& blocks, float* S, int64_t
     if (first < last) {
       const int64_t jf = first * kKeyChunk, jl = std::min<int64_t>(last * kKeyChunk, nk);
       simd::with_count<NQV>(w - v, [&](auto count) {
-        Unit::template accumulate<decltype(count)::value>(
-            S + jf * Mq + v * N, jl - jf, Mq, Unit::values_from(Vt, jf, Dv), Dv, alpha + v * N,
-            Ot + v * N, prefetch);
+        Unit::template accumulate<decltype(count)::value>(S + jf * Mq + v * N, jl - jf, Mq,
+                                                          Unit::values_from(Vt, jf, Dv), Dv,
+                                                          alpha + v * N, Ot + v * N, prefetch);
       });
     }
     v = w;

@@ -66,7 +66,6 @@ HWY_INLINE void with_element_type(TensorType type, F&& f) {
   else f(float{});
 }
 
-
 struct Shape {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv, Mq;
 };
@@ -78,8 +77,8 @@ inline constexpr int64_t kMostTileRows = kQueryVectors * simd::hn::MaxLanes(simd
 // data, no heap: a kernel keeps it on its stack or in scratch.
 struct TileMask {
   int32_t begin[kMostTileRows], end[kMostTileRows];  // [Mq], read N lanes at a time; padded
-                                                      // lanes: empty
-  int64_t lo = 0, hi = 0;           // keys any real query of the tile can see: [lo, hi)
+                                                     // lanes: empty
+  int64_t lo = 0, hi = 0;  // keys any real query of the tile can see: [lo, hi)
 
   void init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const Shape& n);
   // True when every real query sees every key of [j0, j1): the tile needs no mask.
@@ -168,9 +167,9 @@ auto every_score(int64_t nk) {
 // The per-element score steps after q·k on a tile S (scaled scores in, final scores out):
 // softcap, bias, ALiBi, then -inf where `masked` and the key is hidden. When `tanh_out` is
 // given and softcap is on, it receives tanh(s / softcap), which the backward needs.
-void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b,
-                      int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk, bool masked,
-                      const Shape& n, float* S, float* tanh_out);
+void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b, int64_t h, int64_t i0,
+                      int64_t rows, int64_t j0, int64_t nk, bool masked, const Shape& n, float* S,
+                      float* tanh_out);
 
 // K and V with a non-unit stride along the head dim (rare) are copied, in their own element
 // type, to contiguous storage first; the micro-kernels read rows with unit stride.

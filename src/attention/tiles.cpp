@@ -100,9 +100,9 @@ void VisibleBlocks::apply(const TileMask& tm, int nqv, int64_t j0, int64_t nk, i
 }
 
 // The per-element score steps after q·k: softcap, bias, ALiBi, then the mask.
-void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b,
-                      int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t nk, bool masked,
-                      const Shape& n, float* S, float* tanh_out) {
+void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b, int64_t h, int64_t i0,
+                      int64_t rows, int64_t j0, int64_t nk, bool masked, const Shape& n, float* S,
+                      float* tanh_out) {
   const size_t N = simd::lanes();
   const int64_t nvec = (rows + N - 1) / N;
   const float* slope = rule.alibi;
@@ -153,9 +153,11 @@ View contiguous_rows(const View& t, std::vector<char>& storage) {
     for (int64_t b = 0; b < t.shape[1]; ++b)
       for (int64_t i = 0; i < t.shape[2]; ++i)
         for (int64_t d = 0; d < t.shape[3]; ++d)
-          std::memcpy(storage.data() + (((a * t.shape[1] + b) * t.shape[2] + i) * t.shape[3] + d) * bytes,
-                      from + (a * t.stride[0] + b * t.stride[1] + i * t.stride[2] + d * t.stride[3]) * bytes,
-                      static_cast<size_t>(bytes));
+          std::memcpy(
+              storage.data() + (((a * t.shape[1] + b) * t.shape[2] + i) * t.shape[3] + d) * bytes,
+              from +
+                  (a * t.stride[0] + b * t.stride[1] + i * t.stride[2] + d * t.stride[3]) * bytes,
+              static_cast<size_t>(bytes));
   return c;
 }
 

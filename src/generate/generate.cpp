@@ -100,11 +100,10 @@ int32_t Generator::next() {
   if (done_) return -1;
   const ModelConfig& c = model_->config();
   if (!cache_) {
-    cache_ = std::make_unique<KVCache>(
-        c, KVCacheOptions{.max_seq = steps_,
-                          .type = options_.cache,
-                          .rotation = options_.cache_rotation,
-                          .ring = c.window > 0});
+    cache_ = std::make_unique<KVCache>(c, KVCacheOptions{.max_seq = steps_,
+                                                         .type = options_.cache,
+                                                         .rotation = options_.cache_rotation,
+                                                         .ring = c.window > 0});
     const double t0 = now_seconds();
     logits_ = model_->forward_cached(*cache_, tokens_.data(), 1, prompt_positions_);
     prefill_seconds_ = now_seconds() - t0;

@@ -96,8 +96,9 @@ KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
       kv_heads_(config.n_kv_heads),
       d_head_(config.d_head),
       max_seq_(o.max_seq > 0 ? o.max_seq : config.context),
-      rotation_(cache_rotates(o.type, o.rotation) && config.d_head > 0 ? rotation_block(config.d_head)
-                                                                        : 0),
+      rotation_(cache_rotates(o.type, o.rotation) && config.d_head > 0
+                    ? rotation_block(config.d_head)
+                    : 0),
       ring_(o.ring),
       type_(o.type) {
   validate(config);

@@ -38,9 +38,9 @@ namespace {
 namespace hn = simd::hn;
 using qkv::TensorType;
 using simd::df;
+using simd::half;
 using simd::Vf;
 using simd::VfSlot;
-using simd::half;
 const hn::RebindToSigned<simd::Df> di;
 const hn::Rebind<uint8_t, simd::Df> du8;
 const hn::Rebind<int8_t, simd::Df> di8;
@@ -50,7 +50,7 @@ const hn::Rebind<hwy::bfloat16_t, simd::Df> db;
 constexpr int kRowsPerStep = 4;  // weight rows decoded side by side
 // Values per block of the fused block formats (from the one table of block sizes).
 constexpr int64_t kBlock = kKvBlockValues;  // q8_0's, q4_0's and q4_1's (number_format.h)
-constexpr int64_t kChunk = 32;  // output rows per unit of work
+constexpr int64_t kChunk = 32;              // output rows per unit of work
 
 // Lanes j … j + N of a block's values as int32: Q8_0's int8 values; a Q4 block's 16 bytes
 // hold values 0–15 in their low nibbles and 16–31 in their high ones (before any offset).

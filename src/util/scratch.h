@@ -34,10 +34,10 @@ enum class ForwardSlot {
 // The tiled backward (src/attention/flash_backward.cpp): the forward's slots, its own uses (the
 // two never run inside one another).
 enum class BackwardSlot { q_tiles, q_rows, dout_tiles, dout_rows, tile, dk_dv, partials, lse, end };
-inline constexpr int kAttentionSlots =
-    static_cast<int>(ForwardSlot::end) > static_cast<int>(BackwardSlot::end)
-        ? static_cast<int>(ForwardSlot::end)
-        : static_cast<int>(BackwardSlot::end);
+inline constexpr int kAttentionSlots = static_cast<int>(ForwardSlot::end) >
+                                               static_cast<int>(BackwardSlot::end)
+                                           ? static_cast<int>(ForwardSlot::end)
+                                           : static_cast<int>(BackwardSlot::end);
 // Attention over a cache: the visible keys and values gathered as fp32, the queries and outputs
 // of a rotated cache (src/attention/stored.cpp).
 enum class StoredSlot { keys = kAttentionSlots, values, rotated_queries, rotated_out, end };
@@ -80,8 +80,8 @@ template <class T, typename Slot>
 T* thread_scratch_for(Slot slot, size_t n) {
   static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T> &&
                 alignof(T) <= 64);
-  return static_cast<T*>(
-      static_cast<void*>(thread_scratch(slot, (n * sizeof(T) + sizeof(float) - 1) / sizeof(float))));
+  return static_cast<T*>(static_cast<void*>(
+      thread_scratch(slot, (n * sizeof(T) + sizeof(float) - 1) / sizeof(float))));
 }
 
 }  // namespace qkv::detail
