@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Runs qkv beside its peers and writes docs/benchmarks.md.
+"""Runs qkv beside its peers and writes this CPU's page in docs/benchmarks/.
 
-Every table comes from one run of this script on one machine: the CPU, the date, the versions
-and the yardsticks (the fp32 FMA peak of the SIMD target in use and the read bandwidth, from
-`qkv info`, measured in the same run) head the page; each benchmark divides by its own
-yardsticks measured in its own process. A peer that is not there is skipped, and the page says
-so.
+One run of this script writes one page whole (docs/benchmarks/<cpu>.md), headed by the CPU, the
+date, qkv's version, commit and build, each peer's version, commit, build and threads, and the
+yardsticks (the fp32 FMA peak of the SIMD target in use and the read bandwidth, from `qkv info`,
+measured in the same run); each benchmark divides by its own yardsticks measured in its own
+process. A peer that is not there is skipped, and the page says so. Then it rewrites the index
+(docs/benchmarks/README.md) and the README's headline from every page's summary.
 
 The peers:
   PyTorch         the newest from PyPI in a virtual environment (--peer-python; `--setup`
@@ -19,11 +20,11 @@ The peers:
                   caches' perplexity with and without its rotation, beside qkv's.
 
   make build && scripts/get-models
-  bench/report.py --setup                 # once: build/peer (downloads PyTorch, builds llama.cpp)
-  bench/report.py                          # every section (~30-40 minutes on 2 cores)
-  bench/report.py --quick                  # fewer shapes (~10 minutes)
-  bench/report.py --only attention,python  # some sections; the page keeps only those
-  bench/report.py --only units --splice    # replace those sections in the page, keep the rest
+  bench/report.py --setup                  # once: build/peer (downloads PyTorch, builds llama.cpp)
+  bench/report.py                          # every section (1-2 hours on 2 cores)
+  bench/report.py --quick                  # fewer shapes and rounds (~45 minutes)
+  bench/report.py --only units --merge     # sections into this CPU's page of the same commit
+  bench/report.py --device-run DIR         # the page of a device-scale.py run (see the index)
 """
 import argparse
 import datetime
@@ -34,6 +35,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,69 +87,196 @@ def qkv_version():
         return re.search(r"project\(qkv VERSION ([\d.]+)", f.read()).group(1)
 
 
-def machine(peer_py):
+def cmake_cache(build_dir, *keys):
+    """The values of `keys` in build_dir/CMakeCache.txt ("?" for each one missing)."""
+    values = {}
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt"), encoding="utf-8") as f:
+            for line in f:
+                m = re.match(r"([A-Za-z_]+):[A-Z]+=(.*)", line.strip())
+                if m:
+                    values[m.group(1)] = m.group(2)
+    except OSError:
+        pass
+    return [values.get(k, "?") for k in keys]
+
+
+def qkv_build():
+    """How build/release was configured: its build type, optimisation flags and compiler."""
+    kind, flags, cxx = cmake_cache(os.path.dirname(QKV), "CMAKE_BUILD_TYPE",
+                                   "CMAKE_CXX_FLAGS_RELEASE", "CMAKE_CXX_COMPILER")
+    version = run([cxx if cxx != "?" else "g++", "--version"]).splitlines()[0]
+    return f"{kind} ({flags}), {version}; every SIMD target compiled in, the best chosen at start"
+
+
+def llama_cpp_build(binary):
+    """The commit and build of a llama.cpp / ggml binary, from its build tree (bin/..)."""
+    build = os.path.dirname(os.path.dirname(os.path.abspath(binary)))
+    kind, native, compiler = cmake_cache(build, "CMAKE_BUILD_TYPE", "GGML_NATIVE",
+                                         "CMAKE_CXX_COMPILER")
+    commit = "unknown"
+    try:
+        with open(os.path.join(build, "common", "build-info.cpp"), encoding="utf-8") as f:
+            m = re.search(r'LLAMA_COMMIT = "([0-9a-f]+)"', f.read())
+            commit = m.group(1) if m else commit
+    except OSError:
+        pass
+    return commit, f"CMake {kind}, GGML_NATIVE={native}, {os.path.basename(compiler)}"
+
+
+def git_state():
+    """The commit the page's qkv was built from, and whether the tree had other changes."""
+    try:
+        commit = run(["git", "rev-parse", "--short=12", "HEAD"]).strip()
+        dirty = run(["git", "status", "--porcelain", "--untracked-files=no", "--", "src",
+                     "include", "apps", "bench", "python", "CMakeLists.txt"]).strip()
+    except RuntimeError:
+        return "unknown", False
+    return commit, bool(dirty)
+
+
+def machine(peer_py, args):
+    """`qkv info`, the build and each peer: what the page's header names."""
     info = json.loads(run([QKV, "info", "--json"]))
-    gxx = run(["g++", "--version"]).splitlines()[0]
-    versions = {"qkv": qkv_version(), "compiler": gxx}
-    for name, module in (("PyTorch", "torch"), ("llama-cpp-python", "llama_cpp"),
-                         ("NumPy", "numpy")):
-        versions[name] = python_version_of(peer_py, module) or "not installed"
+    commit, dirty = git_state()
+    info["commit"] = commit
+    versions = {"qkv": f"{qkv_version()}, commit {commit}"
+                + (" with uncommitted changes" if dirty else ""),
+                "qkv build": qkv_build()}
+    peers = []  # name, version, commit, build, threads
+    torch_v = python_version_of(peer_py, "torch")
+    if torch_v:
+        detail = run([peer_py, "-c", "import torch; print(torch.version.git_version); "
+                      "import torch.backends; cpu = getattr(torch.backends, 'cpu', None); "
+                      "print(cpu.get_cpu_capability() if cpu else 'unknown')"]).split()
+        wheel = "Debian's package" if peer_py == "/usr/bin/python3" else "the PyPI wheel"
+        peers.append(("PyTorch", torch_v, detail[0][:12],
+                      f"{wheel}; CPU capability {detail[1]}", "as each table says"))
+    llama_v = python_version_of(peer_py, "llama_cpp")
+    if llama_v:
+        flags = run([peer_py, "-c", "import llama_cpp; "
+                     "print(llama_cpp.llama_print_system_info().decode())"]).strip()
+        flags = " ".join(f.split("=")[0].strip() for f in flags.split("|")
+                         if f.strip().endswith("= 1"))
+        peers.append(("llama-cpp-python (llama.cpp)", llama_v, "unknown (the package does not say)",
+                      f"built from source by pip with GGML_NATIVE=ON; {flags}",
+                      "as each table says"))
+    for name, path in (("llama.cpp's llama-perplexity", args.llama_perplexity),
+                       ("ggml's test-backend-ops", args.ggml)):
+        if path:
+            commit, build = llama_cpp_build(path)
+            out = subprocess.run([path, "--version"], capture_output=True, text=True)
+            m = re.search(r"version: (.*?)(?:, commit|\)|$)", out.stdout + out.stderr, re.M)
+            peers.append((name, m.group(1).strip() + ")" if m and "(" in m.group(1) else
+                          (m.group(1).strip() if m else "unknown"), commit, build,
+                          "its default (all logical CPUs)"))
+    if args.llama2c:
+        peers.append(("llama2.c's run.c", "-", args.llama2c_commit, args.llama2c_flags,
+                      "OpenMP's default (all logical CPUs)"))
+    numpy_v = python_version_of(peer_py, "numpy")
+    if numpy_v:
+        peers.append(("NumPy", numpy_v, "-", "Debian's package" if peer_py == "/usr/bin/python3"
+                      else "the PyPI wheel", "-"))
     mpirun = shutil.which("mpirun")
     if mpirun:
         out = subprocess.run([mpirun, "--version"], capture_output=True, text=True).stdout
-        versions["Open MPI"] = (re.findall(r"[\d.]+", out.splitlines()[0]) or ["?"])[-1] if out else "?"
-    return info, versions
+        version = (re.findall(r"[\d.]+", out.splitlines()[0]) or ["?"])[-1] if out else "?"
+        peers.append(("Open MPI", version, "-", "Debian's package", "2 ranks"))
+    return info, versions, peers
 
 
-def cpu_name():
-    """The model name, and for AMD the family and model (lscpu's "AMD EPYC" alone does not say
-    which Zen)."""
-    fields = {}
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if ":" in line:
-                k, v = (x.strip() for x in line.split(":", 1))
-                fields.setdefault(k, v)
-            elif fields:
-                break
-    name = fields.get("model name", platform.processor() or "?")
-    if fields.get("vendor_id") == "AuthenticAMD":
-        family, model = int(fields.get("cpu family", 0)), int(fields.get("model", 0))
-        zen3 = model < 0x10 or 0x20 <= model < 0x60  # family 25: Milan, Vermeer, Cezanne, …
-        zen = {23: "Zen 1/2", 25: "Zen 3" if zen3 else "Zen 4", 26: "Zen 5"}.get(family, "?")
-        name += f" (family {family}, model {model}: {zen})"
-    flags = fields.get("flags", "").split()
-    units = [u for u in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
-             if u in flags]
-    return name + (", " + " ".join(units) if units else "")
+# Intel's server families by CPUID model (family 6); AMD's Zen by family and model.
+INTEL_MODELS = {85: "Skylake/Cascade Lake", 106: "Ice Lake", 108: "Ice Lake",
+                143: "Sapphire Rapids", 207: "Emerald Rapids", 173: "Granite Rapids",
+                174: "Granite Rapids"}
 
 
-def header(info, versions, peer_py, quick):
+def cpu_of(info):
+    """(title, file name) of the CPU `qkv info --json` describes: its name, and for AMD and
+    Intel servers the microarchitecture (lscpu's "AMD EPYC" alone does not say which Zen)."""
+    m = re.match(r"(\w+) family (\d+) model (\d+)(?::\s*(.*))?", info.get("cpu_id", ""))
+    name = info.get("cpu") or "unknown CPU"
+    if not m:
+        slug = re.sub(r"[^a-z0-9]+", "-", f"{info.get('arch', '')} {name}".lower()).strip("-")
+        return name, slug
+    vendor, family, model, features = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
+    arch = None
+    if vendor == "AuthenticAMD":
+        zen3 = model < 0x10 or 0x20 <= model < 0x60
+        arch = {23: "Zen 2", 25: "Zen 3" if zen3 else "Zen 4", 26: "Zen 5"}.get(family)
+    elif vendor == "GenuineIntel" and family == 6:
+        arch = INTEL_MODELS.get(model)
+    title = f"{name} ({arch or f'family {family} model {model}'}; {vendor} family {family} model {model}"
+    title += f": {features})" if features else ")"
+    base = re.sub(r"\(r\)|\(tm\)|processor|cpu", "", name.lower())
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{base} {arch or f'f{family}-m{model}'}".lower()).strip("-")
+    return title, slug
+
+
+def header(info, versions, peers, peer_py, quick, date=None):
+    title, _ = cpu_of(info)
     lines = [
-        "# Benchmarks",
+        f"# Benchmarks: {title}",
         "",
-        "Written by `bench/report.py`, which runs qkv and its peers on one machine in one run; "
-        "regenerate it with `bench/report.py` (after `make build`, `scripts/get-models` and, once, "
-        "`bench/report.py --setup`). Why each kernel is built the way it is, and what was tried: "
-        "[tuning.md](tuning.md).",
+        "Written whole by `bench/report.py` in one run on this CPU (the index: "
+        "[README.md](README.md)). Every ratio divides by a peer measured in the same run; every "
+        "fraction by a yardstick measured in the same process.",
         "",
-        f"- **CPU:** {cpu_name()}, {info['logical_cpus']} logical CPUs; SIMD target in use "
+        f"- **CPU:** {title}; {info['logical_cpus']} logical CPUs; qkv's SIMD target "
         f"`{info['target']}`; caches " + ", ".join(f"{c['name']} {c['size']}" for c in info["caches"]),
-        f"- **Date:** {datetime.date.today().isoformat()}; {platform.platform()}",
-        "- **Versions:** " + ", ".join(f"{k} {v}" for k, v in versions.items()),
-        f"- **Yardsticks, measured at the start of this run:** fp32 FMA peak "
-        f"{info['fma_peak_gflops']:.1f} GFLOP/s ({info['threads']} threads, `{info['target']}`), read bandwidth {info['read_gbps']:.1f} GB/s. Each "
-        "table's fractions divide by the yardsticks its own process measured beside it.",
-        f"- **Peers' Python:** `{peer_py}`" + (" (Debian's PyTorch 1.13: `bench/report.py --setup` "
-                                               "installs the newest)" if peer_py == "/usr/bin/python3" else ""),
+        f"- **Date:** {date or datetime.date.today().isoformat()}; {platform.platform()}",
+        f"- **qkv:** {versions['qkv']}; built {versions['qkv build']}",
+        f"- **Yardsticks at the run's start:** fp32 FMA peak {info['fma_peak_gflops']:.1f} GFLOP/s "
+        f"({info['threads']} threads, `{info['target']}`), read bandwidth {info['read_gbps']:.1f} "
+        "GB/s. Each table's fractions divide by the yardsticks its own process measured beside it.",
+        f"- **Threads:** each table names them; {info['logical_cpus']} is every logical CPU.",
     ]
     if quick:
         lines.append("- **`--quick`:** fewer shapes and rounds than the full report.")
+    lines += ["", "| peer | version | commit | build | threads |", "|---|---|---|---|---|"]
+    lines += [f"| {' | '.join(p)} |" for p in peers]
+    if not peers:
+        lines.append("| (none installed: `bench/report.py --setup`) | | | | |")
+    if peer_py == "/usr/bin/python3":
+        lines.append("\nPeers' Python: Debian's (`bench/report.py --setup` installs the newest "
+                     "PyTorch).")
     return "\n".join(lines) + "\n"
 
 
+# What each section measured, for the index and the README's headline: section → {key: value}.
+SUMMARY = {}
+
+
+def ratios(values):
+    values = sorted(v for v in values if v)
+    return {"min": values[0], "max": values[-1], "median": values[len(values) // 2],
+            "n": len(values)} if values else None
+
+
+def table_and_rows(out):
+    """compare_torch.py --json's output: its markdown lines, and its rows as dicts."""
+    lines, rows = [], []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+        else:
+            lines.append(line)
+    return "\n".join(lines) + "\n", rows
+
+
 def section_attention(peer_py, quick, args):
-    out = run([peer_py, "bench/compare_torch.py"] + (["--quick"] if quick else []))
+    out, rows = table_and_rows(run([peer_py, "bench/compare_torch.py", "--json"] +
+                                   (["--quick"] if quick else [])))
+    def kind(r):
+        return "decode" if r["queries"] == 1 else ("fwd_bwd" if r["backward"] else "fwd")
+    targets = [r["target"] for r in rows]
+    usual = max(set(targets), key=targets.count) if rows else None  # not a forced one
+    SUMMARY["attention"] = {
+        f"{dtype}_{k}": ratios(r["ratio_to_torch"] for r in rows
+                               if r.get("dtype", "fp32") == dtype and kind(r) == k
+                               and r["target"] == usual)
+        for dtype in ("fp32", "bf16") for k in ("fwd", "fwd_bwd", "decode")}
+    SUMMARY["attention"]["torch"] = rows[0]["torch"] if rows else None
     return ("## Attention and decoding\n\n"
             "`bench/compare_torch.py`: qkv's forward, forward + backward and one-query decoding against PyTorch's fastest "
             "CPU path on the same shape and threads (its scaled_dot_product_attention or the "
@@ -161,7 +290,7 @@ def section_units(peer_py, quick, args):
     if "avx512_bf16" not in json.loads(run([QKV, "info", "--json"]))["targets_supported"]:
         return ("## bf16 on the bf16 units (`avx512_bf16`)\n\n"
                 "Not measured: this CPU has no AVX512-BF16 (or the build lacks the target).\n")
-    out = run([peer_py, "bench/compare_torch.py", "--units"])
+    out, rows = table_and_rows(run([peer_py, "bench/compare_torch.py", "--units", "--json"]))
     return ("## bf16 on the bf16 units (`avx512_bf16`)\n\n"
             "`bench/compare_torch.py --units`: qkv's bf16 kernels on the CPU's bf16 dot-product "
             "instruction (vdpbf16ps) beside qkv's own fp32 on the same shape and PyTorch's in the "
@@ -199,6 +328,8 @@ def section_generation(peer_py, quick, args):
         r = json.loads(run([peer_py, "bench/llama_cpp_compare.py", "--rounds",
                             "2" if quick else "5"]))
         s = r["speed"]
+        SUMMARY["generation"] = {"llama_cpp": r["llama_cpp_python"], "threads": r["threads"],
+                                 "prefill": s["ratio_prefill"], "decode": s["ratio_decode"]}
         text.append(
             f"\n**Against llama.cpp** (llama-cpp-python {r['llama_cpp_python']}) on "
             f"{r['model']}, {r['threads']} threads, the best of alternating rounds: "
@@ -236,6 +367,12 @@ def section_quantized(peer_py, quick, args):
            "its AVX-512 VNNI kernels.") + "\n")
     text.append("| threads | phase | qkv exact | qkv int8 | llama.cpp | int8 / llama.cpp |\n"
                 "|---|---|---:|---:|---:|---:|")
+    SUMMARY["quantized"] = {
+        "int8_decode": ratios(s["qkv_int8"]["decode_tokens_per_s"] /
+                              s["llama_cpp"]["decode_tokens_per_s"] for s in r["speed"].values()),
+        "int8_prefill": ratios(s["qkv_int8"]["prefill_long_tokens_per_s"] /
+                               s["llama_cpp"]["prefill_long_tokens_per_s"]
+                               for s in r["speed"].values())}
     for threads, s in r["speed"].items():
         for key, name in (("decode_tokens_per_s", "decode"),
                           ("prefill_short_tokens_per_s", f"prefill {r['prefill_short_tokens']}"),
@@ -308,6 +445,7 @@ def section_kv_cache(peer_py, quick, args):
         f"flash attention on, `type_k` and `type_v` the same cache type), one after the other in "
         f"one run:\n\n| threads | cache | qkv tok/s | llama.cpp tok/s | qkv / llama.cpp |\n"
         f"|---|---|---:|---:|---:|")
+    SUMMARY["kv_cache"] = {"decode": ratios(row["qkv"] / row["llama_cpp"] for row in g["rows"])}
     for row in g["rows"]:
         text.append(f"| {row['threads']} | {row['cache']} | {row['qkv']:.1f} | "
                     f"{row['llama_cpp']:.1f} | {row['qkv'] / row['llama_cpp']:.2f}x |")
@@ -484,26 +622,203 @@ def section_llama2c(peer_py, quick, args):
             f"{best['qkv'] / best['run.c'] if best['run.c'] else 0:.2f}x |\n")
 
 
-def splice(path, sections, info):
-    """The page at `path` with each of `sections` in place of the section of the same "## "
-    heading (or appended), each under a line naming the run it came from."""
+SUMMARY_MARK = "<!-- report.py summary: "
+
+
+def page_summary(text):
+    """The summary a page carries in its last line (None for a page without one)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(SUMMARY_MARK):
+            return json.loads(line[len(SUMMARY_MARK):-len(" -->")])
+    return None
+
+
+def page_text(head, sections, summary):
+    return "\n".join([head] + sections).rstrip("\n") + "\n\n" + SUMMARY_MARK + \
+        json.dumps(summary, sort_keys=True) + " -->\n"
+
+
+def merge(path, head, sections, info, summary):
+    """The page at `path` with `sections` in place of its sections of the same heading (or
+    added): only a page of the same CPU and commit, each merged section labelled with its run."""
     with open(path, encoding="utf-8") as f:
-        parts = re.split(r"(?m)^(?=## )", f.read())
+        old = f.read()
+    was = page_summary(old) or {}
+    for key in ("cpu", "commit"):
+        if was.get(key) != summary[key]:
+            sys.exit(f"report.py: --merge combines runs of one commit on one CPU; {path} is "
+                     f"{key} {was.get(key)!r}, this run {summary[key]!r}: run every section")
+    parts = re.split(r"(?m)^(?=## )", old.split(SUMMARY_MARK)[0])
     for new in sections:
-        heading = new.splitlines()[0]
         title, body = new.split("\n", 1)
-        stamped = (f"{title}\n\n_(This section from a later run of `bench/report.py --only "
-                   f"... --splice` on {datetime.date.today().isoformat()}, {cpu_name()}; its "
-                   f"yardsticks at that run's start: fp32 FMA peak "
-                   f"{info['fma_peak_gflops']:.1f} GFLOP/s, read bandwidth "
-                   f"{info['read_gbps']:.1f} GB/s.)_\n" + body)
-        at = [i for i, p in enumerate(parts) if p.splitlines()[0] == heading]
+        stamped = (f"{title}\n\n_From a run of `bench/report.py --only ... --merge` on "
+                   f"{summary['date']}, the same CPU and commit; its yardsticks at its start: fp32 "
+                   f"FMA peak {info['fma_peak_gflops']:.1f} GFLOP/s, read bandwidth "
+                   f"{info['read_gbps']:.1f} GB/s._\n" + body)
+        at = [i for i, p in enumerate(parts) if p.splitlines()[0] == title]
         if at:
-            parts[at[0]] = stamped + ("\n" if not stamped.endswith("\n\n") else "")
-        else:  # a new section after the last, a blank line between
-            parts[-1] = parts[-1].rstrip("\n") + "\n\n"
-            parts.append(stamped)
-    return ["".join(parts).rstrip("\n") + "\n"]
+            parts[at[0]] = stamped.rstrip("\n") + "\n\n"
+        else:
+            parts.append(stamped.rstrip("\n") + "\n\n")
+    merged = dict(was, **{k: v for k, v in summary.items() if k in SECTIONS})
+    return page_text(parts[0].rstrip("\n") + "\n", parts[1:], merged)
+
+
+def device_page(run_dir):
+    """A page from a run of ../shared/tools/device-scale.py on a lent machine: run_dir holds
+    info.json (`qkv info --json` there), date (its `date -u +%F`) and scale.txt
+    (device-scale.py's output)."""
+    with open(os.path.join(run_dir, "info.json"), encoding="utf-8") as f:
+        info = json.loads(f.read().strip().splitlines()[-1])
+    with open(os.path.join(run_dir, "date"), encoding="utf-8") as f:
+        date = f.read().strip()
+    rows, torch_v = [], "?"
+    with open(os.path.join(run_dir, "scale.txt"), encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+            m = re.match(r"torch (\S+);", line)
+            torch_v = m.group(1) if m else torch_v
+    title, slug = cpu_of(info)
+    head = "\n".join([
+        f"# Benchmarks: {title}",
+        "",
+        "Written whole by `bench/report.py --device-run DIR` from one run of "
+        "`device-scale.py` (qkv's CLI beside PyTorch's SDPA at several thread counts) on this "
+        "CPU (the index: [README.md](README.md)). It has only the attention rows: the other "
+        "sections need peers and models that machine does not have.",
+        "",
+        f"- **CPU:** {title}; {info['logical_cpus']} logical CPUs; qkv's SIMD target "
+        f"`{info['target']}`",
+        f"- **Date:** {date}",
+        f"- **qkv:** {info.get('version', '?')}, commit {info.get('commit', 'unknown')}",
+        f"- **Yardsticks:** fp32 FMA peak {info['fma_peak_gflops']:.1f} GFLOP/s, read "
+        f"bandwidth {info['read_gbps']:.1f} GB/s (`qkv info`, {info['threads']} threads); each "
+        "row's fractions divide by the peaks its own process measured",
+        f"- **Peer:** PyTorch {torch_v} (its wheel on that machine; SDPA, the same threads)",
+        ""])
+    table = ["## Attention at several thread counts", "",
+             "H 16, T 2048, D 128, batch 1 (FLOPs 4·T²·D·H forward, 3.5× that forward + "
+             "backward); decoding: one query over a 32k cache, 32 query heads over 8 kv heads.",
+             "", "| case | threads | qkv ms | qkv GFLOP/s | of FMA peak | of bf16 peak | "
+             "PyTorch ms | qkv / PyTorch speed |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    f = lambda x, spec: "-" if x is None else format(x, spec)
+    summary = {"cpu": slug, "commit": info.get("commit"), "date": date, "title": title,
+               "torch": torch_v, "device": {}}
+    for r in rows:
+        if r.get("err") or r.get("qkv_ms") is None:
+            table.append(f"| {r['case']} | {r['threads']} | not measured: {r.get('err')} | | | | | |")
+            continue
+        t = r.get("torch_ms")
+        table.append(f"| {r['case']} | {r['threads']} | {r['qkv_ms']:.2f} | "
+                     f"{f(r.get('qkv_gflops'), '.0f')} | {f(r.get('qkv_frac_fma'), '.0%')} | "
+                     f"{f(r.get('qkv_frac_bf16'), '.0%')} | {f(t, '.2f')} | "
+                     f"{f(t / r['qkv_ms'] if t else None, '.2f')}x |")
+        if t:
+            summary["device"].setdefault(r["case"], {})[str(r["threads"])] = t / r["qkv_ms"]
+    return slug, page_text(head, ["\n".join(table) + "\n"], summary)
+
+
+PAGES = os.path.join(ROOT, "docs", "benchmarks")
+
+
+def span(values):
+    values = [v for v in values if v]
+    if not values:
+        return None
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}×" if abs(hi - lo) < 0.005 else f"{lo:.2f}–{hi:.2f}×"
+
+
+def write_index():
+    """docs/benchmarks/README.md: one row per page; and the README's headline, from the pages."""
+    pages = []
+    for name in sorted(os.listdir(PAGES)):
+        if name.endswith(".md") and name != "README.md":
+            with open(os.path.join(PAGES, name), encoding="utf-8") as f:
+                summary = page_summary(f.read())
+            if summary:
+                pages.append((name, summary))
+    rows = ["| CPU | date | qkv commit | fp32 attention fwd ÷ PyTorch | bf16 fwd ÷ PyTorch | "
+            "decode ÷ llama.cpp (SmolLM2) |", "|---|---|---|---:|---:|---:|"]
+    for name, s in pages:
+        if "device" in s:
+            cell = lambda case: span(s["device"].get(case, {}).values()) or "-"
+            rows.append(f"| [{s['title']}]({name}) | {s['date']} | {s['commit']} | "
+                        f"{cell('fp32 fwd')} | {cell('bf16 fwd')} | - |")
+            continue
+        fwd, bf16 = range_of_pair(s, "attention", "fp32_fwd"), range_of_pair(s, "attention", "bf16_fwd")
+        gen = (s.get("generation") or {}).get("decode")
+        rows.append(f"| [{s['title']}]({name}) | {s['date']} | {s['commit']} | "
+                    f"{span(fwd or []) or '-'} | {span(bf16 or []) or '-'} | "
+                    f"{span([gen]) or '-'} |")
+    text = f"""# Benchmarks, one page per CPU
+
+Each page is written whole by `bench/report.py` in one run on one CPU, headed by the CPU, its
+yardsticks, the qkv version and commit, the date and each peer's version, commit, build and
+threads. The ratios below are speeds (above 1: qkv faster), each the range over that page's
+shapes and thread counts.
+
+{chr(10).join(rows)}
+
+## Adding a page
+
+- **A CPU you have:** `make build && scripts/get-models`, once `bench/report.py --setup`, then
+  `bench/report.py` (`--ggml`, `--llama2c`, `--llama-perplexity` name peers built outside the
+  repository). It writes the page of this CPU (its name from `qkv info`), this index and the
+  README's headline. `--only SECTIONS --merge` adds sections to a page of the same commit on
+  the same CPU, never across: a new commit or CPU is a new run of every section.
+- **A lent machine** (the 16-core Xeon): pack `build/release/qkv` with
+  `../shared/tools/device-pack`, run there `qkv info --json > $OUT/info.json; date -u +%F >
+  $OUT/date; python3 device-scale.py ./qkv 1 4 8 16 > $OUT/scale.txt`, then here
+  `bench/report.py --device-run DIR` on the files that came back.
+- A change that moves a kernel's speed regenerates the page of the CPU it was measured on.
+"""
+    with open(os.path.join(PAGES, "README.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    headline(pages)
+
+
+def headline(pages):
+    """The README's lines between the headline markers: per CPU page, the range of qkv's speed
+    over the peer's on that page's shapes and thread counts."""
+    lines = []
+    for name, s in pages:
+        cpu = f"[{s['title'].split(' (')[0]} ({s['title'].split('(')[1].split(';')[0]})]" \
+              f"(docs/benchmarks/{name})"
+        parts = []
+        for label, key, case in (("fp32 attention forward", "fp32_fwd", "fp32 fwd"),
+                                 ("forward + backward", "fp32_fwd_bwd", "fp32 fwd+bwd"),
+                                 ("bf16 forward", "bf16_fwd", "bf16 fwd"),
+                                 ("bf16 forward + backward", "bf16_fwd_bwd", "bf16 fwd+bwd")):
+            values = (list(s["device"].get(case, {}).values()) if "device" in s
+                      else list(range_of_pair(s, "attention", key) or []))
+            if values:
+                parts.append(f"{label} {span(values)}")
+        torch_v = s.get("torch") or (s.get("attention") or {}).get("torch")
+        line = f"- {cpu}, {s['date']}: " + (", ".join(parts) + f" PyTorch {torch_v}'s"
+                                            if parts else "no attention rows")
+        if s.get("generation"):
+            line += f"; SmolLM2 decoding {span([s['generation']['decode']])} llama.cpp's"
+        lines.append(line + ".")
+    text = (textwrap.fill("Speed against a peer on the same shapes and threads (above 1×: qkv "
+                          "faster), the range over each page's shapes and thread counts ([all "
+                          "pages, how they are made](docs/benchmarks/README.md)):", 99) + "\n\n" +
+            "\n".join(textwrap.fill(l, 99, subsequent_indent="  ") for l in lines))
+    path = os.path.join(ROOT, "README.md")
+    with open(path, encoding="utf-8") as f:
+        readme = f.read()
+    begin, end = "<!-- headline: written by bench/report.py -->", "<!-- /headline -->"
+    if begin in readme and end in readme:
+        head, rest = readme.split(begin, 1)
+        readme = head + begin + "\n" + text + "\n" + end + rest.split(end, 1)[1]
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(readme)
+
+
+def range_of_pair(s, section, key):
+    r = (s.get(section) or {}).get(key)
+    return r and (r["min"], r["max"])
 
 
 def main():
@@ -512,9 +827,12 @@ def main():
     ap.add_argument("--setup", action="store_true", help="install the peers in build/peer, then stop")
     ap.add_argument("--peer-python", help="the Python with the peers (default: build/peer's, "
                     "else /usr/bin/python3)")
-    ap.add_argument("--ggml", help="ggml's test-backend-ops binary")
+    ap.add_argument("--ggml", help="ggml's test-backend-ops binary (in its CMake build tree)")
     ap.add_argument("--llama2c", help="llama2.c's run binary")
-    ap.add_argument("--llama-perplexity", help="llama.cpp's llama-perplexity binary")
+    ap.add_argument("--llama2c-commit", default="unknown", help="the llama2.c commit it was built from")
+    ap.add_argument("--llama2c-flags", default="unknown", help="how run.c was compiled")
+    ap.add_argument("--llama-perplexity", help="llama.cpp's llama-perplexity binary (in its "
+                    "CMake build tree)")
     ap.add_argument("--cache-rotation-json", help="the cache_rotation section from this output "
                     "of bench/cache_rotation_compare.py --json instead of running it")
     ap.add_argument("--quick", action="store_true")
@@ -522,13 +840,24 @@ def main():
                     "bench/kv_cache_compare.py instead of running it (it takes the better part "
                     "of an hour: llama.cpp decodes slowly over quantized caches)")
     ap.add_argument("--only", help="comma-separated sections: " + ",".join(SECTIONS))
-    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
-    ap.add_argument("--splice", action="store_true",
-                    help="with --only: replace those sections of the existing page (by their "
-                    "heading) and keep the rest, each new one headed by the run it came from")
+    ap.add_argument("--merge", action="store_true",
+                    help="with --only: put those sections into this CPU's page of the same "
+                    "commit, keeping its others")
+    ap.add_argument("--device-run", metavar="DIR", help="write the page of a device-scale.py "
+                    "run (DIR: info.json, date, scale.txt) and the index, then stop")
+    ap.add_argument("--index", action="store_true", help="rewrite the index and the README's "
+                    "headline from the pages, then stop")
     args = ap.parse_args()
     if args.setup:
         return setup()
+    os.makedirs(PAGES, exist_ok=True)
+    if args.index:
+        return write_index()
+    if args.device_run:
+        slug, text = device_page(args.device_run)
+        with open(os.path.join(PAGES, slug + ".md"), "w", encoding="utf-8") as f:
+            f.write(text)
+        return write_index()
     if os.geteuid() == 0:  # Open MPI refuses root unless told
         os.environ.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if not os.path.exists(QKV):
@@ -540,21 +869,31 @@ def main():
     for s in sections:
         if s not in SECTIONS:
             sys.exit(f"report.py: unknown section {s!r}; the sections: {', '.join(SECTIONS)}")
-    info, versions = machine(peer_py)
-    page = [header(info, versions, peer_py, args.quick)]
+    if args.merge and not args.only:
+        sys.exit("report.py: --merge goes with --only (a run of every section writes the page whole)")
+    info, versions, peers = machine(peer_py, args)
+    title, slug = cpu_of(info)
+    path = os.path.join(PAGES, slug + ".md")
+    if args.merge and not os.path.exists(path):
+        sys.exit(f"report.py: --merge: {path} does not exist yet: run every section first")
+    head = header(info, versions, peers, peer_py, args.quick)
+    texts = []
     for s in sections:
         t0 = time.time()
         print(f"report.py: {s} …", file=sys.stderr, flush=True)
         try:
-            page.append(globals()[f"section_{s}"](peer_py, args.quick, args))
+            texts.append(globals()[f"section_{s}"](peer_py, args.quick, args))
         except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as e:
-            page.append(f"## {s}\n\nNot measured: {e}\n")
+            texts.append(f"## {s}\n\nNot measured: {e}\n")
         print(f"report.py: {s} took {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    if args.splice:
-        page = splice(args.out, page[1:], info)
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write("\n".join(page))
-    print(f"report.py: wrote {args.out}", file=sys.stderr)
+    summary = dict(SUMMARY, cpu=slug, commit=info["commit"], title=title,
+                   date=datetime.date.today().isoformat())
+    text = (merge(path, head, texts, info, summary) if args.merge
+            else page_text(head, texts, summary))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    write_index()
+    print(f"report.py: wrote {path}, the index and the README's headline", file=sys.stderr)
 
 
 if __name__ == "__main__":
