@@ -60,10 +60,14 @@ struct Shape {
 // the lanes, 2 elements: below SSE4's 4 lanes too).
 Shape shape_of(Driver d) {
   switch (d) {
-    case Driver::forward: return {2, 1, 40, 150, 32};
-    case Driver::decode_rows: return {4, 2, 1, 300, 64};
-    case Driver::decode_tiled: return {32, 2, 1, 300, 32};
-    default: return {4, 2, 1, 300, 2};
+    case Driver::forward:
+      return {2, 1, 40, 150, 32};
+    case Driver::decode_rows:
+      return {4, 2, 1, 300, 64};
+    case Driver::decode_tiled:
+      return {32, 2, 1, 300, 32};
+    default:
+      return {4, 2, 1, 300, 2};
   }
 }
 
@@ -160,11 +164,20 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   for (int64_t h = 0; h < Hq; ++h) slopes[h] = 0.02f * static_cast<float>(h + 1);
   AttentionArgs args{.q = q, .out = got};
   switch (option) {
-    case Option::causal: args.mask.causal = true; break;
-    case Option::window: args.mask.window_left = 50; break;
-    case Option::alibi: args.mask.alibi = slopes.data(); break;
-    case Option::softcap: args.softcap = 2.0f; break;
-    default: break;
+    case Option::causal:
+      args.mask.causal = true;
+      break;
+    case Option::window:
+      args.mask.window_left = 50;
+      break;
+    case Option::alibi:
+      args.mask.alibi = slopes.data();
+      break;
+    case Option::softcap:
+      args.softcap = 2.0f;
+      break;
+    default:
+      break;
   }
   if (source == Source::ring) args.mask.window_left = slots - Tq;  // what the ring holds
   detail::kernels_reached() = 0;
@@ -184,9 +197,16 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
       args.v = View(reinterpret_cast<f16*>(vv), {1, Hkv, Tk, D});
     attention(args);
   } else {
-    const StoredKV kv{.type = format, .k = ks.bytes.data(), .v = vs.bytes.data(),
-                      .batch_stride = Hkv * slots * D, .head_stride = slots * D, .row_stride = D,
-                      .heads = Hkv, .dim_k = D, .dim_v = D, .length = Tk,
+    const StoredKV kv{.type = format,
+                      .k = ks.bytes.data(),
+                      .v = vs.bytes.data(),
+                      .batch_stride = Hkv * slots * D,
+                      .head_stride = slots * D,
+                      .row_stride = D,
+                      .heads = Hkv,
+                      .dim_k = D,
+                      .dim_v = D,
+                      .length = Tk,
                       .slots = source == Source::ring ? slots : 0};
     attention(args, kv);
   }
@@ -201,23 +221,20 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   const bool gathered = source == Source::ring && (Tq > 1 || option == Option::alibi);
   const TensorType read = gathered ? TensorType::f32 : format;
   const bool dot = read == TensorType::bf16 && bf16_dot_in_use();
-#if defined(__x86_64__)
-  constexpr bool x86 = true;
-#else
-  constexpr bool x86 = false;
-#endif
   Variant want_variant = Variant::forward_tiles;
   switch (driver) {
     case Driver::forward:
       want_variant = dot ? Variant::forward_tiles_bf16_dot : Variant::forward_tiles;
       break;
-    case Driver::decode_rows:  // (on Arm the rows widen bf16 even on the dot unit)
-      want_variant = dot && x86 ? Variant::decode_rows_bf16_dot : Variant::decode_rows;
+    case Driver::decode_rows:
+      want_variant = dot ? Variant::decode_rows_bf16_dot : Variant::decode_rows;
       break;
     case Driver::decode_tiled:
       want_variant = dot ? Variant::decode_tiled_bf16_dot : Variant::decode_tiled;
       break;
-    case Driver::decode_keys_in_lanes: want_variant = Variant::decode_keys_in_lanes; break;
+    case Driver::decode_keys_in_lanes:
+      want_variant = Variant::decode_keys_in_lanes;
+      break;
   }
   EXPECT_EQ(detail::kernels_reached().load(), static_cast<uint32_t>(want_variant))
       << "variants reached (bits): " << detail::kernels_reached().load();

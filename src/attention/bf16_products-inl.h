@@ -62,15 +62,30 @@ HWY_INLINE void round_pair_words(Acc x0, Acc x1, uint32_t* to) {
 HWY_INLINE void round_to_bf16(Acc x, uint16_t* to) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(to), (__m256i)_mm512_cvtneps_pbh(x));
 }
+// lo, hi ← the pairs (x[e], y[e]) of the 2 · kPairLanes columns at x and y (y null: 0), in
+// registers: vpunpck{l,h}wd interleave within 128-bit blocks, so a lane's column is the one
+// pair_lane_column says (a kernel that keeps its sums in that order undoes it once).
+HWY_INLINE void row_pairs(const uint16_t* x, const uint16_t* y, Pairs& lo, Pairs& hi) {
+  const __m512i a = _mm512_loadu_si512(x);
+  const __m512i b = y ? _mm512_loadu_si512(y) : _mm512_setzero_si512();
+  lo = as_pairs(_mm512_unpacklo_epi16(a, b));
+  hi = as_pairs(_mm512_unpackhi_epi16(a, b));
+}
+// The column that lane p of (lo, hi) — lo's lanes first — holds: the low interleave covers
+// columns 0–3 of each 8 (per 128-bit block), the high one columns 4–7.
+inline int64_t pair_lane_column(int64_t p) {
+  const int64_t half = p / 16, i = p % 16;
+  return (i / 4) * 8 + half * 4 + i % 4;
+}
 // to[e] ← (x[e], y[e]) for kInterleavedColumns columns (y null: 0).
 inline constexpr int kInterleavedColumns = 32;
 HWY_INLINE void interleave_columns(const uint16_t* x, const uint16_t* y, uint32_t* to) {
   // The unpacks interleave within 128-bit blocks: the low one holds columns 0–3 of each 8, the
   // high one 4–7; these indices put the words back in column order.
   alignas(64) static constexpr int32_t kFirst[16] = {0, 1, 2, 3, 16, 17, 18, 19,
-                                                      4, 5, 6, 7, 20, 21, 22, 23};
+                                                     4, 5, 6, 7, 20, 21, 22, 23};
   alignas(64) static constexpr int32_t kSecond[16] = {8,  9,  10, 11, 24, 25, 26, 27,
-                                                       12, 13, 14, 15, 28, 29, 30, 31};
+                                                      12, 13, 14, 15, 28, 29, 30, 31};
   const __m512i a = _mm512_loadu_si512(x);
   const __m512i b = y ? _mm512_loadu_si512(y) : _mm512_setzero_si512();
   const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
@@ -103,6 +118,12 @@ HWY_INLINE void round_pair_words(Acc x0, Acc x1, uint32_t* to) {
 HWY_INLINE void round_to_bf16(Acc x, uint16_t* to) {
   vst1_u16(to, vreinterpret_u16_bf16(vcvt_bf16_f32(x)));
 }
+HWY_INLINE void row_pairs(const uint16_t* x, const uint16_t* y, Pairs& lo, Pairs& hi) {
+  const uint16x8_t a = vld1q_u16(x), b = y ? vld1q_u16(y) : vdupq_n_u16(0);
+  lo = vreinterpretq_bf16_u16(vzip1q_u16(a, b));  // columns 0–3
+  hi = vreinterpretq_bf16_u16(vzip2q_u16(a, b));  // columns 4–7
+}
+inline int64_t pair_lane_column(int64_t p) { return p; }
 inline constexpr int kInterleavedColumns = 8;
 HWY_INLINE void interleave_columns(const uint16_t* x, const uint16_t* y, uint32_t* to) {
   const uint16x8_t a = vld1q_u16(x), b = y ? vld1q_u16(y) : vdupq_n_u16(0);
@@ -143,7 +164,8 @@ HWY_INLINE void rows_times_pairs(const uint16_t* a, int64_t a_stride, int64_t pa
   const Acc s = acc_set(scale);
   for (int j = 0; j < NK; ++j)
     for (int v = 0; v < NQV; ++v)
-      acc_store(c + j * c_stride + v * L, kInto == Into::kStore ? acc_mul(acc[j][v], s) : acc[j][v]);
+      acc_store(c + j * c_stride + v * L,
+                kInto == Into::kStore ? acc_mul(acc[j][v], s) : acc[j][v]);
 }
 
 // rows_times_pairs over `rows` rows in blocks of kProductRows (with 4 vectors, 24 accumulators,
@@ -171,9 +193,9 @@ void rows_times_pairs_tile(const uint16_t* a, int64_t a_stride, int64_t pair_str
   }
   if (j < rows)
     with_count<NK - 1>(static_cast<int>(rows - j), [&](auto nk) {
-      rows_times_pairs<NQV, decltype(nk)::value, kInto>(a + j * a_stride, a_stride, pair_stride,
-                                                        b2, b2_lo, pairs, b_stride,
-                                                        c + j * c_stride, c_stride, scale, alpha);
+      rows_times_pairs<NQV, decltype(nk)::value, kInto>(a + j * a_stride, a_stride, pair_stride, b2,
+                                                        b2_lo, pairs, b_stride, c + j * c_stride,
+                                                        c_stride, scale, alpha);
     });
 }
 
@@ -188,9 +210,8 @@ void rows_times_pairs_wide(const uint16_t* a, int64_t a_stride, int64_t pair_str
   for (int64_t e = 0; e < columns; e += kMost * L)
     with_count<kMost>(static_cast<int>(std::min<int64_t>(kMost, (columns - e) / L)), [&](auto n) {
       rows_times_pairs_tile<decltype(n)::value, kInto>(a, a_stride, pair_stride, rows, b2 + e,
-                                                       b2_lo ? b2_lo + e : nullptr, pairs,
-                                                       b_stride, c + e, c_stride, 1.0f, nullptr,
-                                                       nullptr);
+                                                       b2_lo ? b2_lo + e : nullptr, pairs, b_stride,
+                                                       c + e, c_stride, 1.0f, nullptr, nullptr);
     });
 }
 

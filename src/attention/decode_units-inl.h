@@ -1,7 +1,8 @@
-// Split-KV decoding's rows kernel on the bf16 dot unit (AVX512-BF16): RowsOnBf16Dot, the unit
-// decode_unit_rows (decode.cpp) runs for bf16 keys and values of head dims that are multiples
-// of 32, fewer than 16 rows per key/value head, in the units' pass on x86-64 (on AArch64 those
-// rows are widened: RowsOnFma). Per target, like src/simd/simd-inl.h.
+// Split-KV decoding's rows kernel on the bf16 dot unit (AVX512-BF16, Arm BF16): RowsOnBf16Dot,
+// the unit decode_unit_rows (decode.cpp) runs for bf16 keys and values of head dims that are
+// whole blocks (32 on x86-64, 8 on AArch64), fewer than 16 rows per key/value head, in the
+// units' pass; written once over the bf16 products' primitives (bf16_products-inl.h). Per
+// target, like src/simd/simd-inl.h.
 #if defined(QKV_ATTENTION_DECODE_UNITS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_ATTENTION_DECODE_UNITS_INL_H_
 #undef QKV_ATTENTION_DECODE_UNITS_INL_H_
@@ -23,56 +24,48 @@ namespace qkv::detail {
 namespace HWY_NAMESPACE {
 namespace decoding {
 
-#if defined(QKV_BF16_UNITS) && QKV_KERNEL_PASS && HWY_ARCH_X86
+#if defined(QKV_BF16_UNITS) && QKV_KERNEL_PASS
 inline constexpr bool kRowsOnUnits = true;
 
-// vdpbf16ps adds to each fp32 lane the two products of a pair of bf16 lanes: 32 products per
-// instruction, where widening a bf16 vector and an fp32 FMA gave 16 for three. The scores take
-// the query as bf16 (an fp32 query as a sum of two bf16, hi + lo, which keeps 16 of its 24
-// bits) against 32 key elements per instruction, reduced as in key_scores (decode_rows-inl.h).
-// P·V takes P rounded to bf16 (the one rounding this path adds: |P − P̃| ≤ 2^-8 P) against
-// pairs of value rows interleaved (vpunpck{l,h}wd), so each lane sums two keys; the interleave
-// orders the columns of a 32-column block as lanes_to_column says, undone once per unit. Used
-// where the head dims are whole multiples of 32 and up to 15 rows share a kv head.
+// The dot unit (vdpbf16ps, bfdot) adds to each fp32 lane the two products of a pair of bf16
+// lanes: two products per instruction, where widening a bf16 vector and an fp32 FMA gave one
+// for three instructions. The scores take the query as bf16 (an fp32 query as a sum of two
+// bf16, hi + lo, which keeps 16 of its 24 bits) against 2 · kPairLanes key elements per
+// instruction, reduced as in key_scores (decode_rows-inl.h). P·V takes P rounded to bf16 (the
+// one rounding this path adds: |P − P̃| ≤ 2^-8 P) against pairs of value rows interleaved
+// (row_pairs), so each lane sums two keys; the interleave orders a block's columns as
+// pair_lane_column says, undone once per unit. Used where the head dims are whole blocks and
+// up to 15 rows share a kv head.
 
-inline constexpr int64_t kUnitBlock = 32;  // bf16 elements per vector
-
-using simd::as_pairs;
+using simd::Acc;
+using simd::dot_pairs;
 using simd::load_pairs;
+using simd::Pairs;
+inline constexpr int64_t kUnitBlock = 2 * simd::kPairLanes;  // bf16 elements per Pairs vector
 
 // Whether rows of head dims D and Dv, R of them per key/value head, run on this unit.
 inline bool fits_units(int64_t D, int64_t Dv, int64_t R) {
   return D % kUnitBlock == 0 && Dv % kUnitBlock == 0 && R < kTiledDecodeMinRows;
 }
 
-// The column of a 32-column block that storage position p holds while P·V runs: the low
-// interleave covers columns 0–3 of each 8 (per 128-bit lane), the high one columns 4–7.
-inline int64_t lanes_to_column(int64_t p) {
-  const int64_t half = p / 16, i = p % 16;
-  return (i / 4) * 8 + half * 4 + i % 4;
-}
 inline void columns_from_lanes(float* o, int64_t Dv) {
   float tmp[kUnitBlock];
   for (int64_t e0 = 0; e0 < Dv; e0 += kUnitBlock) {
-    for (int64_t p = 0; p < kUnitBlock; ++p) tmp[lanes_to_column(p)] = o[e0 + p];
+    for (int64_t p = 0; p < kUnitBlock; ++p) tmp[simd::pair_lane_column(p)] = o[e0 + p];
     std::copy(tmp, tmp + kUnitBlock, o + e0);
   }
 }
 
-// The queries q (fp32, `count` a multiple of 32) as bf16 hi and, with `two`, lo = q − hi
-// (exact in fp32), each rounded to nearest even.
+// The queries q (fp32; `count` whole vectors) as bf16 hi and, with `two`, lo = q − hi (exact
+// in fp32), each rounded to nearest even.
+// (Every split-KV unit splits its queries again: vector code, not scalar.)
 inline void split_queries(const float* q, int64_t count, bool two, uint16_t* hi, uint16_t* lo) {
-  for (int64_t i = 0; i < count; i += kUnitBlock) {
-    const __m512 x0 = _mm512_loadu_ps(q + i), x1 = _mm512_loadu_ps(q + i + 16);
-    const __m512bh h = _mm512_cvtne2ps_pbh(x1, x0);
-    _mm512_storeu_si512(hi + i, (__m512i)h);
-    if (!two) continue;
-    // hi back in fp32: each bf16 in the high half of a 32-bit lane.
-    const __m512i bits = (__m512i)h;
-    const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(bits)), 16));
-    const __m512 h1 = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(bits, 1)), 16));
-    _mm512_storeu_si512(lo + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(x1, h1), _mm512_sub_ps(x0, h0)));
+  for (int64_t i = 0; i < count; i += simd::kPairLanes) {
+    const Vf x = hn::LoadU(df, q + i);
+    simd::round_to_bf16(x.raw, hi + i);
+    if (two)
+      simd::round_to_bf16(hn::Sub(x, simd::load_widened(reinterpret_cast<const Bf16*>(hi + i))).raw,
+                          lo + i);
   }
 }
 
@@ -80,18 +73,18 @@ inline void split_queries(const float* q, int64_t count, bool two, uint16_t* hi,
 template <int RG, int KG, bool kTwo>
 HWY_INLINE void key_dots_units(const uint16_t* qh, const uint16_t* ql, int64_t D, const Bf16* k,
                                int64_t ks, PartialDots* part, int64_t jj) {
-  __m512 acc[RG][KG];
+  Acc acc[RG][KG];
   for (int r = 0; r < RG; ++r)
-    for (int j = 0; j < KG; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int j = 0; j < KG; ++j) acc[r][j] = simd::acc_zero();
   for (int64_t d = 0; d < D; d += kUnitBlock) {
-    __m512bh kv[KG];
+    Pairs kv[KG];
     for (int j = 0; j < KG; ++j) kv[j] = load_pairs(k + j * ks + d);
     for (int r = 0; r < RG; ++r) {
-      const __m512bh h = load_pairs(qh + r * D + d);
-      for (int j = 0; j < KG; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], h, kv[j]);
+      const Pairs h = load_pairs(qh + r * D + d);
+      for (int j = 0; j < KG; ++j) acc[r][j] = dot_pairs(acc[r][j], h, kv[j]);
       if constexpr (kTwo) {
-        const __m512bh l = load_pairs(ql + r * D + d);
-        for (int j = 0; j < KG; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], l, kv[j]);
+        const Pairs l = load_pairs(ql + r * D + d);
+        for (int j = 0; j < KG; ++j) acc[r][j] = dot_pairs(acc[r][j], l, kv[j]);
       }
     }
   }
@@ -99,7 +92,7 @@ HWY_INLINE void key_dots_units(const uint16_t* qh, const uint16_t* ql, int64_t D
     for (int j = 0; j < KG; ++j) part[r][jj + j] = Vf{acc[r][j]};
 }
 
-// key_scores on the units: s[r · s_stride + jj] ← scale · q_r · k_jj for nk ≤ 16 keys.
+// key_scores on the units: s[r · s_stride + jj] ← scale · q_r · k_jj for nk ≤ N keys.
 template <bool kTwo>
 void block_scores_units(const uint16_t* qh, const uint16_t* ql, int64_t R, int64_t D, float scale,
                         const Bf16* k, int64_t ks, int64_t nk, const Bf16* ahead,
@@ -111,11 +104,11 @@ void block_scores_units(const uint16_t* qh, const uint16_t* ql, int64_t R, int64
     for (int j = 0; j < KG; ++j)
       if (jj + j < ahead_rows) prefetch_row(ahead + (jj + j) * ks, ks, D);
     for (int64_t r = 0; r < R; r += kGroupRows)
-      simd::with_count<kGroupRows>(
-          static_cast<int>(std::min<int64_t>(kGroupRows, R - r)), [&](auto rows) {
-            key_dots_units<decltype(rows)::value, KG, kTwo>(qh + r * D, ql + r * D, D,
-                                                            k + jj * ks, ks, part + r, jj);
-          });
+      simd::with_count<kGroupRows>(static_cast<int>(std::min<int64_t>(kGroupRows, R - r)),
+                                   [&](auto rows) {
+                                     key_dots_units<decltype(rows)::value, KG, kTwo>(
+                                         qh + r * D, ql + r * D, D, k + jj * ks, ks, part + r, jj);
+                                   });
   };
   int64_t jj = 0;
   for (; jj + 2 <= nk; jj += 2) keys_from(jj, std::integral_constant<int, 2>{});
@@ -126,6 +119,10 @@ void block_scores_units(const uint16_t* qh, const uint16_t* ql, int64_t R, int64
     hn::StoreU(hn::Mul(lane_sums(part[r]), vscale), df, s + r * s_stride);
   }
 }
+
+#if HWY_ARCH_X86
+inline constexpr bool kGroupScores = true;
+using simd::as_pairs;
 
 // From 3 rows on, the scores of 4 rows at a time with no reduction per key: a vector holds
 // 4 rows × 4 pairs of elements (q_r[d + 2i], q_r[d + 2i + 1]) in its 128-bit blocks, and a
@@ -214,46 +211,52 @@ void group_scores_units(const uint16_t* packed_h, const uint16_t* packed_l, int6
   }
 }
 
-// o_r[e0, e0 + 32 W) += Σ_jj p̃_r[jj] v_jj over nk value rows, two rows per instruction: pp
-// holds each row's P̃ as pairs (bf16 p̃[2t] in the low half of word t, p̃[2t + 1] in the
-// high), o the columns in lane order.
+#else
+inline constexpr bool kGroupScores = false;  // the 4-rows-per-vector layout is AVX-512's
+inline void pack_row_groups(const uint16_t*, int64_t, int64_t, uint16_t*) {}
+template <bool kTwo>
+void group_scores_units(const uint16_t*, const uint16_t*, int64_t, int64_t, float, const Bf16*,
+                        int64_t, int64_t, const Bf16*, int64_t, float*, int64_t) {}
+#endif  // HWY_ARCH_X86
+
+// o_r[e0, e0 + kUnitBlock W) += Σ_jj p̃_r[jj] v_jj over nk value rows, two rows per
+// instruction: pp holds each row's P̃ as pairs (bf16 p̃[2t] in the low half of word t,
+// p̃[2t + 1] in the high), o the columns in lane order.
 template <int RG, int W>
 void block_values_units(const uint32_t* pp, int64_t pp_stride, const Bf16* v, int64_t vs,
                         int64_t nk, int64_t e0, float* const* o, const Bf16* ahead,
                         int64_t ahead_rows, int64_t Dv) {
-  __m512 lo[RG][W], hi[RG][W];
+  constexpr int64_t L = simd::kPairLanes;
+  Acc lo[RG][W], hi[RG][W];
   for (int r = 0; r < RG; ++r)
     for (int w = 0; w < W; ++w) {
-      lo[r][w] = _mm512_loadu_ps(o[r] + e0 + w * kUnitBlock);
-      hi[r][w] = _mm512_loadu_ps(o[r] + e0 + w * kUnitBlock + 16);
+      lo[r][w] = simd::acc_load(o[r] + e0 + w * kUnitBlock);
+      hi[r][w] = simd::acc_load(o[r] + e0 + w * kUnitBlock + L);
     }
+  const auto* bits = reinterpret_cast<const uint16_t*>(v);
   for (int64_t jj = 0; jj < nk; jj += 2) {
     const bool second = jj + 1 < nk;  // an odd count: the last row pairs with zeros
     for (int64_t t = jj; t < std::min(jj + 2, ahead_rows); ++t)
       prefetch_row(ahead + t * vs, vs, Dv);
-    __m512bh x_lo[W], x_hi[W];
+    Pairs x_lo[W], x_hi[W];
     for (int w = 0; w < W; ++w) {
-      const __m512i a = _mm512_loadu_si512(v + jj * vs + e0 + w * kUnitBlock);
-      const __m512i b =
-          second ? _mm512_loadu_si512(v + (jj + 1) * vs + e0 + w * kUnitBlock) : _mm512_setzero_si512();
-      x_lo[w] = as_pairs(_mm512_unpacklo_epi16(a, b));
-      x_hi[w] = as_pairs(_mm512_unpackhi_epi16(a, b));
+      const uint16_t* a = bits + jj * vs + e0 + w * kUnitBlock;
+      simd::row_pairs(a, second ? a + vs : nullptr, x_lo[w], x_hi[w]);
     }
     for (int r = 0; r < RG; ++r) {
-      const __m512bh p = as_pairs(_mm512_set1_epi32(static_cast<int>(pp[r * pp_stride + jj / 2])));
+      const Pairs p = simd::broadcast_pair_bits(pp + r * pp_stride + jj / 2);
       for (int w = 0; w < W; ++w) {
-        lo[r][w] = _mm512_dpbf16_ps(lo[r][w], x_lo[w], p);
-        hi[r][w] = _mm512_dpbf16_ps(hi[r][w], x_hi[w], p);
+        lo[r][w] = dot_pairs(lo[r][w], x_lo[w], p);
+        hi[r][w] = dot_pairs(hi[r][w], x_hi[w], p);
       }
     }
   }
   for (int r = 0; r < RG; ++r)
     for (int w = 0; w < W; ++w) {
-      _mm512_storeu_ps(o[r] + e0 + w * kUnitBlock, lo[r][w]);
-      _mm512_storeu_ps(o[r] + e0 + w * kUnitBlock + 16, hi[r][w]);
+      simd::acc_store(o[r] + e0 + w * kUnitBlock, lo[r][w]);
+      simd::acc_store(o[r] + e0 + w * kUnitBlock + L, hi[r][w]);
     }
 }
-
 
 // The rows kernel's unit for bf16 rows: the queries split into bf16 hi (+ lo) and, from 3 rows
 // on, packed 4 rows to a vector; scores scaled after the products; each row's P rounded into
@@ -269,7 +272,7 @@ struct RowsOnBf16Dot {
   // q: R rows of D (unscaled); count: the keys of the unit, hi − lo.
   void prepare(const ElementSource<Bf16>&, const float* q, int64_t R, int64_t dim, bool two_terms,
                int64_t count) {
-    D = dim, two = two_terms, groups = R >= 3;
+    D = dim, two = two_terms, groups = kGroupScores && R >= 3;
     auto* q16 = reinterpret_cast<uint16_t*>(thread_scratch(ForwardSlot::q_tiles, R * D));
     uint16_t *hi = q16, *lo = q16 + R * D;
     split_queries(q, R * D, two, hi, lo);
@@ -294,15 +297,12 @@ struct RowsOnBf16Dot {
     run(qh, ql, R, D, scale, k, K.step, nk, ahead, ahead_rows, s, stride);
   }
 
-  // Row r's P̃ as bf16 pairs (rounded to nearest even by vcvtne2ps2bf16); p holds `count`
-  // probabilities, then 0 to the next whole vector.
+  // Row r's P̃ as bf16 pairs (rounded to nearest even); p holds `count` probabilities, then 0
+  // to the next whole vector.
   void probabilities(const float* p, int64_t count, int64_t r) {
-    for (int64_t t = 0; t < (count + 1) / 2; t += 16) {
-      const int64_t j = 2 * t;
-      const __m512 x0 = _mm512_loadu_ps(p + j);
-      const __m512 x1 = j + 16 < count ? _mm512_loadu_ps(p + j + 16) : _mm512_setzero_ps();
-      _mm512_storeu_si512(pp + r * pp_stride + t, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
-    }
+    auto* to = reinterpret_cast<uint16_t*>(pp + r * pp_stride);
+    for (int64_t j = 0; j < count; j += simd::kPairLanes)
+      simd::round_to_bf16(simd::acc_load(p + j), to + j);  // an odd count's last pair: (p̃, 0)
   }
 
   void values(const ElementSource<Bf16>& V, const float*, int64_t, int64_t j, int64_t nk,
@@ -328,7 +328,7 @@ struct RowsOnBf16Dot {
 inline constexpr bool kRowsOnUnits = false;
 struct RowsOnBf16Dot;  // (the units' pass only)
 inline bool fits_units(int64_t, int64_t, int64_t) { return false; }
-#endif  // QKV_BF16_UNITS && HWY_ARCH_X86
+#endif  // QKV_BF16_UNITS
 
 }  // namespace decoding
 }  // namespace HWY_NAMESPACE
