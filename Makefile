@@ -7,7 +7,12 @@ CONFIGURE_FLAGS := -DCMAKE_COMPILE_WARNING_AS_ERROR=$(WERROR)
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: build demo check test test-python test-arm deps models asan fuzz clean
+.PHONY: build demo check test test-python test-arm deps deps-demo models asan fuzz clean
+
+# What the build and the demo need; `deps` adds what the tests need (scripts/install-deps says
+# which packages and why).
+deps-demo:
+	@scripts/install-deps --demo
 
 deps:
 	@scripts/install-deps
@@ -16,7 +21,7 @@ deps:
 models:
 	@scripts/get-models
 
-build: deps
+build: deps-demo
 	cmake --preset release $(CONFIGURE_FLAGS) >/dev/null
 	cmake --build --preset release -j $(JOBS)
 
@@ -34,7 +39,8 @@ check: build
 
 # Every test of the release build (the kernels' on each SIMD target this CPU has), then the unit
 # tests again under ASan + UBSan, then the Python package's.
-test: build asan models
+test: deps
+	$(MAKE) build asan models
 	ctest --preset release -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
 	$(MAKE) test-python

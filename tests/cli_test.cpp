@@ -290,6 +290,12 @@ TEST(CliParams, TableAndList) {
     EXPECT_NE(table.output.find(expected), std::string::npos) << expected;
   const Result list = run("params --list");
   EXPECT_NE(list.output.find("llama2-70b"), std::string::npos);
+  // Llama 3 8B's cache per token: 2 x 32 layers x 8 kv heads x 128 = 65,536 values, 4 bytes
+  // each in fp32, 34 per 32 in q8_0 (68 KiB), 18 per 32 in q4_0 (36 KiB).
+  const Result llama = run("params --preset llama3-8b");
+  EXPECT_NE(llama.output.find("256.0 KiB  fp32 (128.0 KiB bf16/f16, 68.0 KiB q8_0, 36.0 KiB q4_0)"),
+            std::string::npos)
+      << llama.output;
 }
 
 TEST(CliDemo, TellsTheWorkedExample) {

@@ -407,8 +407,9 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--no-reference", o->no_reference, "Skip timing the reference kernel");
   cmd->add_option("--dtype", o->dtype,
                   "Element type of q, k, v, out and the gradients: fp32, "
-                  "bf16 or fp16 (fractions of the fp32 FMA peak, and on avx512_bf16 and neon_bf16 "
-                  "of the bf16 dot peak too)")
+                  "bf16 or fp16, sums in fp32 (fractions of the fp32 FMA peak, and on avx512_bf16 "
+                  "and neon_bf16 of the bf16 dot peak too, where P is rounded to bf16 and "
+                  "subnormal inputs read as zero)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   add_cache_option(*cmd, o->cache,

@@ -21,7 +21,7 @@ void add_matmul_option(CLI::App& cmd, std::string& matmul) {
                  "Products with block-format weights (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K): exact (fp32 "
                  "activations) or int8 "
                  "(activations rounded to int8 blocks, integer dot products: llama.cpp's "
-                 "arithmetic)")
+                 "arithmetic, which moves perplexity by a fraction of a percent)")
       ->check(CLI::IsMember({"exact", "int8"}))
       ->capture_default_str();
 }
@@ -54,7 +54,11 @@ const char* rotation_state(const std::string& cache, const std::string& rotation
 }
 
 CLI::Option* add_cache_option(CLI::App& cmd, std::string& cache, const std::string& help) {
-  return cmd.add_option("--cache", cache, help + ": " + cache_type_choices())
+  return cmd
+      .add_option("--cache", cache,
+                  help + ": " + cache_type_choices() +
+                      " (bf16 and f16 round each value; q8_0 costs about nothing in "
+                      "perplexity, q4_0 and q4_1 a few percent: docs/tuning.md)")
       ->check(CLI::IsMember(cache_type_names()))
       ->capture_default_str();
 }

@@ -6,9 +6,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <utility>
 
 #include "cli.h"
 #include "qkv/error.h"
+#include "qkv/number_format.h"
 
 namespace qkv::cli {
 namespace {
@@ -177,12 +179,19 @@ void print_report(const std::string& name, const std::string& description, const
   row("score grid per head per layer", k.score_grid_entries,
       with_commas(k.context) + "^2 entries: quadratic in the context");
   row("  ... all heads and layers", k.score_grid_entries_all);
-  out << "    " << std::left << std::setw(42) << "KV cache per token" << std::right << std::setw(20)
-      << bytes_str(k.kv_cache_bytes_per_token_fp32) << "  fp32 ("
-      << bytes_str(k.kv_cache_bytes_per_token_bf16) << " bf16)\n";
-  out << "    " << std::left << std::setw(42) << "KV cache for the context" << std::right
-      << std::setw(20) << bytes_str(k.kv_cache_bytes_fp32) << "  fp32 ("
-      << bytes_str(k.kv_cache_bytes_bf16) << " bf16)\n";
+  // The cache's other storages (qkv generate --cache), from its fp32 bytes; the block formats
+  // where the head dim is whole 32-value blocks.
+  const auto cache_line = [&](const char* label, int64_t fp32_bytes) {
+    out << "    " << std::left << std::setw(42) << label << std::right << std::setw(20)
+        << bytes_str(fp32_bytes) << "  fp32 (" << bytes_str(fp32_bytes / 2) << " bf16/f16";
+    if (c.d_head % kKvBlockValues == 0)
+      for (auto [t, name] :
+           {std::pair{TensorType::q8_0, "q8_0"}, std::pair{TensorType::q4_0, "q4_0"}})
+        out << ", " << bytes_str(bytes_of(t, fp32_bytes / 4)) << " " << name;
+    out << ")\n";
+  };
+  cache_line("KV cache per token", k.kv_cache_bytes_per_token_fp32);
+  cache_line("KV cache for the context", k.kv_cache_bytes_fp32);
   out << "    " << std::left << std::setw(42) << "weights" << std::right << std::setw(20)
       << bytes_str(k.weight_bytes_fp32) << "  fp32\n";
   row("forward FLOPs per token", k.forward_flops_per_token,

@@ -32,9 +32,9 @@
 // the softmax state, lse and every accumulator are fp32, and no converted copy of q, k or v is
 // made: 16-bit elements are widened in registers as they are read, except bf16 keys and values
 // where the bf16 dot unit multiplies them (qkv::units_in_use(), include/qkv/targets.h: AMD
-// Zen 4/5 and Arm by default), which takes an fp32 q as the sum of two bf16 and rounds P to
-// bf16 for P·V (docs/api.md states the bound); a 16-bit output is the fp32 result rounded to
-// nearest even.
+// Zen 4/5 and Arm by default), which takes an fp32 q as the sum of two bf16, rounds P to bf16
+// for P·V (an output moves by at most 2^-8 · max|v|: docs/api.md) and reads subnormal bf16
+// inputs as zero; a 16-bit output is the fp32 result rounded to nearest even.
 #pragma once
 
 #include <cstdint>

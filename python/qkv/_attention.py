@@ -109,8 +109,10 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
     [total, H, D] ("bthd") or [H, total, D]. float32 NumPy arrays or torch CPU tensors, any
     strides, read in place. Hq must be a multiple of Hkv (grouped-query attention).
     Element types: float32, bfloat16 (torch.bfloat16, ml_dtypes.bfloat16) or float16; k and v
-    share one, q may be any, out is q's dtype (the default) or float32. Computed in float32, the
-    output rounded to nearest even.
+    share one, q may be any, out is q's dtype (the default) or float32. Sums and the softmax in
+    float32, the output rounded to nearest even; where bfloat16 runs on the CPU's bf16 dot unit
+    (AMD Zen 4/5, Arm: qkv info), P is rounded to bfloat16 for P·V (an output moves by at most
+    2^-8 · max|v|) and subnormal bfloat16 inputs read as zero.
 
     causal: bottom-right aligned (query i sits at key position i + Tk - Tq), as flash-attn.
     window: (left, right) keys visible around that position, -1 for no limit.

@@ -39,9 +39,10 @@ class Model:
 
     @property
     def matmul(self):
-        """How products with Q8_0, Q4_0 and Q4_1 weights (a GGUF file's, in place) take their
-        activations: "exact" (fp32) or "int8" (rounded to int8 per 32-block once per product,
-        integer dot products: llama.cpp's arithmetic). Settable; other weights are not affected."""
+        """How products with Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights (a GGUF file's, in place)
+        take their activations: "exact" (fp32) or "int8" (rounded to int8 per 32-block once per
+        product, integer dot products: llama.cpp's arithmetic, which moves a model's perplexity
+        by a fraction of a percent: docs/tuning.md). Settable; other weights are not affected."""
         return self._file.matmul
 
     @matmul.setter
