@@ -8,7 +8,7 @@ usage: bench/ab_compare.py A/qkv B/qkv [--rounds 5] [--threads 2] [--quick]
 import argparse, json, statistics, subprocess
 
 COMMON = ["--no-reference", "--json", "--min-time", "0.3"]
-# (label, arguments): the forward, forward + backward, and decoding rows of docs/benchmarks.md,
+# (label, arguments): the forward, forward + backward, and decoding rows of the benchmark pages,
 # and decoding over every cache type at 8, 32 and 64 query heads per 8 key/value heads.
 ROWS = [
     ("fwd fp32 8/8 T2048 causal", ["--heads", "8", "--seq", "2048", "--dim", "128", "--causal"]),

@@ -1,6 +1,6 @@
 // Can this machine's AMX unit do qkv's fp32 tile products, and how fast? A probe for the
-// next step of the attention kernels (docs/tuning.md, "Scheduling, the backward, and what did
-// not move the forward"): it reports
+// next step of the attention kernels (docs/kernels.md, "The CPU-feature registry and its unit table":
+// why AMX is not used yet): it reports
 //   - whether the CPU has AMX-BF16 and the kernel lets this process use the tile state;
 //   - TDPBF16PS throughput on 1 and all threads, against the fp32 FMA peak measured in the
 //     same run (the yardstick of every other fraction in the docs);

@@ -2,7 +2,7 @@
 """bf16 attention on the unit the CPU-feature registry chooses against the bf16 dot unit forced
 (QKV_UNITS=bf16=bf16_dot), beside fp32 and PyTorch's bf16 scaled_dot_product_attention in the
 same run; then decoding over 32k caches of every type. What decides a row of the registry's
-table (src/simd/cpu.cpp); the numbers in docs/tuning.md, "Which unit runs bf16".
+table (src/simd/cpu.cpp); its figures belong on the CPU pages (docs/benchmarks/).
 
 usage: bench/bf16_units_compare.py QKV_CLI [THREADS]   (torch optional: its rows are skipped)
 """

@@ -13,7 +13,7 @@ Run it with the Python that has the PyTorch to compare with: the newest from PyP
 (/usr/bin/python3) works too.
 
   PY=/opt/peer/bin/python
-  $PY bench/compare_torch.py                          # the table of docs/benchmarks.md
+  $PY bench/compare_torch.py                          # a table of the CPU pages in docs/benchmarks/
   $PY bench/compare_torch.py --target avx2            # qkv's AVX2 code, PyTorch's AVX2 code
   $PY bench/compare_torch.py --seq 2048 --dim 128 --causal --threads 2
   $PY bench/compare_torch.py --quick                  # a few shapes

@@ -7,7 +7,7 @@ embeddings; torch.optim.AdamW; cross-entropy) in a child process, so that each s
 memory is its own. FLOPs per token are counted the same way for both (6 · parameters plus
 causal attention), and MFU divides by the FMA peak qkv measured in the same run.
 
-  /usr/bin/python3 bench/compare_torch_train.py            # the table of docs/benchmarks.md
+  /usr/bin/python3 bench/compare_torch_train.py            # a table of the CPU pages in docs/benchmarks/
   /usr/bin/python3 bench/compare_torch_train.py --quick    # the small shape only
 
   /usr/bin/python3 bench/compare_torch_train.py --torch-tuned

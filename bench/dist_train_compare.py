@@ -35,7 +35,7 @@ def main():
     with open(text, "w") as f:  # bytes to train on: the repository's docs, repeated
         here = os.path.dirname(os.path.abspath(__file__))
         docs = "".join(open(os.path.join(here, "..", "docs", n)).read()
-                       for n in ("tuning.md", "api.md", "dist.md"))
+                       for n in ("kernels.md", "api.md", "dist.md"))
         f.write(docs * 4)
     loopback = last_json(mpirun + [qkv, "bench", "ring", "--json", "--seq", "2048"])
     beta = loopback["loopback_gbps"] * 1e9

@@ -3,7 +3,7 @@
 // The textbook structure (Goto/BLIS): B is packed in blocks of kKc × kNc into panels of 64
 // columns laid out [k][64], so a 6 × 64 register tile (24 accumulators) takes 4 vector loads
 // and 6 broadcasts of A per k; threads share each packed block and split the rows of C.
-// Not used by the library: OpenBLAS was measured faster (docs/tuning.md). Static
+// Not used by the library: OpenBLAS was measured faster (docs/kernels.md, "Weight products"). Static
 // dispatch, and sized for 32 registers (AVX-512): since the default build's baseline is SSE4,
 // measure it with the native preset (`cmake --preset native`), as it was measured.
 #pragma once

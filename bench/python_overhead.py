@@ -5,7 +5,7 @@ same run: what the Python layer costs (argument checks, array views, the GIL rel
 Rounds alternate C++ and Python so that both see the same machine; each reports GFLOP/s from
 the C++ benchmark's FLOP count and the median time of calls repeated for --min-time seconds.
 
-  python3 bench/python_overhead.py                 # the table of docs/benchmarks.md
+  python3 bench/python_overhead.py                 # a table of the CPU pages in docs/benchmarks/
   python3 bench/python_overhead.py --rounds 5 --threads 1
 Needs `pip install .` (the qkv package) and build/release/qkv.
 """

@@ -128,6 +128,12 @@ std::vector<Case> option_grid() {
                                    c.Tk = 90;
                                    c.causal = true;
                                  },
+                                 [](Case& c) {  // decoding's shape: the tiled kernel takes it
+                                   c.dim_strided = true;
+                                   c.Hkv = 2;
+                                   c.Tq = 1;
+                                   c.Tk = 200;
+                                 },
                                  [](Case& c) {  // an output of 4 MiB: written with streaming stores
                                    c.B = 1;
                                    c.Tq = 1030;

@@ -414,7 +414,8 @@ void add_bench(CLI::App& app) {
       ->capture_default_str();
   add_cache_option(*cmd, o->cache,
                    "K and V stored as a key/value cache of this type, read through "
-                   "qkv::attention over the storage; the read loop reads the stored bytes");
+                   "qkv::attention over the storage (needs --dim-v equal to --dim); the read "
+                   "loop reads the stored bytes");
   add_cache_rotation_option(*cmd, o->cache_rotation);
   cmd->add_flag("--json", o->json, "Print only the JSON result line");
   cmd->callback([o] { bench_attention(*o); });

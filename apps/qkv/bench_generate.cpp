@@ -166,7 +166,7 @@ void bench_generate(const BenchGenerateOptions& o) {
 void add_bench_generate(CLI::App& bench) {
   auto o = std::make_shared<BenchGenerateOptions>();
   CLI::App* cmd = bench.add_subcommand("generate", "Prefill and decode speed of a model file");
-  cmd->add_option("--model", o->model, "llama2.c or qkv checkpoint")->required();
+  cmd->add_option("--model", o->model, "GGUF file, llama2.c or qkv checkpoint")->required();
   cmd->add_option("--prompt", o->prompt, "Prefill length")->capture_default_str();
   cmd->add_option("--cache-lengths", o->lengths, "Cache lengths to decode at")
       ->capture_default_str()

@@ -55,7 +55,7 @@ class Model:
                 f"{c['n_heads']} heads, d_model {c['d_model']}, {self.num_params:,} parameters)")
 
     def encode(self, text):
-        """Text as token ids (with BOS when the vocabulary has one)."""
+        """`text` as token ids (with BOS when the vocabulary has one)."""
         if self.tokenizer is None:
             raise ValueError("this model has no tokenizer: give prompts as lists of token ids")
         return self.tokenizer.encode(text)
@@ -70,7 +70,9 @@ class Model:
 
     def tokens(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0,
                cache="f32", cache_rotation="auto"):
-        """The generated token ids, one at a time (a generator); see generate()."""
+        """The generated token ids, one at a time (a generator), with every option as
+        generate() takes it: prompt, max_tokens, temperature, top_p, seed, top_k, cache,
+        cache_rotation."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         ids = self._ids(prompt)
@@ -134,19 +136,19 @@ class Model:
 
 
 def load_llama2c(path, tokenizer=None):
-    """A llama2.c model (.bin); its tokenizer is `tokenizer`, else tokenizer.bin or
+    """The llama2.c model at `path` (.bin); its tokenizer is `tokenizer`, else tokenizer.bin or
     tok<vocab>.bin beside it (a model without one loads, for token-id prompts)."""
     return Model(_qkv._load_model(os.fspath(path), os.fspath(tokenizer or ""), False), os.fspath(path))
 
 
 def load_checkpoint(path):
-    """A checkpoint written by `qkv train` (.safetensors); a byte-level model gets the byte
-    tokenizer."""
+    """The checkpoint at `path` written by `qkv train` (.safetensors); a byte-level model gets
+    the byte tokenizer."""
     return Model(_qkv._load_checkpoint_file(os.fspath(path)), os.fspath(path))
 
 
 def load_gguf(path, dequantize=False, matmul="exact"):
-    """A Llama-architecture GGUF file (llama.cpp's format) with its own tokenizer. Its weight
+    """The Llama-architecture GGUF file at `path` (llama.cpp's format) with its own tokenizer. Its weight
     matrices are computed with in place, in their block formats (Q4_1, Q8_0, …), which is what
     generate(), tokens() and logits() need; dequantize=True makes them fp32 (the memory of an
     fp32 model), which attention_map() needs too. matmul: "exact" or "int8" (see
@@ -196,8 +198,9 @@ class Chat:
         finished (False: it stopped at max_reply or was not read to its end)."""
 
     def add(self, role, content):
-        """Puts a message of any role in the conversation (an earlier exchange, a few-shot
-        example) without running the model; the next respond() runs it."""
+        """Puts a message (`role`: "system", "user" or "assistant"; `content`: its text) in the
+        conversation — an earlier exchange, a few-shot example — without running the model; the
+        next respond() runs it."""
         self._chat.add(str(role), str(content))
         self.transcript.append({"role": str(role), "content": str(content)})
 
@@ -306,7 +309,9 @@ class Explanation:
 
 def explain(q=None, k=None, v=None, *, causal=False, tokens=None, key_tokens=None):
     """The worked example of the articles (no arguments: fluffy, blue, creature) or your own
-    small q [Tq, d], k [Tk, d], v [Tk, dv] (at most 64 tokens and 64 dims), step by step."""
+    small q [Tq, d], k [Tk, d], v [Tk, dv] (at most 64 tokens and 64 dims), step by step.
+    causal: the causal mask (future scores −inf, weight 0); tokens and key_tokens: labels of
+    the queries and of the keys."""
     if q is None and k is None and v is None:
         return Explanation(json.loads(_qkv._worked_example_json(bool(causal))))
     if q is None or k is None or v is None:
@@ -333,6 +338,7 @@ class AttentionMap:
         self.html = d["html"]
 
     def save(self, path):
+        """Writes the page (`html`) to `path`."""
         with open(path, "w", encoding="utf-8") as f:
             f.write(self.html)
 
@@ -346,8 +352,9 @@ class AttentionMap:
 
 
 def attention_map(model, prompt):
-    """Every layer's and head's attention weights on `prompt` (text, or a list of token ids),
-    from the reference kernel: an AttentionMap (at most 256 tokens)."""
+    """Every layer's and head's attention weights of `model` (loaded with fp32 weights) on
+    `prompt` (text, or a list of token ids), from the reference kernel: an AttentionMap (at
+    most 256 tokens)."""
     if isinstance(prompt, str):
         m = model._file._attention_maps(os.path.basename(model.path), prompt, "")
     else:

@@ -165,8 +165,10 @@ namespace {
 // Forward for one (unpacked) problem: the kernel that suits its shape.
 void forward_one(const AttentionArgs& args) {
   // A few queries (decoding against a cache): split the keys instead of the queries, so
-  // every core streams its share of K and V.
-  if (detail::decodes(args.q.shape[2], args.k.shape[2], args.q.shape[1] / args.k.shape[1]))
+  // every core streams its share of K and V. Decoding reads K and V rows as vectors: a
+  // (rare) strided head dim goes to the tiled kernel, which gathers its tiles.
+  const bool rows = args.k.stride[3] == 1 && args.v.stride[3] == 1;
+  if (rows && detail::decodes(args.q.shape[2], args.k.shape[2], args.q.shape[1] / args.k.shape[1]))
     detail::decode_forward(args);
   else detail::flash_forward(args);
 }

@@ -474,8 +474,6 @@ void decode_forward(const AttentionArgs& a) {
       constexpr TensorType kType = decltype(format)::value;
       decode(a, BlockSource<kType>(a.k), BlockSource<kType>(a.v));
     });
-  // K and V rows are read as vectors; a (rare) strided head dim goes through flash_forward.
-  if (a.k.stride[3] != 1 || a.v.stride[3] != 1) return flash_forward(a);
   tiles::with_element_type(a.k.type, [&](auto element) {
     using T = decltype(element);
     decode(a, ElementSource<T>(a.k), ElementSource<T>(a.v));

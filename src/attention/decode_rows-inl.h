@@ -34,27 +34,22 @@ namespace decoding {
 
 namespace simd = ::qkv::simd::HWY_NAMESPACE;
 namespace hn = simd::hn;
+using simd::Bf16;
 using simd::df;
 using simd::Vf;
-using simd::Bf16;
 using simd::widen_one;
 
 // Below this many rows (GQA group × queries) per key/value head, decode_unit_rows; from it on,
-// decode_unit_tiled. Cache 32k, dim 128, 2 threads, against the tiled path: 8 rows 1.3–1.7×
-// faster, 12 rows 1.3×, 16 rows the same.
+// decode_unit_tiled (the two are as fast at 16 rows; below, the rows kernel is faster).
 inline constexpr int64_t kTiledDecodeMinRows = 16;
 inline constexpr int kGroupRows = 4;  // rows per register block
 // Value rows per block: the passes over a block's columns find its rows in L1.
 inline constexpr int64_t kValueBlock = 64;
 
-// Rows this far ahead are asked for early, one row per row processed: with the hardware
-// prefetcher alone the kernels read K and V at ~72% of a plain read loop; 1–4 rows ahead gave
-// ~87–98%, 8 or more less again, and 16 or 64 rows ahead into L2 only no better (8 heads and
-// 8 or 32 query heads, D = 128, cache 32k, 2 threads, Sapphire Rapids). On a Zen 5 host the
-// rows kFarRows further on are asked for into L2 as well: with the memory in its slow phase
-// (a read loop at ~55 GB/s) the AVX-512 code read at 80% of the read loop without them and
-// 89–90% with them (32 or 64 rows; AVX2 code 85–88% either way), and in its fast phase (~100
-// GB/s) at 70–75% either way.
+// Rows this far ahead are asked for early, one row per row processed: the hardware prefetcher
+// alone leaves the kernels well short of a plain read loop's rate, 1–4 rows ahead comes close
+// to it, 8 or more falls off again. The rows kFarRows further on are asked for into L2 as
+// well, which helps the AVX-512 code when memory is slow and costs nothing otherwise.
 inline constexpr int64_t kPrefetchRows = 4, kFarRows = 32;
 
 // Asks for `row` (n elements) into L1 and the row kFarRows rows of `stride` past it into L2
@@ -69,9 +64,8 @@ HWY_INLINE void prefetch_row(const T* row, int64_t stride, int64_t n) {
 }
 
 // The row 8 rows past `row` into L1. A row of blocks is read faster than an fp32 one, so it
-// is asked for further ahead; a second, farther request into L2 (as the fp32 rows have)
-// measured slower here: 37-56% of the read loop against 62-72% (Zen 4, 8/8 heads, 32k q8_0
-// cache; no prefetch at all 55-78%).
+// is asked for further ahead; a second, farther request into L2 (as the fp32 rows have) makes
+// the block rows slower.
 HWY_INLINE void prefetch_blocks(const uint8_t* row, int64_t stride, int64_t bytes) {
   for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(row + 8 * stride + i);
 }
@@ -80,8 +74,8 @@ HWY_INLINE void prefetch_blocks(const uint8_t* row, int64_t stride, int64_t byte
 // (simd::load_pair_widened: half the widening work of load_widened), so the kernels that sum
 // over the elements keep their other operand in that order: the first paired_span(D) elements
 // of the scaled queries, and of the partial outputs while a unit runs, are stored as blocks of
-// 2N, even elements first. (Rows of 4 query rows per key/value head, dim 128, bf16 cache on
-// Zen 4: the widening took as many instructions as the FMAs it fed.)
+// 2N, even elements first. (Widened one vector at a time, the widening takes as many
+// instructions as the FMAs it feeds at a few query rows per key/value head.)
 template <typename T>
 inline constexpr bool kPaired = std::is_same_v<T, Bf16>;
 template <typename T>
@@ -169,7 +163,8 @@ struct ElementSource {
         head_stride(v.stride[1]),
         step(v.stride[2]),
         dim(v.shape[3]),
-        whole(v.shape[3] / static_cast<int64_t>(simd::lanes()) * static_cast<int64_t>(simd::lanes())),
+        whole(v.shape[3] / static_cast<int64_t>(simd::lanes()) *
+              static_cast<int64_t>(simd::lanes())),
         paired_end(paired_span<T>(v.shape[3])) {}
 
   Ptr row(int64_t b, int64_t h, int64_t j) const {
@@ -179,7 +174,9 @@ struct ElementSource {
   int64_t paired() const { return paired_end; }
   // (Static, with the caller's copies of step and width: a member read after a vector store
   // is read again, since vector types may alias anything.)
-  static void ask(Ptr r, int64_t row_step, int64_t row_width) { prefetch_row(r, row_step, row_width); }
+  static void ask(Ptr r, int64_t row_step, int64_t row_width) {
+    prefetch_row(r, row_step, row_width);
+  }
 
   // part[r][jj + j] ← q_r ⊙ k_j summed over the head dim's whole vectors, for RG rows of q
   // (dim apart) and KG key rows k_j: each q vector loaded once for KG keys. (Pairs of keys
@@ -301,17 +298,17 @@ struct ElementSource {
 //
 // The element rows' walk, each block's values widened in registers as they are read and its
 // scale (and offset) applied once, so the rows' bytes are read once and no fp32 copy of them is
-// made. (Fewer operations per stored byte than the fp32 rows: still more than 85% of the read
-// loop allows from 4 rows per kv head on; docs/tuning.md has the arithmetic.)
+// made. (The work per stored byte is the block's widening and one scale per block, fewer
+// operations than the fp32 rows take per byte.)
 
 template <TensorType kType>
 struct BlockSource {
   using Ptr = const uint8_t*;
   using TileElement = float;  // blocks are widened into the thread's scratch for tiles
   BlockRows rows;
-  int64_t step;   // bytes
-  int64_t dim;    // values per row (whole blocks)
-  int64_t bytes;  // per row
+  int64_t step;                            // bytes
+  int64_t dim;                             // values per row (whole blocks)
+  int64_t bytes;                           // per row
   static constexpr bool kFourKeys = true;  // with 1 or 2 rows: four chains of FMAs in flight
 
   explicit BlockSource(const View& v)
@@ -422,8 +419,8 @@ struct BlockSource {
   }
 
   // As ElementSource::value_rows, over rows of blocks.
-  void value_rows(const float* s, int64_t stride, int64_t j, int64_t nk, Ptr v,
-                  int64_t ahead_rows, int64_t R, float* const* o) const {
+  void value_rows(const float* s, int64_t stride, int64_t j, int64_t nk, Ptr v, int64_t ahead_rows,
+                  int64_t R, float* const* o) const {
     const int64_t N = static_cast<int64_t>(simd::lanes()), Dv = dim;
     for_row_groups(R, [&](int64_t r, auto group) {
       constexpr int RG = decltype(group)::value, W = kValueVectors<RG>;
@@ -466,8 +463,8 @@ HWY_INLINE Vf lane_sums(simd::VfSlot* x) {
 // s[r · s_stride + jj] ← q_r · k_jj for the R rows and nk ≤ N key rows from k (lanes past nk
 // get 0): key rows are read in order, each once for all rows, and lane_sums turns each row's
 // N vectors of partial products into its N scores; the first ahead_rows rows kPrefetchRows on
-// are asked for. (With a horizontal sum per score and the output updated in memory per key,
-// 4 to 8 rows read K and V at 33–54% of a read loop from L3; this way 65–88%.)
+// are asked for. (A horizontal sum per score, with the output updated in memory per key, reads
+// K and V well below this way's rate at 4 to 8 rows.)
 template <class Src>
 void key_scores(const Src& src, const float* q, int64_t R, typename Src::Ptr k, int64_t nk,
                 int64_t ahead_rows, float* s, int64_t s_stride) {
@@ -501,7 +498,9 @@ void key_scores(const Src& src, const float* q, int64_t R, typename Src::Ptr k, 
 struct RowsOnFma {
   static constexpr bool kScalesScores = false;
   template <class Src>
-  static int64_t paired(const Src& K) { return K.paired(); }  // queries in pair order
+  static int64_t paired(const Src& K) {
+    return K.paired();
+  }  // queries in pair order
   template <class Src>
   void prepare(const Src&, float*, int64_t, int64_t, bool, int64_t) {}
   template <class Src>

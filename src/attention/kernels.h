@@ -42,6 +42,7 @@ void flash_forward(const AttentionArgs& a);
 // Split-KV decoding (decode.cpp): a few queries against a long cache. The rows sharing a
 // key/value head (Hq / Hkv · Tq) are computed together, so K and V are read once per
 // key/value head (the tiled forward reads them once per query head, in tiles of 64 queries).
+// K and V rows must be contiguous (stride[3] == 1).
 void decode_forward(const AttentionArgs& a);
 
 // Whether qkv::attention decodes rather than tiling the queries: up to 4 queries always;

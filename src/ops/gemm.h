@@ -1,6 +1,6 @@
 // The one matrix product behind every linear layer (row-major, BLAS conventions):
 //   C[M, N] = alpha · op(A) · op(B) + beta · C,  op(X) = X or Xᵀ.
-// Backed by OpenBLAS's sgemm (docs/tuning.md, "Which GEMM", has the measured choice).
+// Backed by OpenBLAS's sgemm (docs/kernels.md, "Weight products", says why).
 #pragma once
 
 #include <cstdint>

@@ -24,9 +24,8 @@ using simd::df;
 using simd::Vf;
 
 // Weight rows read side by side: 4 streams for the prefetcher, on every target. With 16
-// registers the 4 × 4 block spills a few vectors in its loop, and still wins: decoding a
-// 768-wide model on a Zen 5 ran 200–250 tokens/s this way on AVX2 against 173–195 with 2 rows
-// (SSE4: 137–141 against 111–118); the loop waits on the weights, not on the stack.
+// registers the 4 × 4 block spills a few vectors in its loop and is still faster than 2 rows
+// (AVX2 and SSE4 alike): the loop waits on the weights, not on the stack.
 constexpr int kRowsPerStep = 4;
 
 // C[m, n0 .. n0 + R) for all M rows of A, R weight rows at a time.

@@ -105,9 +105,8 @@ struct Rule {
   const char* why;
 };
 constexpr Rule kRules[] = {
-    // Intel (a 16-core Emerald Rapids Xeon): vdpbf16ps peaks at 558 GFLOP/s, below the 766 of
-    // the fp32 FMAs; bf16 attention widened ran 1.82x (forward), 1.43x (forward + backward)
-    // and 1.61x (decoding) as fast as on vdpbf16ps (docs/tuning.md).
+    // Intel: vdpbf16ps peaks below the fp32 FMAs (bench/bf16_units_compare.py measures both
+    // on one CPU; docs/kernels.md).
     {Work::bf16, "GenuineIntel", Unit::fma,
      "Intel: vdpbf16ps peaks below the fp32 FMAs, so bf16 is widened to fp32"},
     {Work::bf16, "", Unit::bf16_dot,
@@ -135,7 +134,8 @@ const char* const kUnitNames[] = {"fma", "bf16_dot", "avx_vnni", "vpmaddubsw", "
 std::string choices_for(Work work) {
   std::string s;
   for (int u = 0; u < static_cast<int>(std::size(kUnitNames)); ++u)
-    if (multiplies(static_cast<Unit>(u), work)) s += std::string(s.empty() ? "" : ", ") + kUnitNames[u];
+    if (multiplies(static_cast<Unit>(u), work))
+      s += std::string(s.empty() ? "" : ", ") + kUnitNames[u];
   return s;
 }
 
@@ -218,7 +218,8 @@ Unit unit_of(Work work) {
 void force_units(const std::string& spec, const char* where) {
   const auto units = parse_units(spec, cpu_features(), kBf16Kernels, where);
   for (std::atomic<int>& f : forced) f = 0;
-  for (const auto& [work, unit] : units) forced[static_cast<int>(work)] = static_cast<int>(unit) + 1;
+  for (const auto& [work, unit] : units)
+    forced[static_cast<int>(work)] = static_cast<int>(unit) + 1;
 }
 
 void force_unit(Work work, std::optional<Unit> unit) {
