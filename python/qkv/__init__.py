@@ -4,7 +4,8 @@
     q = k = v = np.random.rand(1, 8, 128, 64).astype(np.float32)   # [batch, heads, seq, dim]
     out = qkv.attention(q, k, v, causal=True)
 
-NumPy arrays and torch tensors are read and written in place (any strides, float32). From
+NumPy arrays and torch tensors are read and written in place (any strides; float32, bfloat16
+or float16, sums in float32: see qkv.attention for what the bf16 units round). From
 PyTorch, ``qkv.torch`` has an autograd Function and drop-ins for
 ``torch.nn.functional.scaled_dot_product_attention`` and flash-attn's ``flash_attn_func``.
 Models: ``qkv.load_llama2c``, ``qkv.load_checkpoint``, ``qkv.load_gguf``; a conversation with a
