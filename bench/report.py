@@ -166,10 +166,9 @@ def machine(peer_py, args):
         if path:
             commit, build = llama_cpp_build(path)
             out = subprocess.run([path, "--version"], capture_output=True, text=True)
-            m = re.search(r"version: (.*?)(?:, commit|\)|$)", out.stdout + out.stderr, re.M)
-            peers.append((name, m.group(1).strip() + ")" if m and "(" in m.group(1) else
-                          (m.group(1).strip() if m else "unknown"), commit, build,
-                          "its default (all logical CPUs)"))
+            m = re.search(r"version: (\S+)(?: \((build \d+))?", out.stdout + out.stderr)
+            version = (f"{m.group(1)} ({m.group(2)})" if m.group(2) else m.group(1)) if m else "unknown"
+            peers.append((name, version, commit, build, "its default (all logical CPUs)"))
     if args.llama2c:
         peers.append(("llama2.c's run.c", "-", args.llama2c_commit, args.llama2c_flags,
                       "OpenMP's default (all logical CPUs)"))

@@ -16,7 +16,6 @@ usage: docs_commands.py QKV_BINARY SOURCE_DIR
 """
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
