@@ -9,6 +9,9 @@ causal attention), and MFU divides by the FMA peak qkv measured in the same run.
 
   /usr/bin/python3 bench/compare_torch_train.py            # a table of the CPU pages in docs/benchmarks/
   /usr/bin/python3 bench/compare_torch_train.py --quick    # the small shape only
+  /usr/bin/python3 bench/compare_torch_train.py --dtype bf16
+        # mixed precision only: qkv's `--dtype bf16` against PyTorch's autocast to bf16 (both
+        # keep fp32 weights and AdamW state); the default runs fp32 and bf16
 
   /usr/bin/python3 bench/compare_torch_train.py --torch-tuned
         # PyTorch with glibc huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1) and OpenBLAS's
@@ -42,7 +45,7 @@ def causal_sdpa(q, k, v):
     return F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
 
 
-def torch_worker(shape, threads, steps):
+def torch_worker(shape, threads, steps, dtype):
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(threads)
@@ -83,7 +86,9 @@ def torch_worker(shape, threads, steps):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        forward().backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            loss = forward()
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(P.parameters(), 1.0)
         opt.step()
 
@@ -100,15 +105,16 @@ def torch_worker(shape, threads, steps):
                       "torch": torch.__version__}))
 
 
-def run_torch(shape, threads, steps, env=None):
+def run_torch(shape, threads, steps, dtype, env=None):
     out = subprocess.run([sys.executable, __file__, "--torch-worker", json.dumps(shape),
-                          str(threads), str(steps)], check=True, capture_output=True, text=True,
-                         env=env)
+                          str(threads), str(steps), dtype], check=True, capture_output=True,
+                         text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_qkv(shape, threads, steps):
-    cmd = [QKV, "bench", "train", "--json", "--threads", str(threads), "--steps", str(steps)]
+def run_qkv(shape, threads, steps, dtype):
+    cmd = [QKV, "bench", "train", "--json", "--threads", str(threads), "--steps", str(steps),
+           "--dtype", dtype]
     for k in ("d_model", "layers", "heads", "context", "batch", "vocab"):
         cmd += ["--" + k.replace("_", "-"), str(shape[k])]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -117,32 +123,45 @@ def run_qkv(shape, threads, steps):
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--torch-worker":
-        return torch_worker(json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        return torch_worker(json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]),
+                            sys.argv[5])
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--torch-tuned", action="store_true")
+    ap.add_argument("--dtype", nargs="*", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     a = ap.parse_args()
     env = None
     if a.torch_tuned:
         env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
         env["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1"
     shapes = SHAPES[:1] if a.quick else SHAPES
-    print("| model | threads | qkv tokens/s | qkv MFU | qkv RSS MB | PyTorch tokens/s | PyTorch MFU "
-          "| PyTorch RSS MB | qkv speed-up |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | dtype | threads | qkv tokens/s | qkv MFU | qkv RSS MB | PyTorch tokens/s "
+          "| PyTorch MFU | PyTorch RSS MB | qkv speed-up | qkv bf16 / qkv fp32 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    gemm = None
     for shape in shapes:
         for threads in a.threads:
-            q = run_qkv(shape, threads, a.steps)
-            t = run_torch(shape, threads, a.steps, env)
-            tokens = shape["batch"] * shape["context"]
-            t_tps = tokens / (t["ms_per_step"] / 1e3)
-            t_mfu = t_tps * q["flops_per_token"] / (q["peak_gflops"] * 1e9)
-            print(f"| {shape['name']} ({q['parameters'] / 1e6:.1f}M) | {threads} "
-                  f"| {q['tokens_per_s']:.0f} | {100 * q['mfu']:.0f}% | {q['peak_rss_mb']:.0f} "
-                  f"| {t_tps:.0f} | {100 * t_mfu:.0f}% | {t['peak_rss_mb']:.0f} "
-                  f"| {q['tokens_per_s'] / t_tps:.2f}x |", flush=True)
+            fp32_tps = None
+            for dtype in a.dtype:
+                q = run_qkv(shape, threads, a.steps, dtype)
+                t = run_torch(shape, threads, a.steps, dtype, env)
+                gemm = q.get("gemm")
+                tokens = shape["batch"] * shape["context"]
+                t_tps = tokens / (t["ms_per_step"] / 1e3)
+                # MFU against the fp32 FMA peak for both dtypes (bf16 work in fp32 FLOPs).
+                t_mfu = t_tps * q["flops_per_token"] / (q["peak_gflops"] * 1e9)
+                if dtype == "fp32":
+                    fp32_tps = q["tokens_per_s"]
+                gain = (f"{q['tokens_per_s'] / fp32_tps:.2f}x"
+                        if dtype == "bf16" and fp32_tps else "")
+                print(f"| {shape['name']} ({q['parameters'] / 1e6:.1f}M) | {dtype} | {threads} "
+                      f"| {q['tokens_per_s']:.0f} | {100 * q['mfu']:.0f}% | {q['peak_rss_mb']:.0f} "
+                      f"| {t_tps:.0f} | {100 * t_mfu:.0f}% | {t['peak_rss_mb']:.0f} "
+                      f"| {q['tokens_per_s'] / t_tps:.2f}x | {gain} |", flush=True)
+    print(f"\nqkv's products: {gemm}. PyTorch's bf16 rows run under torch.autocast('cpu', "
+          "dtype=torch.bfloat16). MFU divides by the fp32 FMA peak for both dtypes.")
 
 
 if __name__ == "__main__":

@@ -207,6 +207,21 @@ TEST(CliErrors, ForcingAUnitIsCheckedAgainstTheCpu) {
   EXPECT_NE(info["cpu_id"].get<std::string>().find(" family "), std::string::npos);
 }
 
+// qkv info names the GEMM library of fp32 and bf16 products; QKV_GEMM forces the fp32 one, and
+// an unknown name is a clear error.
+TEST(CliInfo, GemmLibrariesAndQkvGemm) {
+  const Result bad = run("info --json --threads 1", /*with_stderr=*/true, "", "QKV_GEMM=mkl");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_EQ(bad.output.rfind("qkv: error: QKV_GEMM=mkl: the choices are openblas", 0), 0u)
+      << bad.output;
+  const json info = run_json("info --json --threads 1", "QKV_GEMM=openblas");
+  ASSERT_EQ(info["gemm"].size(), 2u) << info.dump();
+  EXPECT_EQ(info["gemm"][0]["products"], "fp32");
+  EXPECT_EQ(info["gemm"][0]["library"], "OpenBLAS");
+  EXPECT_EQ(info["gemm"][0]["why"], "forced by QKV_GEMM");
+  EXPECT_EQ(info["gemm"][1]["products"], "bf16");
+}
+
 // The version is CMakeLists.txt's project version, in qkv --version, qkv info and the library,
 // with the commit it was built from (12 hex digits in a checkout).
 TEST(CliInfo, VersionAndCommit) {

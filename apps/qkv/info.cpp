@@ -82,6 +82,13 @@ void info(const InfoOptions& o) {
   const double peak = detail::measure_fma_peak_gflops(threads, 0.3);
   const double bf16_peak = detail::measure_bf16_peak_gflops(threads, 0.3);  // 0: no bf16 unit
   const double read = detail::measure_read_gbps(size_t{256} << 20, threads);
+  json gemm = json::array();
+  for (const GemmLibraryInUse& g : gemm_libraries())
+    gemm.push_back({{"products", g.products},
+                    {"library", g.library},
+                    {"version", g.version},
+                    {"kernels", g.kernels},
+                    {"why", g.why}});
   json units = json::array();
   for (const UnitInUse& u : units_in_use())
     units.push_back({{"data", u.data}, {"unit", u.unit}, {"why", u.why}});
@@ -103,6 +110,7 @@ void info(const InfoOptions& o) {
       {"bf16_peak_gflops", bf16_peak > 0 ? json(bf16_peak) : json(nullptr)},
       {"read_gbps", read},
       {"units", units},
+      {"gemm", gemm},
   };
   if (o.json) {
     std::cout << result.dump() << "\n";
@@ -121,6 +129,10 @@ void info(const InfoOptions& o) {
   for (const UnitInUse& u : units_in_use())
     std::cout << "  " << std::left << std::setw(22) << u.data << std::setw(11) << u.unit << u.why
               << "\n";
+  std::cout << "gemm:     (QKV_GEMM=openblas or onednn forces the fp32 library)\n";
+  for (const GemmLibraryInUse& g : gemm_libraries())
+    std::cout << "  " << std::left << std::setw(6) << g.products << g.library << " " << g.version
+              << ", " << g.kernels << " kernels: " << g.why << "\n";
   std::cout << std::right << std::fixed << std::setprecision(1) << "fp32 FMA peak, " << threads
             << " thread(s), " << target << ": " << peak << " GFLOP/s (measured now)\n";
   if (bf16_peak > 0)

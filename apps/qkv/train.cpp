@@ -42,6 +42,7 @@ struct TrainOptions {
   float weight_decay = 0.1f, init_std = 0;
   int threads = 0;
   bool json = false, quiet = false;
+  std::string dtype = "fp32";
   ParallelOptions parallel;
 };
 
@@ -128,6 +129,7 @@ void run_train(const TrainOptions& o, ParallelJob& job) {
     ac.weight_decay = o.weight_decay;
     optimizer = std::make_unique<AdamW>(*model, ac);
   }
+  model->set_compute_type(o.dtype == "bf16" ? TensorType::bf16 : TensorType::f32);
   const std::unique_ptr<StepRunner> runner = job.runner(*model, *optimizer, data.seq_len());
   const bool root = job.rank() == 0;  // rank 0 prints and writes the checkpoints
   const bool quiet = o.quiet || !root;
@@ -138,7 +140,7 @@ void run_train(const TrainOptions& o, ParallelJob& job) {
     log << "qkv train: " << data.describe() << "\n  model: " << c.n_layers << " layers, d_model "
         << c.d_model << ", " << c.n_heads << " heads, " << with_commas(model->num_params())
         << " parameters; batch " << o.train.batch << " x " << data.seq_len() << " tokens, "
-        << o.train.steps << " steps"
+        << o.train.steps << " steps" << (o.dtype == "bf16" ? ", bf16 products" : "")
         << (first_step ? ", resumed at step " + std::to_string(first_step) : "") << "\n";
     if (!job.describe().empty())
       log << "  " << job.describe() << ", " << num_threads() << " threads per rank; "
@@ -194,6 +196,7 @@ void run_train(const TrainOptions& o, ParallelJob& job) {
                   {"mfu", mfu},
                   {"peak_gflops", peak},
                   {"parameters", model->num_params()},
+                  {"dtype", o.dtype},
                   {"checkpoint", o.checkpoint},
                   {"interrupted", interrupted.load()},
                   {"ranks", job.size()},
@@ -272,6 +275,11 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--zero1", o->parallel.zero1,
                 "Under mpirun: shard the optimizer state across the ranks (ZeRO-1)");
   add_threads_option(*cmd, o->threads);
+  cmd->add_option("--dtype", o->dtype,
+                  "Products: fp32, or bf16 (mixed precision: operands rounded to bf16, sums, "
+                  "weights and optimizer state fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "No progress lines");
   cmd->add_flag("--json", o->json, "Summary as one JSON line on stdout (progress to stderr)");
   cmd->callback([o, cmd] {

@@ -133,8 +133,16 @@ class Model {
   // The caller keeps `shard` alive; null returns to whole sequences.
   void set_sequence_shard(const SequenceShard* shard) { shard_ = shard; }
 
-  // How forward_cached multiplies activations with Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights held in their
-  // block format (quant::Matmul: exact fp32, or int8 as llama.cpp). Default exact.
+  // The operands of forward() and backward()'s products: f32 (the default), or bf16 for
+  // mixed-precision training: every linear layer's inputs, weights and gradients and
+  // attention's q, k and v rounded to bf16 as they enter a product, every sum in fp32; the
+  // weights, gradients, activations and optimizer state stay fp32 (include/qkv/ops.h,
+  // linear_forward). forward_cached is not affected. Throws qkv::Error for another type.
+  void set_compute_type(TensorType type);
+  TensorType compute_type() const { return compute_; }
+
+  // How forward_cached multiplies activations with Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights held in
+  // their block format (quant::Matmul: exact fp32, or int8 as llama.cpp). Default exact.
   void set_matmul(quant::Matmul mode) { matmul_ = mode; }
   quant::Matmul matmul() const { return matmul_; }
 
@@ -161,6 +169,7 @@ class Model {
   std::vector<float> alibi_;  // ALiBi slopes, when the model uses them
   const SequenceShard* shard_ = nullptr;
   quant::Matmul matmul_ = quant::Matmul::exact;
+  TensorType compute_ = TensorType::f32;
   std::unique_ptr<Weights> w_;
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<InferenceBuffers> infer_;

@@ -45,6 +45,10 @@ struct MultiHeadAttention {
   bool rotary = false;
   float rope_theta = 10000;
   RopePairs rope_pairs = RopePairs::adjacent;
+  // The operands of the products: f32, or bf16 (mixed precision): the projections' inputs and
+  // weights and attention's q, k and v rounded to bf16, every sum in fp32, outputs and
+  // gradients fp32 (attention on qkv's bf16 kernels).
+  TensorType compute = TensorType::f32;
 
   // Parameters (the caller owns them). Set qkv_w for self-attention, or q_w and kv_w for
   // cross-attention. Biases may be null.
@@ -61,7 +65,8 @@ struct MultiHeadAttention {
 struct MultiHeadState {
   Tensor q,
       kv;  // self: q holds the fused [N, W] rows and kv is unused; cross: [N, Hq·dh], [M, 2·Hkv·dh]
-  Tensor att, lse;  // [N, Hq·dh], [B·Hq·T]
+  Tensor att, lse;              // [N, Hq·dh], [B·Hq·T]
+  std::vector<bf16> q16, kv16;  // compute bf16: q and kv rounded, as attention saw them
   Tensor dq, dkv, datt;
 };
 

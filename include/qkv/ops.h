@@ -18,9 +18,13 @@ namespace qkv {
 
 // ---- linear (src/ops/linear.cpp) -----------------------------------------------------------
 // y[N, out] = x[N, in] · Wᵀ + b, W [out, in] (PyTorch's nn.Linear layout), b [out] or null.
-void linear_forward(View y, View x, View W, const float* b);
-// dx += dy · W;  dW += dyᵀ · x;  db += Σ_n dy.
-void linear_backward(View dx, View dW, float* db, View dy, View x, View W);
+// `products` f32 multiplies the fp32 operands; bf16 rounds them to bf16 (nearest even) and
+// sums the products in fp32, as mixed-precision training does (on oneDNN's bf16 matmul where
+// the CPU has bf16 units or AMX: `qkv info`'s gemm line). Views and outputs stay fp32.
+void linear_forward(View y, View x, View W, const float* b, TensorType products = TensorType::f32);
+// dx += dy · W;  dW += dyᵀ · x;  db += Σ_n dy (products as in the forward: dy, W and x rounded).
+void linear_backward(View dx, View dW, float* db, View dy, View x, View W,
+                     TensorType products = TensorType::f32);
 
 // ---- normalisation (src/ops/norm.cpp) -------------------------------------------------------
 // LayerNorm: y = (x − mean) · rstd · w + b, rstd = 1/sqrt(var + eps); saves mean, rstd [N].

@@ -56,6 +56,21 @@ std::string cpu_identity();
 // bf16 dot unit, a lower target widens. Not to be called while kernels run on other threads.
 void set_units(const std::string& spec);
 
+// The libraries behind the dense products (linear layers, training, exact-mode prompts): for
+// fp32 and for bf16 products, which library runs them on this CPU, its version, the kernels it
+// picked and why. A table by CPU (src/ops/gemm.cpp) chooses: OpenBLAS for fp32 where its
+// kernels are written for this CPU's vectors, oneDNN where OpenBLAS falls back to generic ones;
+// oneDNN's bf16 matmul where it has bf16 dot products or AMX, else bf16 operands widened to
+// fp32. QKV_GEMM=openblas or onednn (read once, at the first product) forces the fp32 one.
+struct GemmLibraryInUse {
+  std::string products;  // "fp32", "bf16"
+  std::string library;   // "OpenBLAS", "oneDNN"
+  std::string version;   // "0.3.21", "2.6.3"
+  std::string kernels;   // OpenBLAS's core name ("Cooperlake") or oneDNN's ISA ("avx512_core_amx")
+  std::string why;
+};
+std::vector<GemmLibraryInUse> gemm_libraries();
+
 // Vector width (bits) and vector register count of the current target.
 int target_vector_bits();
 int target_vector_registers();

@@ -256,7 +256,14 @@ MultiHeadAttention Model::attention_layer(int64_t layer) const {
   m.rope_pairs = c.rope_halves ? RopePairs::halves : RopePairs::adjacent;
   m.qkv_w = L.qkv.w, m.qkv_b = L.qkv.b, m.d_qkv_w = L.qkv.dw, m.d_qkv_b = L.qkv.db;
   m.out_w = L.out.w, m.out_b = L.out.b, m.d_out_w = L.out.dw, m.d_out_b = L.out.db;
+  m.compute = compute_;
   return m;
+}
+
+void Model::set_compute_type(TensorType type) {
+  check(type == TensorType::f32 || type == TensorType::bf16, "model: compute type ",
+        dtype_name(type), " is not one of fp32, bf16");
+  compute_ = type;
 }
 
 float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
@@ -338,18 +345,18 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
     // x += ffn(norm(x))
     norm(rows(L.ln2), L.mean2.data(), L.rstd2.data(), rows(L.mid), P.norm2);
     if (c.mlp == MlpKind::gelu) {
-      linear_forward(rows(L.h), rows(L.ln2), P.fc.w, P.fc.b);
+      linear_forward(rows(L.h), rows(L.ln2), P.fc.w, P.fc.b, compute_);
       gelu_forward(rows(L.g), rows(L.h), Gelu::tanh);
     } else {
-      linear_forward(rows(L.h), rows(L.ln2), P.gate.w, P.gate.b);
-      linear_forward(rows(L.u), rows(L.ln2), P.up.w, P.up.b);
+      linear_forward(rows(L.h), rows(L.ln2), P.gate.w, P.gate.b, compute_);
+      linear_forward(rows(L.u), rows(L.ln2), P.up.w, P.up.b, compute_);
       swiglu_forward(rows(L.g), rows(L.h), rows(L.u));
     }
-    linear_forward(rows(a.resid[l + 1]), rows(L.g), P.proj.w, P.proj.b);
+    linear_forward(rows(a.resid[l + 1]), rows(L.g), P.proj.w, P.proj.b, compute_);
     residual_forward(rows(a.resid[l + 1]), rows(a.resid[l + 1]), rows(L.mid));
   }
   norm(rows(a.lnf), a.meanf.data(), a.rstdf.data(), rows(a.resid[c.n_layers]), w.norm);
-  linear_forward(rows(a.logits), rows(a.lnf), w.head.w, nullptr);
+  linear_forward(rows(a.logits), rows(a.lnf), w.head.w, nullptr, compute_);
   if (!targets) return 0;
   return cross_entropy_forward(rows(a.probs), rows(a.logits), a.targets.data());
 }
@@ -370,7 +377,7 @@ void Model::backward(float dloss) {
     else rmsnorm_backward(dx, n.dw, dy, x, n.w, rstd);
   };
   auto linear_backward_of = [&](View dx, View dy, View x, const Weights::Linear& f) {
-    linear_backward(dx, f.dw, f.db, dy, x, f.w);
+    linear_backward(dx, f.dw, f.db, dy, x, f.w, compute_);
   };
 
   // Loss → logits → final norm.

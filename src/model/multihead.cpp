@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "ops/gemm.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 
@@ -21,10 +22,11 @@ struct Heads {
   View q_bthd, k_bthd;  // [B, T or S, H, dh], for the rotary embedding
 };
 
-// Heads as strided views of the projected rows: q rows of width qw starting at column 0,
-// k and v rows of width kvw starting at columns k0 and k0 + Hkv·dh.
-Heads split(const MultiHeadAttention& m, float* q_rows, int64_t qw, float* kv_rows, int64_t kvw,
-            int64_t k0, float* att, int64_t B, int64_t T, int64_t S) {
+// Heads as strided views of the projected rows (fp32, or their bf16 copies): q rows of width qw
+// starting at column 0, k and v rows of width kvw starting at columns k0 and k0 + Hkv·dh.
+template <typename E>
+Heads split(const MultiHeadAttention& m, E* q_rows, int64_t qw, E* kv_rows, int64_t kvw, int64_t k0,
+            float* att, int64_t B, int64_t T, int64_t S) {
   const int64_t dh = m.d_head, Hq = m.n_heads, Hkv = m.n_kv_heads, A = Hq * dh;
   Heads h;
   h.q = View(q_rows, {B, Hq, T, dh}, {T * qw, dh, qw, 1});
@@ -36,14 +38,39 @@ Heads split(const MultiHeadAttention& m, float* q_rows, int64_t qw, float* kv_ro
   return h;
 }
 
-Heads heads_of(const MultiHeadAttention& m, const Tensor& q, const Tensor& kv, const Tensor& att,
-               int64_t B, int64_t T, int64_t S) {
+template <typename E>
+Heads heads_of(const MultiHeadAttention& m, E* q, E* kv, const Tensor& att, int64_t B, int64_t T,
+               int64_t S) {
   const int64_t Hq = m.n_heads, dh = m.d_head;
   if (!m.is_cross()) {
     const int64_t W = (Hq + 2 * m.n_kv_heads) * dh;
-    return split(m, q.data(), W, q.data(), W, Hq * dh, att.data(), B, T, T);
+    return split(m, q, W, q, W, Hq * dh, att.data(), B, T, T);
   }
-  return split(m, q.data(), Hq * dh, kv.data(), 2 * m.n_kv_heads * dh, 0, att.data(), B, T, S);
+  return split(m, q, Hq * dh, kv, 2 * m.n_kv_heads * dh, 0, att.data(), B, T, S);
+}
+
+Heads heads_of(const MultiHeadAttention& m, const Tensor& q, const Tensor& kv, const Tensor& att,
+               int64_t B, int64_t T, int64_t S) {
+  return heads_of(m, q.data(), kv.data(), att, B, T, S);
+}
+
+// The heads attention reads: the fp32 rows, or with compute bf16 their rounded copies (made
+// by the forward, after the rotary embedding; kept for the backward).
+Heads attended_heads(const MultiHeadAttention& m, MultiHeadState& s, int64_t B, int64_t T,
+                     int64_t S, bool round) {
+  if (m.compute != TensorType::bf16) return heads_of(m, s.q, s.kv, s.att, B, T, S);
+  const int64_t N = B * T, dh = m.d_head;
+  const int64_t q_width = m.is_cross() ? m.n_heads * dh : (m.n_heads + 2 * m.n_kv_heads) * dh;
+  if (round) {
+    s.q16.resize(N * q_width);
+    detail::round_to_bf16(s.q.data(), &s.q16[0].bits, N * q_width);
+    if (m.is_cross()) {
+      const int64_t kv_count = B * S * 2 * m.n_kv_heads * dh;
+      s.kv16.resize(kv_count);
+      detail::round_to_bf16(s.kv.data(), &s.kv16[0].bits, kv_count);
+    }
+  }
+  return heads_of(m, s.q16.data(), m.is_cross() ? s.kv16.data() : s.q16.data(), s.att, B, T, S);
 }
 
 AttentionArgs args_of(const MultiHeadAttention& m, const Heads& h, float* lse) {
@@ -84,14 +111,14 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
   const int64_t N = B * T, dh = m.d_head, Hq = m.n_heads, Hkv = m.n_kv_heads;
   if (!m.is_cross()) {
     S = T;
-    linear_forward(rows_of(s.q, N, (Hq + 2 * Hkv) * dh), x, m.qkv_w, m.qkv_b);
+    linear_forward(rows_of(s.q, N, (Hq + 2 * Hkv) * dh), x, m.qkv_w, m.qkv_b, m.compute);
   } else {
     check(!context.empty() && context.shape[0] == B * S,
           "multihead_forward: cross-attention "
           "needs a context of B·S = ",
           B * S, " rows, got ", shape_of(context));
-    linear_forward(rows_of(s.q, N, Hq * dh), x, m.q_w, m.q_b);
-    linear_forward(rows_of(s.kv, B * S, 2 * Hkv * dh), context, m.kv_w, m.kv_b);
+    linear_forward(rows_of(s.q, N, Hq * dh), x, m.q_w, m.q_b, m.compute);
+    linear_forward(rows_of(s.kv, B * S, 2 * Hkv * dh), context, m.kv_w, m.kv_b, m.compute);
   }
   rows_of(s.att, N, Hq * dh);
   rows_of(s.lse, B * Hq * T, 1);
@@ -104,15 +131,15 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
           m.shard->local_len(), " positions, the input ", T);
     if (m.rotary) rotate(m, h, false);
     m.shard->forward(args_of(m, h, s.lse.data()));
-    linear_forward(y, s.att.view().slice(0, 0, N), m.out_w, m.out_b);
+    linear_forward(y, s.att.view().slice(0, 0, N), m.out_w, m.out_b, m.compute);
     return;
   }
   if (m.rotary) {
     rope_forward(h.q_bthd, S - T, m.rope_theta, m.rope_pairs);  // queries are the last T
     rope_forward(h.k_bthd, 0, m.rope_theta, m.rope_pairs);
   }
-  attention(args_of(m, h, s.lse.data()));
-  linear_forward(y, s.att.view().slice(0, 0, N), m.out_w, m.out_b);
+  attention(args_of(m, attended_heads(m, s, B, T, S, true), s.lse.data()));
+  linear_forward(y, s.att.view().slice(0, 0, N), m.out_w, m.out_b, m.compute);
 }
 
 void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx, View dcontext,
@@ -121,7 +148,7 @@ void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx,
   if (!m.is_cross()) S = T;
   const View datt = rows_of(s.datt, N, Hq * dh);
   std::fill(datt.data, datt.data + datt.numel(), 0.0f);
-  linear_backward(datt, m.d_out_w, m.d_out_b, dy, s.att.view().slice(0, 0, N), m.out_w);
+  linear_backward(datt, m.d_out_w, m.d_out_b, dy, s.att.view().slice(0, 0, N), m.out_w, m.compute);
   // Gradients of the projected rows, laid out like the forward's q / kv.
   if (!m.is_cross()) rows_of(s.dq, N, (Hq + 2 * Hkv) * dh);
   else rows_of(s.dq, N, Hq * dh), rows_of(s.dkv, B * S, 2 * Hkv * dh);
@@ -131,17 +158,20 @@ void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx,
     m.shard->backward(args_of(m, h, s.lse.data()), d.out, d.q, d.k, d.v);
     if (m.rotary) rotate(m, d, true);
   } else {
-    attention_backward(args_of(m, h, s.lse.data()), d.out, d.q, d.k, d.v);  // written, not added
+    // Written, not added; with compute bf16 the gradients of the rounded q, k, v (fp32).
+    attention_backward(args_of(m, attended_heads(m, s, B, T, S, false), s.lse.data()), d.out, d.q,
+                       d.k, d.v);
   }
   if (m.rotary && !m.shard) {
     rope_backward(d.q_bthd, S - T, m.rope_theta, m.rope_pairs);
     rope_backward(d.k_bthd, 0, m.rope_theta, m.rope_pairs);
   }
   if (!m.is_cross()) {
-    linear_backward(dx, m.d_qkv_w, m.d_qkv_b, s.dq.view().slice(0, 0, N), x, m.qkv_w);
+    linear_backward(dx, m.d_qkv_w, m.d_qkv_b, s.dq.view().slice(0, 0, N), x, m.qkv_w, m.compute);
   } else {
-    linear_backward(dx, m.d_q_w, m.d_q_b, s.dq.view().slice(0, 0, N), x, m.q_w);
-    linear_backward(dcontext, m.d_kv_w, m.d_kv_b, s.dkv.view().slice(0, 0, B * S), context, m.kv_w);
+    linear_backward(dx, m.d_q_w, m.d_q_b, s.dq.view().slice(0, 0, N), x, m.q_w, m.compute);
+    linear_backward(dcontext, m.d_kv_w, m.d_kv_b, s.dkv.view().slice(0, 0, B * S), context, m.kv_w,
+                    m.compute);
   }
 }
 

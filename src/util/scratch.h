@@ -63,7 +63,9 @@ enum class RingSlot {
 enum class BlockSlot { keys = static_cast<int>(RingSlot::end), values, end };
 // A key/value cache's new rows, rotated before they are stored (src/generate/kv_cache.cpp).
 enum class CacheSlot { keys = static_cast<int>(BlockSlot::end), values, end };
-inline constexpr int kScratchSlots = static_cast<int>(CacheSlot::end);
+// The operands of a bf16 product, rounded (src/ops/gemm.cpp).
+enum class GemmSlot { a = static_cast<int>(CacheSlot::end), b, end };
+inline constexpr int kScratchSlots = static_cast<int>(GemmSlot::end);
 
 // A buffer of at least `floats` floats for the calling thread, in slot `slot`. Contents are
 // not preserved when it grows. Throws std::bad_alloc if memory runs out.

@@ -243,7 +243,52 @@ def make_model_case(name, seed, llama):
     print(f"wrote {path}")
 
 
+def make_training_curve_case(seed=12, steps=60):
+    """A GPT-2-style model trained on copying the previous token: the loss of every step in
+    fp32 and under PyTorch's autocast to bf16 (fp32 master weights and AdamW state, bf16
+    products), from the same float32 weights on the same batches."""
+    cfg = dict(vocab_size=32, context=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=4,
+               d_head=8, d_ff=128, norm="layernorm", mlp="gelu", positions="learned",
+               bias=True, tied_embeddings=True, norm_eps=1e-5, rope_theta=10000.0,
+               rope_halves=False, causal=True)
+    g = torch.Generator().manual_seed(seed)
+    init = {k: v.float() for k, v in model_params(cfg, g).items()}
+    B, T, batches = 4, 16, 8
+    tokens = torch.randint(0, cfg["vocab_size"], (batches, B, T), generator=g)
+    targets = torch.full_like(tokens, -100)
+    targets[..., 1:] = tokens[..., :-1]  # each position names the token before it
+    adamw = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1)
+
+    def curve(autocast):
+        P = {k: v.clone().requires_grad_(True) for k, v in init.items()}
+        decay = [v for v in P.values() if v.dim() == 2]
+        no_decay = [v for v in P.values() if v.dim() == 1]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": adamw["weight_decay"]},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=adamw["lr"],
+                                betas=(adamw["beta1"], adamw["beta2"]), eps=adamw["eps"])
+        losses = []
+        for step in range(steps):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                _, loss = model_forward(P, cfg, tokens[step % batches], targets[step % batches])
+            loss.float().backward()
+            opt.step()
+            losses.append(float(loss))
+        return losses
+
+    doc = {"name": "training_curve", "torch": torch.__version__, "config": cfg, "B": B, "T": T,
+           "tokens": tokens.reshape(-1).tolist(), "targets": targets.reshape(-1).tolist(),
+           "params": {k: [float(x) for x in v.reshape(-1).tolist()] for k, v in init.items()},
+           "adamw": adamw, "steps": steps, "fp32_losses": curve(False),
+           "autocast_bf16_losses": curve(True)}
+    path = os.path.join(HERE, "model_training_curve.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    print(f"wrote {path}")
+
+
 def main():
+    make_training_curve_case()
     make_model_case("gpt2", 10, llama=False)
     make_model_case("llama", 11, llama=True)
     make_case("mha_padding", 1, B=2, Hq=4, Hkv=4, Tq=13, Tk=13, D=16, Dv=16, kv_len=[13, 7])
