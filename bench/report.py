@@ -43,7 +43,7 @@ QKV = os.path.join(ROOT, "build", "release", "qkv")
 PEER = os.path.join(ROOT, "build", "peer")
 SMOLLM2 = os.path.join(ROOT, "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 STORIES = os.path.join(ROOT, "models", "stories260K")
-SECTIONS = ["attention", "units", "training", "generation", "quantized", "kv_cache",
+SECTIONS = ["attention", "units", "gemm", "training", "generation", "quantized", "kv_cache",
             "cache_rotation", "python",
             "mpi", "ggml", "llama2c"]
 
@@ -76,6 +76,8 @@ def setup():
     pip = [py, "-m", "pip", "install", "-q"]
     subprocess.check_call(pip + ["--upgrade", "pip"])
     subprocess.check_call(pip + ["torch", "numpy"])
+    # The GEMM candidates from PyPI (bench/gemm_compare.cpp loads them with dlopen).
+    subprocess.check_call(pip + ["scipy-openblas32", "mkl"])
     subprocess.check_call(pip + ["llama-cpp-python"],
                           env=dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=ON"))
     subprocess.check_call(pip + [ROOT])
@@ -299,11 +301,57 @@ def section_units(peer_py, quick, args):
             + out)
 
 
+def pypi_library(peer_py, code):
+    """A path printed by `code` run in the peer Python, or None where that fails."""
+    try:
+        path = run([peer_py, "-c", code]).strip()
+        return path if os.path.exists(path) else None
+    except RuntimeError:
+        return None
+
+
+def section_gemm(peer_py, quick, args):
+    binary = os.path.join(ROOT, "build", "release", "bench", "gemm_compare")
+    if not os.path.exists(binary):
+        return ("## GEMM libraries\n\nNot measured: build/release/bench/gemm_compare is built "
+                "where libblis-dev and libdnnl-dev are installed.\n")
+    cmd = [binary, "--threads", "2" if quick else "1,2"]
+    openblas = pypi_library(peer_py, "import scipy_openblas32, os; print(os.path.join("
+                            "scipy_openblas32.get_lib_dir(), 'libscipy_openblas.so'))")
+    mkl = pypi_library(peer_py, "import sys, os; print(os.path.join(sys.prefix, 'lib', "
+                       "'libmkl_rt.so.2' if os.path.exists(os.path.join(sys.prefix, 'lib', "
+                       "'libmkl_rt.so.2')) else 'libmkl_rt.so.3'))")
+    if openblas:
+        cmd += ["--pypi-openblas", openblas]
+    if mkl:
+        cmd += ["--mkl", mkl]
+    out = run(cmd, timeout=3600)
+    # What Debian's OpenBLAS does on a CPU it does not know (Sapphire/Emerald Rapids): its
+    # Prescott kernels, forced here for this one process.
+    prescott = run([binary, "--threads", "2"], env={"OPENBLAS_CORETYPE": "Prescott"}, timeout=3600)
+    rows = [l for l in prescott.split("### bf16")[0].splitlines() if l.startswith("|")]
+    return ("## GEMM libraries\n\n"
+            "`bench/gemm_compare.cpp`: the dense products of GPT-2 small (1,024 tokens) and a "
+            "768-wide Llama's prefill in every candidate library, in one process: GFLOP/s and the "
+            "fraction of the FMA or bf16-dot peak measured beside them. \"qkv\" is qkv's own "
+            "call (the library its table picks on this CPU, cut into thread-independent blocks); "
+            "the others are called whole with their own threads. \"WRONG\" would mark a result "
+            "off the exact product. " + ("" if openblas and mkl else
+            "PyPI's OpenBLAS and oneMKL were not installed in the peer Python (`report.py "
+            "--setup`). ") + "\n\n" + out +
+            "\n### Debian's OpenBLAS on a CPU it does not know\n\n"
+            "The same fp32 products with `OPENBLAS_CORETYPE=Prescott` set for that process "
+            "alone: the kernels Debian's OpenBLAS 0.3.21 runs on Intel Sapphire and Emerald "
+            "Rapids, where qkv's table picks oneDNN.\n\n" + "\n".join(rows) + "\n")
+
+
 def section_training(peer_py, quick, args):
     out = run([peer_py, "bench/compare_torch_train.py"] + (["--quick"] if quick else []))
     return ("## Training\n\n"
-            "`bench/compare_torch_train.py`: one AdamW step of the same model in qkv (`qkv bench train`) and in PyTorch, tokens "
-            "per second; MFU counts 6 × parameters + attention FLOPs per token against the FMA "
+            "`bench/compare_torch_train.py`: one AdamW step of the same model in qkv (`qkv bench "
+            "train`) and in PyTorch, tokens per second, in fp32 and in bf16 mixed precision "
+            "(qkv's `--dtype bf16`, PyTorch's autocast to bf16; both keep fp32 weights and AdamW "
+            "state); MFU counts 6 × parameters + attention FLOPs per token against the fp32 FMA "
             "peak.\n\n" + out)
 
 

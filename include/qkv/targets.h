@@ -58,8 +58,8 @@ void set_units(const std::string& spec);
 
 // The libraries behind the dense products (linear layers, training, exact-mode prompts): for
 // fp32 and for bf16 products, which library runs them on this CPU, its version, the kernels it
-// picked and why. A table by CPU (src/ops/gemm.cpp) chooses: OpenBLAS for fp32 where its
-// kernels are written for this CPU's vectors, oneDNN where OpenBLAS falls back to generic ones;
+// picked and why. A table by CPU (src/ops/gemm.cpp) chooses: OpenBLAS for fp32 where it knows
+// the CPU (kernels with AVX2 or AVX-512 FMAs), oneDNN where it falls back to older ones;
 // oneDNN's bf16 matmul where it has bf16 dot products or AMX, else bf16 operands widened to
 // fp32. QKV_GEMM=openblas or onednn (read once, at the first product) forces the fp32 one.
 struct GemmLibraryInUse {

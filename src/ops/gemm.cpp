@@ -208,17 +208,13 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   gemm_fp32(choice.fp32, ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
 }
 
-// OpenBLAS's core names for the x86-64 CPUs whose vector width its kernels use: anything else
-// on a CPU with AVX2 is a generic fallback (Prescott, Core2, Nehalem, Sandybridge) for a CPU
-// this OpenBLAS does not know.
-bool openblas_core_fits(const std::string& core, const simd::CpuFeatures& f) {
-  static const char* avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
-  static const char* avx2[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
-  auto in = [&](const auto& names) {
-    return std::any_of(std::begin(names), std::end(names),
-                       [&](const char* n) { return core == n; });
-  };
-  return f.avx512 ? in(avx512) : in(avx2);
+// OpenBLAS's core names whose sgemm kernels use AVX2 or AVX-512 FMAs. Any other on an x86-64
+// CPU is a fallback to older kernels (Prescott, Core2, Nehalem, Sandybridge) for a CPU this
+// OpenBLAS does not know. (Haswell's AVX2 kernels on Zen 4 run as fast as its AVX-512 ones:
+// Zen 4 executes 512-bit FMAs as two 256-bit halves.)
+bool openblas_core_fits(const std::string& core) {
+  static const char* fma[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"};
+  return std::any_of(std::begin(fma), std::end(fma), [&](const char* n) { return core == n; });
 }
 
 }  // namespace
@@ -235,10 +231,10 @@ GemmChoice choose_gemm(const simd::CpuFeatures& f, const std::string& openblas_c
   GemmChoice c;
   const bool x86 = f.vendor != "arm";
   const bool onednn = onednn_isa != "none";
-  if (x86 && onednn && !openblas_core_fits(openblas_core, f)) {
+  if (x86 && onednn && !openblas_core_fits(openblas_core)) {
     c.fp32 = GemmLibrary::onednn;
-    c.why_fp32 = "OpenBLAS runs its generic " + openblas_core +
-                 " kernels on this CPU; oneDNN's are written for it";
+    c.why_fp32 = "OpenBLAS does not know this CPU and runs its " + openblas_core +
+                 " kernels; oneDNN's use its FMAs";
   } else {
     c.fp32 = GemmLibrary::openblas;
     c.why_fp32 = x86 ? "OpenBLAS runs its " + openblas_core + " kernels, written for this CPU"

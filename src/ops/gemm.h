@@ -35,9 +35,9 @@ struct GemmChoice {
   std::string why_fp32, why_bf16;
 };
 
-// The table: OpenBLAS for fp32 where its kernels fit the CPU's vectors (its core name for the
-// CPU, `openblas_core`, is one written for AVX2 or AVX-512 as the CPU has them), oneDNN where
-// OpenBLAS fell back to generic kernels; oneDNN's bf16 matmul where its ISA (`onednn_isa`, as
+// The table: OpenBLAS for fp32 where it knows the CPU (its core name for it, `openblas_core`,
+// is one whose kernels use AVX2 or AVX-512 FMAs) or on Arm, oneDNN where OpenBLAS fell back to
+// older x86 kernels; oneDNN's bf16 matmul where its ISA (`onednn_isa`, as
 // onednn_isa() names it; "none" without oneDNN) has bf16 dot products or AMX.
 GemmChoice choose_gemm(const simd::CpuFeatures& features, const std::string& openblas_core,
                        const std::string& onednn_isa);
