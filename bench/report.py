@@ -315,7 +315,7 @@ def section_gemm(peer_py, quick, args):
     if not os.path.exists(binary):
         return ("## GEMM libraries\n\nNot measured: build/release/bench/gemm_compare is built "
                 "where libblis-dev and libdnnl-dev are installed.\n")
-    cmd = [binary, "--threads", "2" if quick else "1,2"]
+    cmd = [binary, "--threads", str(os.cpu_count()) if quick else f"1,{os.cpu_count()}"]
     openblas = pypi_library(peer_py, "import scipy_openblas32, os; print(os.path.join("
                             "scipy_openblas32.get_lib_dir(), 'libscipy_openblas.so'))")
     mkl = pypi_library(peer_py, "import sys, os; print(os.path.join(sys.prefix, 'lib', "
@@ -328,7 +328,7 @@ def section_gemm(peer_py, quick, args):
     out = run(cmd, timeout=3600)
     # What Debian's OpenBLAS does on a CPU it does not know (Sapphire/Emerald Rapids): its
     # Prescott kernels, forced here for this one process.
-    prescott = run([binary, "--threads", "2"], env={"OPENBLAS_CORETYPE": "Prescott"}, timeout=3600)
+    prescott = run([binary, "--threads", str(os.cpu_count())], env={"OPENBLAS_CORETYPE": "Prescott"}, timeout=3600)
     rows = [l for l in prescott.split("### bf16")[0].splitlines() if l.startswith("|")]
     return ("## GEMM libraries\n\n"
             "`bench/gemm_compare.cpp`: the dense products of GPT-2 small (1,024 tokens) and a "
@@ -346,7 +346,8 @@ def section_gemm(peer_py, quick, args):
 
 
 def section_training(peer_py, quick, args):
-    out = run([peer_py, "bench/compare_torch_train.py"] + (["--quick"] if quick else []))
+    # --quick: both models (gpt2-small is the MFU yardstick's shape) on every core only.
+    out = run([peer_py, "bench/compare_torch_train.py"] + (["--threads", str(os.cpu_count())] if quick else []))
     return ("## Training\n\n"
             "`bench/compare_torch_train.py`: one AdamW step of the same model in qkv (`qkv bench "
             "train`) and in PyTorch, tokens per second, in fp32 and in bf16 mixed precision "
