@@ -3,9 +3,9 @@
 // The textbook structure (Goto/BLIS): B is packed in blocks of kKc × kNc into panels of 64
 // columns laid out [k][64], so a 6 × 64 register tile (24 accumulators) takes 4 vector loads
 // and 6 broadcasts of A per k; threads share each packed block and split the rows of C.
-// Not used by the library: OpenBLAS was measured faster (docs/kernels.md, "Weight products"). Static
-// dispatch, and sized for 32 registers (AVX-512): since the default build's baseline is SSE4,
-// measure it with the native preset (`cmake --preset native`), as it was measured.
+// Not used by the library: OpenBLAS was measured faster (docs/kernels.md, "Weight products").
+// Static dispatch, and sized for 32 registers (AVX-512): since the default build's baseline is
+// SSE4, measure it with the native preset (`cmake --preset native`), as it was measured.
 #pragma once
 
 #include <hwy/highway.h>
@@ -56,6 +56,10 @@ inline void tile(const float* a, int64_t lda, const float* bp, int64_t kc, float
     for (int r = 0; r < MR; ++r)
       for (int64_t col = 0; col < n_valid; ++col) c[r * ldc + col] = edge[r * kNr + col];
 }
+
+// Whether this build's static target has the 16-lane vectors the tile is written for (4 of
+// them span a 64-column panel); on narrower ones it would compute only part of each panel.
+inline bool gemm_highway_fits() { return hn::Lanes(hn::ScalableTag<float>()) * 4 == kNr; }
 
 inline void gemm_highway(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                          const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate,
