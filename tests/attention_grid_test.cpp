@@ -216,9 +216,9 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   ref.v = View(vp.data(), {1, Hkv, Tk, D});
   ref.out = want;
   reference::attention(ref);
-  // The variant this combination must reach. A ring read out of order for several queries (or
-  // with ALiBi, whose bias follows positions) is gathered as fp32 first.
-  const bool gathered = source == Source::ring && (Tq > 1 || option == Option::alibi);
+  // The variant this combination must reach. A ring is read in place, in position order, by
+  // the decoding kernels; for the tiled forward it is gathered as fp32 first.
+  const bool gathered = source == Source::ring && driver == Driver::forward;
   const TensorType read = gathered ? TensorType::f32 : format;
   const bool dot = read == TensorType::bf16 && bf16_dot_in_use();
   Variant want_variant = Variant::forward_tiles;

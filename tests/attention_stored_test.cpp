@@ -175,6 +175,12 @@ std::vector<StoredCase> stored_cases() {
     cases.push_back({.type = type, .Tq = 40, .L = 300});
     cases.push_back({.type = type, .Tq = 40, .window = 100, .Hq = 8, .L = 300});
   }
+  // A ring wrapped inside a long cache, decoded in place: split-KV chunks on both sides of
+  // the wrap (600 slots holding positions 500 … 1099, slot 0 at position 600).
+  for (TensorType type : kv_row_types()) {
+    cases.push_back({.type = type, .slots = 600, .Tq = 2, .window = 590, .L = 1100});
+    cases.push_back({.type = type, .slots = 600, .Tq = 1, .window = 599, .alibi = true, .L = 1100});
+  }
   // Rotated rows, every storage: decoding, a ring with fresh rows, a rotation block below the
   // head dim, and the tiled forward (f32 and blocks: bf16 and f16 rows meet the bf16 units
   // there, which round P, beyond this test's bound).

@@ -113,6 +113,12 @@ void validate_backward(const AttentionArgs& args, const View& dout, const View& 
 // begins at element b · batch_stride + h · head_stride + slot(p) · row_stride of k (or v):
 // slot(p) = p, or in a ring of `slots` rows (a sliding-window model's cache) p mod slots, and
 // then only the last `slots` positions are held. The queries are the last Tq positions.
+// How a cache lays out its rows. rows: position after position, where the strides say (the
+// one layout attention reads). Layouts that interleave groups of rows for a product unit (bf16
+// pairs, int8 quads, 16 rows per tile) are to be declared here, read through the same
+// interface; attention refuses a value it does not know.
+enum class KvLayout { rows };
+
 struct StoredKV {
   TensorType type = TensorType::f32;
   const void* k = nullptr;
@@ -122,6 +128,7 @@ struct StoredKV {
   int64_t dim_k = 0, dim_v = 0;                               // D, Dv
   int64_t length = 0;  // positions so far, the queries' included
   int64_t slots = 0;   // 0: not a ring
+  KvLayout layout = KvLayout::rows;
   // Optional [B, Hkv, n, D] and [B, Hkv, n, Dv] (any type): the keys and values of the last n
   // positions, given here rather than stored (a ring that storing them would overrun while
   // earlier queries still see what they overwrite). Read as `type` rounds them.
@@ -147,9 +154,10 @@ void hadamard_rotate(float* x, int64_t dim, int64_t block);
 // Attention of args.q over stored keys and values: args as for attention() with k and v left
 // empty, and the mask in positions (causal, window_left; ALiBi by position). One road for
 // every cache: it reads the rows in place, in their stored type (16-bit rows and 32-value
-// blocks widened in registers, or a tile of rows at a time into L1; a ring's slots too, for one
-// query that sees them all), or else — a ring whose slots are out of order, or fresh rows —
-// gathers the positions the queries see as an fp32 copy and runs attention() on it. Throws
+// blocks widened in registers, or a tile of rows at a time into L1; a ring whose slots are out
+// of order too, in position order, when the queries decode), or else — such a ring under the
+// tiled kernel, or fresh rows — gathers the positions the queries see as an fp32 copy and runs
+// attention() on it. Throws
 // qkv::Error for arguments attention() would refuse, a position the queries see that the storage no
 // longer holds, a bias, padding or packed sequences (not supported over a cache).
 void attention(const AttentionArgs& args, const StoredKV& kv);

@@ -1,6 +1,7 @@
 // qkv::attention (the dispatcher) and the argument checks every kernel shares.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "attention/kernels.h"
 #include "attention/masks.h"
@@ -164,16 +165,24 @@ namespace {
 
 // Forward for one (unpacked) problem: the kernel that suits its shape.
 void forward_one(const AttentionArgs& args) {
-  // A few queries (decoding against a cache): split the keys instead of the queries, so
-  // every core streams its share of K and V. Decoding reads K and V rows as vectors: a
-  // (rare) strided head dim goes to the tiled kernel, which gathers its tiles.
-  const bool rows = args.k.stride[3] == 1 && args.v.stride[3] == 1;
-  if (rows && detail::decodes(args.q.shape[2], args.k.shape[2], args.q.shape[1] / args.k.shape[1]))
-    detail::decode_forward(args);
-  else detail::flash_forward(args);
+  // Decoding reads K and V rows as vectors: a (rare) strided head dim goes to the tiled
+  // kernel over a contiguous copy.
+  if (args.k.stride[3] != 1 || args.v.stride[3] != 1) {
+    std::vector<char> k_copy, v_copy;
+    return detail::flash_forward(args, detail::kv_rows(detail::contiguous_rows(args.k, k_copy)),
+                                 detail::kv_rows(detail::contiguous_rows(args.v, v_copy)));
+  }
+  detail::forward_validated(args, detail::kv_rows(args.k), detail::kv_rows(args.v));
 }
 
 }  // namespace
+
+void detail::forward_validated(const AttentionArgs& args, const KvRows& K, const KvRows& V) {
+  // A few queries (decoding against a cache): split the keys instead of the queries, so
+  // every core streams its share of K and V.
+  if (decodes(args.q.shape[2], K.rows, args.q.shape[1] / K.heads)) decode_forward(args, K, V);
+  else flash_forward(args, K, V);
+}
 
 void detail::forward_validated(const AttentionArgs& args) {
   if (args.packed.num_seqs > 0)

@@ -6,9 +6,8 @@
 // multiply them. Each stored byte is read once per pass and the cache is never copied whole. Per
 // Highway target, like src/simd/simd-inl.h.
 //
-// Strides count values, as for every view (include/qkv/attention.h, StoredKV): position j of
-// head h, sequence b begins at value b · batch_stride + h · head_stride + j · row_stride, whose
-// block is that offset / 32.
+// Where the rows are comes from the row source (kv_rows.h), whose strides count values: a
+// row's block is its value offset / 32.
 #if defined(QKV_ATTENTION_BLOCK_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_ATTENTION_BLOCK_ROWS_INL_H_
 #undef QKV_ATTENTION_BLOCK_ROWS_INL_H_
@@ -22,6 +21,7 @@
 
 #include <hwy/highway.h>
 
+#include "attention/kv_rows.h"
 #include "qkv/number_format.h"
 #include "qkv/tensor.h"
 #include "simd/half-inl.h"
@@ -46,32 +46,6 @@ decltype(auto) with_block_format(TensorType type, F&& f) {
     default:
       return f(std::integral_constant<TensorType, TensorType::q4_1>{});
   }
-}
-
-struct BlockRows {
-  TensorType type = TensorType::q8_0;
-  const uint8_t* data = nullptr;
-  int64_t batch_stride = 0, head_stride = 0, row_stride = 0;  // in values
-  int64_t dim = 0;                                            // values per row
-  int64_t block_bytes = 0;
-
-  const uint8_t* row(int64_t b, int64_t h, int64_t j) const {
-    return data +
-           (b * batch_stride + h * head_stride + j * row_stride) / kBlockValues * block_bytes;
-  }
-  int64_t row_bytes() const { return dim / kBlockValues * block_bytes; }
-  int64_t stride_bytes() const { return row_stride / kBlockValues * block_bytes; }
-};
-
-// The rows of a view [B, H, T, dim] of a block format.
-inline BlockRows block_rows(const View& v) {
-  BlockRows r;
-  r.type = v.type;
-  r.data = static_cast<const uint8_t*>(v.elements);
-  r.batch_stride = v.stride[0], r.head_stride = v.stride[1], r.row_stride = v.stride[2];
-  r.dim = v.shape[3];
-  r.block_bytes = block_size(static_cast<uint32_t>(v.type))->bytes;
-  return r;
 }
 
 template <TensorType kType>
@@ -138,7 +112,7 @@ inline constexpr int64_t kAheadBlockRows = 4, kFarBlockRows = 32;
 
 // Rows [j, j + count) of head (b, h) as fp32 into out (count × dim, rows dim apart).
 template <TensorType kType>
-void widen_rows_of(const BlockRows& r, int64_t b, int64_t h, int64_t j, int64_t count, float* out) {
+void widen_rows_of(const KvRows& r, int64_t b, int64_t h, int64_t j, int64_t count, float* out) {
   const simd::Df df;
   const int64_t N = static_cast<int64_t>(simd::hn::Lanes(df));
   const int64_t stride = r.stride_bytes(), bytes = r.row_bytes(), blocks = r.dim / kBlockValues;
@@ -155,7 +129,7 @@ void widen_rows_of(const BlockRows& r, int64_t b, int64_t h, int64_t j, int64_t 
         simd::hn::StoreU(block_values<kType>(blk, i), df, y + i);
   }
 }
-inline void widen_rows(const BlockRows& r, int64_t b, int64_t h, int64_t j, int64_t count,
+inline void widen_rows(const KvRows& r, int64_t b, int64_t h, int64_t j, int64_t count,
                        float* out) {
   with_block_format(
       r.type, [&](auto format) { widen_rows_of<decltype(format)::value>(r, b, h, j, count, out); });

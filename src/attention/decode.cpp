@@ -75,9 +75,18 @@ constexpr int64_t kMaxRowsInLanes = 16;  // rows (GQA group × queries) of the k
 
 struct Shape {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv, G, R, chunk, chunks;  // G = Hq / Hkv, R = G · Tq rows
+  int64_t wrap;  // keys [0, wrap) and [wrap, Tk) each lie a row apart (a ring's wrap; or Tk)
   // Row r of key/value head hkv's group is query query(r) of query head head(hkv, r).
   int64_t head(int64_t hkv, int64_t r) const { return hkv * G + r / Tq; }
   int64_t query(int64_t r) const { return r % Tq; }
+  // Chunk c's keys [c0, c1): chunks of `chunk` keys from 0 and, past a ring's wrap, from wrap,
+  // so that no chunk crosses it.
+  int64_t chunks_before_wrap() const { return (wrap + chunk - 1) / chunk; }
+  void keys_of(int64_t c, int64_t& c0, int64_t& c1) const {
+    const int64_t before = chunks_before_wrap();
+    if (c < before) c0 = c * chunk, c1 = std::min(c0 + chunk, wrap);
+    else c0 = wrap + (c - before) * chunk, c1 = std::min(c0 + chunk, Tk);
+  }
 };
 
 // Partial results of one unit: per row m, l, then o[Dv].
@@ -191,7 +200,7 @@ struct UnitRows {
 UnitRows start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t b, int64_t hkv,
                     int64_t c, float* parts, int64_t paired = 0) {
   UnitRows u;
-  u.c0 = c * n.chunk, u.c1 = std::min(u.c0 + n.chunk, n.Tk);
+  n.keys_of(c, u.c0, u.c1);
   u.unit = (b * n.Hkv + hkv) * n.chunks + c;
   u.lo = u.c1, u.hi = u.c0;
   u.ranges = thread_scratch_for<KeyRange>(ForwardSlot::key_ranges, n.R);
@@ -400,25 +409,19 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
   }
 }
 
-// The split-KV driver over one row source for keys and values (Tk, Hkv and Dv from the view).
+// The split-KV driver over one row source for keys and values.
 template <class Src>
-void decode(const AttentionArgs& a, const Src& K, const Src& V) {
-  Shape n{a.q.shape[0],
-          a.q.shape[1],
-          a.k.shape[1],
-          a.q.shape[2],
-          a.k.shape[2],
-          a.q.shape[3],
-          a.v.shape[3],
-          0,
-          0,
-          0,
-          0};
+void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
+  const Src K(KR), V(VR);
+  Shape n{};
+  n.B = a.q.shape[0], n.Hq = a.q.shape[1], n.Hkv = KR.heads, n.Tq = a.q.shape[2];
+  n.Tk = KR.rows, n.D = a.q.shape[3], n.Dv = VR.dim;
   n.G = n.Hq / n.Hkv;
   n.R = n.G * n.Tq;
   n.chunk = chunk_for(n.Tk);
-  n.chunks = (n.Tk + n.chunk - 1) / n.chunk;
-  const ScoreRule rule = score_rule(a, "attention");
+  n.wrap = KR.wrap();
+  n.chunks = n.chunks_before_wrap() + (n.Tk - n.wrap + n.chunk - 1) / n.chunk;
+  const ScoreRule rule = score_rule(a, n.Tk, "attention");
   const float scale = effective_scale(a);
   constexpr bool kElements = !std::is_same_v<typename Src::Ptr, const uint8_t*>;
   const int64_t units = n.B * n.Hkv * n.chunks;
@@ -468,16 +471,12 @@ void decode(const AttentionArgs& a, const Src& K, const Src& V) {
 
 }  // namespace
 
-void decode_forward(const AttentionArgs& a) {
-  if (is_kv_block_type(a.k.type))
-    return with_block_format(a.k.type, [&](auto format) {
-      constexpr TensorType kType = decltype(format)::value;
-      decode(a, BlockSource<kType>(a.k), BlockSource<kType>(a.v));
-    });
-  tiles::with_element_type(a.k.type, [&](auto element) {
-    using T = decltype(element);
-    decode(a, ElementSource<T>(a.k), ElementSource<T>(a.v));
-  });
+void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
+  if (K.in_blocks())
+    return with_block_format(
+        K.type, [&](auto format) { decode<BlockSource<decltype(format)::value>>(a, K, V); });
+  tiles::with_element_type(
+      K.type, [&](auto element) { decode<ElementSource<decltype(element)>>(a, K, V); });
 }
 
 }  // namespace HWY_NAMESPACE
@@ -489,8 +488,9 @@ HWY_AFTER_NAMESPACE();
 namespace qkv::detail {
 
 // bf16 K and V on the bf16 units when the head dim is whole pairs (decode_bf16.cpp).
-QKV_ENTRY_WITH_BF16_UNITS(decode_forward, (const AttentionArgs& a), (a),
-                          a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0)
+QKV_ENTRY_WITH_BF16_UNITS(decode_forward,
+                          (const AttentionArgs& a, const KvRows& K, const KvRows& V), (a, K, V),
+                          K.type == TensorType::bf16 && a.q.shape[3] % 2 == 0)
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

@@ -24,6 +24,7 @@
 #include <hwy/highway.h>
 
 #include "attention/block_rows-inl.h"
+#include "attention/kv_rows.h"
 #include "simd/convert-inl.h"
 #include "simd/simd-inl.h"
 
@@ -154,21 +155,23 @@ struct ElementSource {
   int64_t batch_stride, head_stride, step;  // in elements
   int64_t dim;                              // elements per row
   int64_t whole, paired_end;                // the head dim's whole vectors; its paired span
+  int64_t first, slots;                     // a ring's (KvRows::slot)
   static constexpr bool kFourKeys = false;  // (four keys at a time were slower from memory)
 
-  // The rows of a view [B, H, T, dim] whose elements are contiguous.
-  explicit ElementSource(const View& v)
-      : data(static_cast<const T*>(v.address())),
-        batch_stride(v.stride[0]),
-        head_stride(v.stride[1]),
-        step(v.stride[2]),
-        dim(v.shape[3]),
-        whole(v.shape[3] / static_cast<int64_t>(simd::lanes()) *
-              static_cast<int64_t>(simd::lanes())),
-        paired_end(paired_span<T>(v.shape[3])) {}
+  explicit ElementSource(const KvRows& r)
+      : data(static_cast<const T*>(r.data)),
+        batch_stride(r.batch_stride),
+        head_stride(r.head_stride),
+        step(r.row_stride),
+        dim(r.dim),
+        whole(r.dim / static_cast<int64_t>(simd::lanes()) * static_cast<int64_t>(simd::lanes())),
+        paired_end(paired_span<T>(r.dim)),
+        first(r.first),
+        slots(r.slots) {}
 
+  // Row j of head (b, h); rows j, j + 1, … lie step apart up to a ring's wrap.
   Ptr row(int64_t b, int64_t h, int64_t j) const {
-    return data + b * batch_stride + h * head_stride + j * step;
+    return data + b * batch_stride + h * head_stride + (slots > 0 ? (first + j) % slots : j) * step;
   }
   int64_t width() const { return dim; }
   int64_t paired() const { return paired_end; }
@@ -305,14 +308,14 @@ template <TensorType kType>
 struct BlockSource {
   using Ptr = const uint8_t*;
   using TileElement = float;  // blocks are widened into the thread's scratch for tiles
-  BlockRows rows;
+  KvRows rows;
   int64_t step;                            // bytes
   int64_t dim;                             // values per row (whole blocks)
   int64_t bytes;                           // per row
   static constexpr bool kFourKeys = true;  // with 1 or 2 rows: four chains of FMAs in flight
 
-  explicit BlockSource(const View& v)
-      : rows(block_rows(v)), step(rows.stride_bytes()), dim(rows.dim), bytes(rows.row_bytes()) {}
+  explicit BlockSource(const KvRows& r)
+      : rows(r), step(r.stride_bytes()), dim(r.dim), bytes(r.row_bytes()) {}
   Ptr row(int64_t b, int64_t h, int64_t j) const { return rows.row(b, h, j); }
   int64_t width() const { return bytes; }
   int64_t paired() const { return 0; }

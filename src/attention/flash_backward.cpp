@@ -461,8 +461,8 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
                     const View& dv) {
   std::vector<char> k_copy, v_copy;
   AttentionArgs a = args;
-  a.k = tiles::contiguous_rows(args.k, k_copy);
-  a.v = tiles::contiguous_rows(args.v, v_copy);
+  a.k = contiguous_rows(args.k, k_copy);
+  a.v = contiguous_rows(args.v, v_copy);
   const size_t N = simd::lanes();
   const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
                 a.k.shape[2], a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};

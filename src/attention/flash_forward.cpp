@@ -155,8 +155,9 @@ void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, c
 // One unit: query tiles [first, first + count) of (b, h), walking the key tiles together; K
 // and V are T (fp32, bf16 or fp16), read in place.
 template <class T>
-void query_tile_group(const AttentionArgs& a, const ScoreRule& rule, float scale, const Shape& n,
-                      int64_t b, int64_t h, int64_t first, int64_t count, bool stream_out) {
+void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
+                      const ScoreRule& rule, float scale, const Shape& n, int64_t b, int64_t h,
+                      int64_t first, int64_t count, bool stream_out) {
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq;
   float* Qt = thread_scratch(ForwardSlot::q_tiles, count * n.D * Mq);
@@ -183,20 +184,15 @@ void query_tile_group(const AttentionArgs& a, const ScoreRule& rule, float scale
   const int64_t hkv = h / (n.Hq / n.Hkv);
   // Keys and values in 32-value blocks (a Q8_0, Q4_0 or Q4_1 cache; T is float): each key tile's
   // rows widened into tiles first, then read as fp32 rows.
-  const bool in_blocks = is_kv_block_type(a.k.type);
-  const T* k0 = nullptr;
-  const T* v0 = nullptr;
-  BlockRows KB, VB;
+  const bool in_blocks = K.in_blocks();
   float *k_tile = nullptr, *v_tile = nullptr;
   if (in_blocks) {
-    KB = block_rows(a.k), VB = block_rows(a.v);
     k_tile = thread_scratch(BlockSlot::keys, kKeyTile * n.D);
     v_tile = thread_scratch(BlockSlot::values, kKeyTile * n.Dv);
-  } else {
-    k0 = with_typed(a.k, b, hkv, 0, 0, [](auto* p) { return reinterpret_cast<const T*>(p); });
-    v0 = with_typed(a.v, b, hkv, 0, 0, [](auto* p) { return reinterpret_cast<const T*>(p); });
   }
-  const int64_t ks = in_blocks ? n.D : a.k.stride[2], vs = a.v.stride[2];
+  const T* k0 = reinterpret_cast<const T*>(K.row(b, hkv, 0));
+  const T* v0 = reinterpret_cast<const T*>(V.row(b, hkv, 0));
+  const int64_t ks = in_blocks ? n.D : K.row_stride, vs = V.row_stride;
   simd::PrefetchQueue prefetch;
   for (int64_t j0 = lo / kKeyTile * kKeyTile; j0 < hi; j0 += kKeyTile) {
     // The next key tile's K and V rows, asked for while this one computes.
@@ -205,10 +201,10 @@ void query_tile_group(const AttentionArgs& a, const ScoreRule& rule, float scale
     const int64_t rows = std::min(kKeyTile, hi - j0);
     const T* k_rows = nullptr;
     if (in_blocks) {
-      prefetch.reset(KB.row(b, hkv, next), KB.stride_bytes(), KB.row_bytes(), VB.row(b, hkv, next),
-                     VB.stride_bytes(), VB.row_bytes(), std::max<int64_t>(next_rows, 0));
-      widen_rows(KB, b, hkv, j0, rows, k_tile);
-      widen_rows(VB, b, hkv, j0, rows, v_tile);
+      prefetch.reset(K.row(b, hkv, next), K.stride_bytes(), K.row_bytes(), V.row(b, hkv, next),
+                     V.stride_bytes(), V.row_bytes(), std::max<int64_t>(next_rows, 0));
+      widen_rows(K, b, hkv, j0, rows, k_tile);
+      widen_rows(V, b, hkv, j0, rows, v_tile);
       k_rows = reinterpret_cast<const T*>(k_tile);
       simd::pack_transposed(v_tile, n.Dv, rows, n.Dv, 1.0f, Vt, kKeyTile);
     } else {
@@ -251,15 +247,11 @@ std::vector<int64_t> heaviest_first(const Mask& mask, const Shape& n, int64_t pe
 
 }  // namespace
 
-void flash_forward(const AttentionArgs& args) {
-  std::vector<char> k_copy, v_copy;
-  AttentionArgs a = args;
-  a.k = contiguous_rows(args.k, k_copy);
-  a.v = contiguous_rows(args.v, v_copy);
+void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
   const size_t N = simd::lanes();
-  const Shape n{a.q.shape[0], a.q.shape[1], a.k.shape[1], a.q.shape[2],
-                a.k.shape[2], a.q.shape[3], a.v.shape[3], static_cast<int64_t>(kQueryVectors * N)};
-  const ScoreRule rule = score_rule(a, "attention");
+  const Shape n{a.q.shape[0], a.q.shape[1], K.heads, a.q.shape[2],
+                K.rows,       a.q.shape[3], V.dim,   static_cast<int64_t>(kQueryVectors * N)};
+  const ScoreRule rule = score_rule(a, n.Tk, "attention");
   const float scale = effective_scale(a);
   const int64_t tiles = (n.Tq + n.Mq - 1) / n.Mq;
   // Groups as large as kTilesPerGroup while every thread still gets several units.
@@ -282,12 +274,12 @@ void flash_forward(const AttentionArgs& args) {
       const int64_t w = order[u];
       const int64_t g = w % groups, h = (w / groups) % n.Hq, b = w / (groups * n.Hq);
       const int64_t first = g * per_group;
-      query_tile_group<T>(a, rule, scale, n, b, h, first, std::min(per_group, tiles - first),
+      query_tile_group<T>(a, K, V, rule, scale, n, b, h, first, std::min(per_group, tiles - first),
                           stream_out);
     }
   };
-  if (is_kv_block_type(a.k.type)) group(float{});  // widened to fp32 a tile at a time
-  else with_element_type(a.k.type, group);
+  if (K.in_blocks()) group(float{});  // widened to fp32 a tile at a time
+  else with_element_type(K.type, group);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -299,8 +291,8 @@ HWY_AFTER_NAMESPACE();
 namespace qkv::detail {
 
 // bf16 K and V on the bf16 units when the head dim is whole pairs (flash_forward_bf16.cpp).
-QKV_ENTRY_WITH_BF16_UNITS(flash_forward, (const AttentionArgs& a), (a),
-                          a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0)
+QKV_ENTRY_WITH_BF16_UNITS(flash_forward, (const AttentionArgs& a, const KvRows& K, const KvRows& V),
+                          (a, K, V), K.type == TensorType::bf16 && a.q.shape[3] % 2 == 0)
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

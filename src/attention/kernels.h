@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "attention/kv_rows.h"
 #include "qkv/attention.h"
 
 namespace qkv::detail {
@@ -33,17 +34,20 @@ void validate_shapes(const AttentionArgs& a, const char* where);
 void validate_types(const AttentionArgs& a, const char* where);
 
 // qkv::attention after its checks: the kernel that suits the shape (packed sequences one by
-// one). For callers that have validated the arguments themselves (attention over a cache).
+// one), K and V read from a.k and a.v.
 void forward_validated(const AttentionArgs& a);
+// The same over row sources K and V (a.k and a.v unused; Hkv, Tk and Dv from K and V): for
+// callers that have validated the arguments themselves (attention over a cache). A ring
+// whose rows wrap (K.wrap() < K.rows) must decode (decodes() true).
+void forward_validated(const AttentionArgs& a, const KvRows& K, const KvRows& V);
 
-// Tiled FlashAttention-2 forward (flash_forward.cpp): any Tq.
-void flash_forward(const AttentionArgs& a);
+// Tiled FlashAttention-2 forward (flash_forward.cpp): any Tq; rows that do not wrap.
+void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V);
 
 // Split-KV decoding (decode.cpp): a few queries against a long cache. The rows sharing a
 // key/value head (Hq / Hkv · Tq) are computed together, so K and V are read once per
 // key/value head (the tiled forward reads them once per query head, in tiles of 64 queries).
-// K and V rows must be contiguous (stride[3] == 1).
-void decode_forward(const AttentionArgs& a);
+void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V);
 
 // Whether qkv::attention decodes rather than tiling the queries: up to 4 queries always;
 // from 5 on, up to 15 queries (32 when a key/value head serves several query heads) against

@@ -40,9 +40,9 @@ View broadcast_bias(const View& bias, int64_t B, int64_t Hq, int64_t Tq, int64_t
                     const char* where);
 
 // args.mask.bias broadcast to [B, Hq, Tq, Tk], or an empty view when there is none.
-inline View full_bias(const AttentionArgs& a, const char* where) {
+inline View full_bias(const AttentionArgs& a, int64_t Tk, const char* where) {
   if (a.mask.bias.empty()) return View{};
-  return broadcast_bias(a.mask.bias, a.q.shape[0], a.q.shape[1], a.q.shape[2], a.k.shape[2], where);
+  return broadcast_bias(a.mask.bias, a.q.shape[0], a.q.shape[1], a.q.shape[2], Tk, where);
 }
 
 // The score rule, one for every kernel and the reference: after the scaled q·k of query i
@@ -70,8 +70,12 @@ struct ScoreRule {
   KeyRange visible(int64_t b, int64_t i) const { return visible_keys(mask, b, i, Tq, Tk); }
 };
 
+// The rule of a call over Tk keys (a.k's when it has them).
+inline ScoreRule score_rule(const AttentionArgs& a, int64_t Tk, const char* where) {
+  return {a.softcap, full_bias(a, Tk, where), a.mask.alibi, a.mask, a.q.shape[2], Tk};
+}
 inline ScoreRule score_rule(const AttentionArgs& a, const char* where) {
-  return {a.softcap, full_bias(a, where), a.mask.alibi, a.mask, a.q.shape[2], a.k.shape[2]};
+  return score_rule(a, a.k.shape[2], where);
 }
 
 // The score scale: args.scale, or 1/sqrt(D) when it is 0.

@@ -30,20 +30,14 @@ int64_t fresh_rows(const StoredKV& kv) { return kv.fresh_k.empty() ? 0 : kv.fres
 // Rows of 32-value blocks (q8_0, q4_0, q4_1).
 bool in_blocks(TensorType t) { return is_kv_block_type(t); }
 constexpr int64_t kBlock = kKvBlockValues;
-int64_t block_bytes(TensorType t) { return block_size(static_cast<uint32_t>(t))->bytes; }
 
-// The stored rows [0, rows) of keys or values as a view [B, Hkv, rows, dim] of the storage's type.
-View stored_view(const StoredKV& kv, const void* p, int64_t B, int64_t rows, int64_t dim) {
-  View v;
-  v.ndim = 4;
-  v.type = kv.type;
-  if (kv.type == TensorType::f32) v.data = static_cast<float*>(const_cast<void*>(p));
-  else v.elements = const_cast<void*>(p);
-  const int64_t shape[4] = {B, kv.heads, rows, dim};
-  const int64_t stride[4] = {kv.batch_stride, kv.head_stride, kv.row_stride, 1};
-  std::copy(shape, shape + 4, v.shape);
-  std::copy(stride, stride + 4, v.stride);
-  return v;
+// The stored rows of keys (or values) at p, from position `first` on: the row source the
+// kernels read in place.
+detail::KvRows stored_rows(const StoredKV& kv, const void* p, int64_t first, int64_t dim) {
+  detail::KvRows r = detail::kv_rows(kv.type, p, kv.batch_stride, kv.head_stride, kv.row_stride,
+                                     kv.heads, kv.length - first, dim);
+  r.first = first, r.slots = kv.slots, r.layout = kv.layout;
+  return r;
 }
 
 void validate(const AttentionArgs& a, const StoredKV& kv) {
@@ -61,6 +55,8 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
           ", dim_v ", kv.dim_v, " and the strides (", kv.batch_stride, ", ", kv.head_stride, ", ",
           kv.row_stride, ") must be multiples of 32");
   check(kv.k != nullptr && kv.v != nullptr, kWhere, ": no stored keys or values (null)");
+  check(kv.layout == KvLayout::rows, kWhere, ": layout ", static_cast<int>(kv.layout),
+        " is not one attention reads (KvLayout::rows)");
   check(kv.heads > 0 && kv.dim_k > 0 && kv.dim_v > 0, kWhere,
         ": heads, dim_k and dim_v must be > 0, got ", kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
   check(kv.slots >= 0 && kv.batch_stride >= 0 && kv.head_stride >= 0 && kv.row_stride >= 0, kWhere,
@@ -78,13 +74,12 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   const int64_t B = a.q.shape[0], Tq = a.q.shape[2];
   check(kv.length >= Tq, kWhere, ": the cache holds ", kv.length, " positions, fewer than the ", Tq,
         " queries (the queries' own positions are stored first)");
-  // The checks of attention(), on the shapes the stored keys and values have (views of
-  // those shapes that nothing reads).
+  // The checks of attention(), on the shapes the stored keys and values have (fp32 views of
+  // those shapes over one float that nothing reads).
+  static float nothing = 0;
   AttentionArgs shapes = a;
-  StoredKV as_elements = kv;  // blocks: their shapes checked as fp32 views of the same dims
-  if (in_blocks(kv.type)) as_elements.type = TensorType::f32;
-  shapes.k = stored_view(as_elements, kv.k, B, kv.length, kv.dim_k);
-  shapes.v = stored_view(as_elements, kv.v, B, kv.length, kv.dim_v);
+  shapes.k = View(&nothing, {B, kv.heads, kv.length, kv.dim_k}, {0, 0, 0, 0});
+  shapes.v = View(&nothing, {B, kv.heads, kv.length, kv.dim_v}, {0, 0, 0, 0});
   detail::validate_shapes(shapes, kWhere);
   const int64_t n = fresh_rows(kv);
   if (n > 0 || !kv.fresh_v.empty()) {
@@ -97,19 +92,13 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
           kWhere, ": fresh_k ", shape_of(fk), " and fresh_v ", shape_of(fv), " must be [", B, ", ",
           kv.heads, ", n <= ", kv.length, ", ", kv.dim_k, " and ", kv.dim_v, "]");
   }
-  // The outputs apart from the queries and from the rows the storage holds.
+  // The outputs apart from the queries and from the rows the storage holds (in bytes).
   const int64_t rows = kv.slots > 0 ? kv.slots : kv.length;
   auto stored = [&](const char* name, const void* p, int64_t dim) {
-    int64_t shape[3] = {B, kv.heads, rows * kv.row_stride - kv.row_stride + dim};
-    int64_t stride[3] = {kv.batch_stride, kv.head_stride, 1};
-    size_t element = kv.type == TensorType::f32 ? 4 : 2;
-    if (in_blocks(kv.type)) {  // in bytes
-      const int64_t bytes = block_bytes(kv.type);
-      shape[2] = shape[2] / kBlock * bytes;
-      stride[0] = stride[0] / kBlock * bytes, stride[1] = stride[1] / kBlock * bytes;
-      element = 1;
-    }
-    detail::Extent e = detail::extent_of(name, p, 3, shape, stride, element);
+    const detail::KvRows r = stored_rows(kv, p, 0, dim);
+    int64_t shape[3] = {B, kv.heads, r.bytes((rows - 1) * kv.row_stride + dim)};
+    int64_t stride[3] = {r.bytes(kv.batch_stride), r.bytes(kv.head_stride), 1};
+    detail::Extent e = detail::extent_of(name, p, 3, shape, stride, 1);
     e.dense = true;  // compared by its whole range: the rows between are the cache's own
     return e;
   };
@@ -126,36 +115,26 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
         kv.slots, " slots holds positions from ", held_from, " on");
 }
 
-// The keys (or values) of one (sequence, head), position p at row(p) · row_stride.
-template <typename T>
-const T* rows_of(const StoredKV& kv, const void* base, int64_t b, int64_t h) {
-  return static_cast<const T*>(base) + b * kv.batch_stride + h * kv.head_stride;
-}
-
-int64_t slot_of(const StoredKV& kv, int64_t p) { return kv.slots > 0 ? p % kv.slots : p; }
-
 // Positions [first, length) of every (sequence, head) into K [B, Hkv, n, D] and V (fp32,
 // contiguous): from the storage, or from the fresh rows rounded as the storage would.
 void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
   const int64_t n = kv.length - first, D = kv.dim_k, Dv = kv.dim_v;
   const int64_t fresh_from = kv.length - fresh_rows(kv);
-  auto stored_row = [&](const void* base, int64_t b, int64_t h, int64_t p, int64_t dim,
-                        float* out) {
-    const int64_t at = slot_of(kv, p) * kv.row_stride;
-    if (in_blocks(kv.type)) {
-      const int64_t value = b * kv.batch_stride + h * kv.head_stride + at;
-      return quant::dequantize(
-          kv.type, static_cast<const uint8_t*>(base) + value / kBlock * block_bytes(kv.type), dim,
-          out);
-    }
-    const uint16_t* bits = rows_of<uint16_t>(kv, base, b, h) + at;
-    if (kv.type == TensorType::bf16)
-      for (int64_t d = 0; d < dim; ++d) out[d] = bf16_to_float(bits[d]);
-    else if (kv.type == TensorType::f16)
-      for (int64_t d = 0; d < dim; ++d) out[d] = half_to_float(bits[d]);
-    else {
-      const float* r = rows_of<float>(kv, base, b, h) + at;
-      std::copy(r, r + dim, out);
+  const detail::KvRows stored_k = stored_rows(kv, kv.k, 0, D),
+                       stored_v = stored_rows(kv, kv.v, 0, Dv);
+  auto stored_row = [&](const detail::KvRows& r, int64_t b, int64_t h, int64_t p, float* out) {
+    const uint8_t* row = r.row(b, h, p);
+    if (kv.type == TensorType::f32) {
+      const auto* x = reinterpret_cast<const float*>(row);
+      std::copy(x, x + r.dim, out);
+    } else if (kv.type == TensorType::bf16) {
+      const auto* bits = reinterpret_cast<const uint16_t*>(row);
+      for (int64_t d = 0; d < r.dim; ++d) out[d] = bf16_to_float(bits[d]);
+    } else if (kv.type == TensorType::f16) {
+      const auto* bits = reinterpret_cast<const uint16_t*>(row);
+      for (int64_t d = 0; d < r.dim; ++d) out[d] = half_to_float(bits[d]);
+    } else {
+      quant::dequantize(kv.type, row, r.dim, out);
     }
   };
   auto fresh_row = [&](const View& fresh, int64_t b, int64_t h, int64_t t, int64_t dim,
@@ -185,8 +164,8 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
       float* k = K + (bh * n + t) * D;
       float* v = V + (bh * n + t) * Dv;
       if (p < fresh_from) {
-        stored_row(kv.k, b, h, p, D, k);
-        stored_row(kv.v, b, h, p, Dv, v);
+        stored_row(stored_k, b, h, p, k);
+        stored_row(stored_v, b, h, p, v);
       } else {
         fresh_row(kv.fresh_k, b, h, p - fresh_from, D, k);
         fresh_row(kv.fresh_v, b, h, p - fresh_from, Dv, v);
@@ -197,21 +176,16 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
 
 // attention(args, kv) once validated, over rows stored as they are (no rotation).
 void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
-  const int64_t B = args.q.shape[0], Tq = args.q.shape[2], Hkv = kv.heads;
+  const int64_t B = args.q.shape[0], Hq = args.q.shape[1], Tq = args.q.shape[2], Hkv = kv.heads;
   const int64_t D = kv.dim_k, Dv = kv.dim_v;
-  const bool wrapped = kv.slots > 0 && kv.length > kv.slots;  // a ring whose slots are out of order
-  // One query that sees every slot of a ring: their order does not matter to it (ALiBi aside).
-  const bool sees_all_slots = wrapped && Tq == 1 && args.mask.alibi == nullptr &&
-                              first_seen(args.mask, kv.length, Tq) == kv.length - kv.slots;
-  if (fresh_rows(kv) == 0 && (!wrapped || sees_all_slots)) {
-    const int64_t rows = wrapped ? kv.slots : kv.length;
-    AttentionArgs x = args;
-    if (wrapped) x.mask = Mask{.alibi = args.mask.alibi};  // every slot is visible
-    // Read in place, in the storage's type (the kernels widen 16-bit rows in registers).
-    x.k = stored_view(kv, kv.k, B, rows, D);
-    x.v = stored_view(kv, kv.v, B, rows, Dv);
-    return detail::forward_validated(x);  // the checks above were attention()'s
-  }
+  // A ring whose slots are out of order holds the last `slots` positions; its rows are read
+  // in position order, split at the wrap, by the decoding kernels.
+  const bool wrapped = kv.slots > 0 && kv.length > kv.slots;
+  const int64_t held = wrapped ? kv.length - kv.slots : 0;
+  if (fresh_rows(kv) == 0 && (!wrapped || detail::decodes(Tq, kv.length - held, Hq / Hkv)))
+    // Read in place, in the storage's type (the kernels widen 16-bit rows and blocks).
+    return detail::forward_validated(args, stored_rows(kv, kv.k, held, D),
+                                     stored_rows(kv, kv.v, held, Dv));  // checked above
   // The positions the queries see, in order, as fp32.
   const int64_t first = first_seen(args.mask, kv.length, Tq), n = kv.length - first;
   float* K = detail::thread_scratch(detail::StoredSlot::keys, B * Hkv * n * D);

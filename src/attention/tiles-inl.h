@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
-#include <vector>
 
 #include <hwy/highway.h>
 
@@ -170,10 +169,6 @@ auto every_score(int64_t nk) {
 void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b, int64_t h, int64_t i0,
                       int64_t rows, int64_t j0, int64_t nk, bool masked, const Shape& n, float* S,
                       float* tanh_out);
-
-// K and V with a non-unit stride along the head dim (rare) are copied, in their own element
-// type, to contiguous storage first; the micro-kernels read rows with unit stride.
-View contiguous_rows(const View& t, std::vector<char>& storage);
 
 }  // namespace tiles
 }  // namespace HWY_NAMESPACE

@@ -7,7 +7,6 @@
 #include "simd/units-inl.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
 
 #include "attention/tiles-inl.h"
@@ -137,28 +136,6 @@ void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b, int6
       hn::Store(x, df, s);
     }
   }
-}
-
-View contiguous_rows(const View& t, std::vector<char>& storage) {
-  if (t.stride[3] == 1) return t;
-  const int64_t bytes = t.element_bytes();
-  storage.resize(t.numel() * bytes);
-  View c = t;
-  if (t.type == TensorType::f32) c.data = reinterpret_cast<float*>(storage.data());
-  else c.elements = storage.data();
-  int64_t step = 1;
-  for (int d = 3; d >= 0; --d) c.stride[d] = step, step *= t.shape[d];
-  const char* from = static_cast<const char*>(t.address());
-  for (int64_t a = 0; a < t.shape[0]; ++a)
-    for (int64_t b = 0; b < t.shape[1]; ++b)
-      for (int64_t i = 0; i < t.shape[2]; ++i)
-        for (int64_t d = 0; d < t.shape[3]; ++d)
-          std::memcpy(
-              storage.data() + (((a * t.shape[1] + b) * t.shape[2] + i) * t.shape[3] + d) * bytes,
-              from +
-                  (a * t.stride[0] + b * t.stride[1] + i * t.stride[2] + d * t.stride[3]) * bytes,
-              static_cast<size_t>(bytes));
-  return c;
 }
 
 }  // namespace tiles

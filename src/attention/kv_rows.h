@@ -1,0 +1,56 @@
+// The row source: where an attention call's keys (or values) live, in what element format and
+// layout, and which position each row holds. Every kernel reads K and V through it, whether they
+// came as views (attention()) or as a cache's storage (attention(args, StoredKV)); a new cache
+// layout or a paged cache is one more way of answering row(b, h, j) here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "qkv/attention.h"
+#include "qkv/tensor.h"
+
+namespace qkv::detail {
+
+struct KvRows {
+  TensorType type = TensorType::f32;  // f32, bf16, f16 elements; q8_0, q4_0, q4_1 32-value blocks
+  KvLayout layout = KvLayout::rows;
+  const void* data = nullptr;  // element 0 of sequence 0, head 0, slot 0
+  int64_t batch_stride = 0, head_stride = 0, row_stride = 0;  // in values
+  int64_t heads = 0, rows = 0, dim = 0;
+  int64_t first = 0;  // the position row 0 holds: row j holds position first + j
+  int64_t slots = 0;  // a ring of this many slots (0: none): row j lives in slot (first + j) % slots
+  int64_t unit_values = 1, unit_bytes = 4;  // an element, or a block of 32 values and its bytes
+
+  bool in_blocks() const { return unit_values > 1; }
+  int64_t position(int64_t j) const { return first + j; }
+  int64_t slot(int64_t j) const { return slots > 0 ? (first + j) % slots : j; }
+  // The first row that a ring's wrap puts back in slot 0 (rows when none does): rows [0, wrap)
+  // and [wrap, rows) each lie row_stride apart.
+  int64_t wrap() const {
+    if (slots == 0 || (first % slots) == 0) return rows;
+    const int64_t w = slots - first % slots;
+    return w < rows ? w : rows;
+  }
+  // Bytes of `values` values (whole blocks for block formats).
+  int64_t bytes(int64_t values) const { return values / unit_values * unit_bytes; }
+  int64_t row_bytes() const { return bytes(dim); }
+  int64_t stride_bytes() const { return bytes(row_stride); }
+  const uint8_t* row(int64_t b, int64_t h, int64_t j) const {
+    return static_cast<const uint8_t*>(data) +
+           bytes(b * batch_stride + h * head_stride + slot(j) * row_stride);
+  }
+};
+
+// Rows of `type` at `data`, the unit sizes filled in from the type.
+KvRows kv_rows(TensorType type, const void* data, int64_t batch_stride, int64_t head_stride,
+               int64_t row_stride, int64_t heads, int64_t rows, int64_t dim);
+// The rows of a view [B, H, T, dim] of f32, bf16 or f16 whose elements are contiguous.
+KvRows kv_rows(const View& v);
+
+// v itself when its head dim is contiguous; else a copy of it with contiguous rows, in its own
+// element type, in `storage` (the kernels read rows with unit stride; strided head dims are
+// rare).
+View contiguous_rows(const View& v, std::vector<char>& storage);
+
+}  // namespace qkv::detail
