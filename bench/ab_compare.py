@@ -17,7 +17,7 @@ ROWS = [
     ("fwd+bwd fp32 8/8 T512", ["--heads", "8", "--seq", "512", "--dim", "128", "--backward"]),
 ]
 for hq in (8, 32, 64):
-    for cache in ("f32", "bf16", "f16", "q8_0", "q4_0"):
+    for cache in ("f32", "bf16", "f16", "q8_0", "q4_0", "q4_1"):
         ROWS.append((f"decode {hq}/8 32k {cache}",
                      ["--heads", str(hq), "--kv-heads", "8", "--queries", "1", "--seq", "32768",
                       "--dim", "128", "--cache", cache]))

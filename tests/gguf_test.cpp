@@ -217,7 +217,11 @@ TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
   EXPECT_THROW(model->weight("layers.0.mlp.up.weight"), Error);
   const auto tokens = golden["tokens"].get<std::vector<int32_t>>();
   const auto T = static_cast<int64_t>(tokens.size());
-  EXPECT_THROW(model->forward(tokens.data(), nullptr, 1, T), Error);  // needs fp32 weights
+  // The full forward (no cache) runs the block-format weights in place too: the same layers
+  // as the cached prefill below, so the same bits.
+  model->forward(tokens.data(), nullptr, 1, T);
+  const std::vector<float> full(model->logits().data, model->logits().data + T * c.vocab_size);
+  EXPECT_THROW(model->backward(), Error);  // inference only
   EXPECT_THROW(save_checkpoint(
                    ::testing::TempDir() + "/in_place_" + std::to_string(getpid()) + ".safetensors",
                    *model, nullptr, 0),
@@ -234,6 +238,9 @@ TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
           const double want = golden["logits"][t0 + t][v].get<double>();
           worst = std::max(worst, std::abs(logits(t, v) - want));
           scale = std::max(scale, std::abs(want));
+          if (!one_by_one) {
+            ASSERT_EQ(logits(t, v), full[(t0 + t) * c.vocab_size + v]);
+          }
         }
       t0 += n;
     }
@@ -246,7 +253,7 @@ TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
 // reference dequantizer (fp32 weights), in place with fp32 activations (the prompt at once and
 // token by token; ~2e-7 of the largest logit off), and with int8 activations, whose rounding
 // (per 32 values, about 1/254 of each block's largest) moves these logits by ~3e-3 of the
-// largest.
+// largest; the full forward over the block-format weights gives the prefill's bits.
 TEST(GgufModel, KQuantFilesMatchAnIndependentForward) {
   const std::string data = std::string(QKV_GOLDEN_DIR) + "/../data/";
   std::ifstream in(data + "quant_llama.json");
@@ -278,15 +285,23 @@ TEST(GgufModel, KQuantFilesMatchAnIndependentForward) {
     ASSERT_NE(model->external("layers.0.mlp.proj.weight"), nullptr);
     ASSERT_EQ(model->external("layers.0.mlp.proj.weight")->at(0).type,
               type == "q4_k" ? TensorType::q4_k : TensorType::q6_k);
+    const int64_t V = model->config().vocab_size;
     for (quant::Matmul mode : {quant::Matmul::exact, quant::Matmul::int8}) {
       model->set_matmul(mode);
+      // The full forward in place: the cached prefill's layers, so its bits.
+      model->forward(tokens.data(), nullptr, 1, T);
+      const std::vector<float> full(model->logits().data, model->logits().data + T * V);
       for (bool one_by_one : {false, true}) {
         KVCache cache(model->config(), {.max_seq = T});
         double worst = 0, scale = 0;
         for (int64_t t0 = 0; t0 < T;) {
           const int64_t n = one_by_one ? 1 : T;
           const View logits = model->forward_cached(cache, tokens.data() + t0, 1, n, nullptr, true);
-          worst = std::max(worst, worst_of(logits.data, t0, n, model->config().vocab_size, scale));
+          worst = std::max(worst, worst_of(logits.data, t0, n, V, scale));
+          if (!one_by_one) {
+            ASSERT_TRUE(std::equal(full.begin(), full.end(), logits.data))
+                << type << " " << quant::matmul_name(mode) << ": the full forward's logits";
+          }
           t0 += n;
         }
         EXPECT_LE(worst, (mode == quant::Matmul::exact ? 1e-5 : 1e-2) * scale)

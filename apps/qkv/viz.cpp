@@ -21,7 +21,7 @@ struct VizOptions {
 };
 
 AttentionMaps maps_of_file(const VizOptions& o) {
-  ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty(), GgufWeights::fp32);
+  ModelFile f = load_model_file(o.model, o.tokenizer, o.prompt_ids.empty());
   return maps_of_model(f, std::filesystem::path(o.model).filename().string(), o.prompt,
                        o.prompt_ids);
 }

@@ -91,8 +91,8 @@ class Model {
   Model(const ModelConfig& config, InferenceOnly);
   // Inference from weights held elsewhere: the named matrices stay where they are (no fp32
   // copy; the fp32 buffer holds only the rest, norms and biases, for the loader to fill).
-  // Only forward_cached runs such a model; forward, weight() of those names and saving are
-  // errors that say so.
+  // forward (every position's logits, attention maps) and forward_cached run such a model;
+  // backward, weight() of those names and saving are errors that say so.
   Model(const ModelConfig& config, InferenceOnly, ExternalWeights external);
   ~Model();
   Model(const Model&) = delete;
@@ -141,8 +141,9 @@ class Model {
   void set_compute_type(TensorType type);
   TensorType compute_type() const { return compute_; }
 
-  // How forward_cached multiplies activations with Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights held in
-  // their block format (quant::Matmul: exact fp32, or int8 as llama.cpp). Default exact.
+  // How forward and forward_cached multiply activations with Q8_0, Q4_0, Q4_1, Q4_K and Q6_K
+  // weights held in their block format (quant::Matmul: exact fp32, or int8 as llama.cpp).
+  // Default exact.
   void set_matmul(quant::Matmul mode) { matmul_ = mode; }
   quant::Matmul matmul() const { return matmul_; }
 
@@ -159,7 +160,8 @@ class Model {
   struct Activations;
   struct InferenceBuffers;
   struct Weights;
-  void lay_out();       // names the parameters, allocates the weights
+  struct Decoder;  // the embedding, the layers and the head, written once (src/model/decoder.h)
+  void lay_out();  // names the parameters, allocates the weights
   void bind_weights();  // the per-layer views of weights and gradients (src/model/weights.h)
   ModelConfig config_;
   std::vector<ParamInfo> params_;

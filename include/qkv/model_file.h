@@ -28,8 +28,8 @@ struct ModelFile {
 // model's tokenizer is `tokenizer_path`, else tokenizer.bin or tok<vocab>.bin beside the model. A
 // qkv checkpoint with a 256-token vocabulary was trained on bytes and gets the byte tokenizer.
 // Without need_tokenizer, a llama2.c model with no tokenizer to be found loads without one. A GGUF
-// model's matrices stay in their block format (generation only) unless `gguf` says fp32 (commands
-// that run the full forward: viz, explain).
+// model's matrices stay in their block format (every forward runs them; training does not)
+// unless `gguf` says fp32.
 ModelFile load_model_file(const std::string& model_path, const std::string& tokenizer_path,
                           bool need_tokenizer = true, GgufWeights gguf = GgufWeights::in_place);
 

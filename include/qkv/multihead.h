@@ -18,9 +18,12 @@
 
 #include "qkv/attention.h"
 #include "qkv/ops.h"
+#include "qkv/quant.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
+
+class KVCache;
 
 // Context parallelism: this process holds some positions of every sequence, and attention
 // runs across processes (qkv::dist::ContextParallel fills this in with ring attention).
@@ -58,7 +61,14 @@ struct MultiHeadAttention {
   View d_qkv_w, d_q_w, d_kv_w, d_out_w;
   float *d_qkv_b = nullptr, *d_q_b = nullptr, *d_kv_b = nullptr, *d_out_b = nullptr;
 
-  bool is_cross() const { return qkv_w.empty(); }
+  // Self-attention's projections held in a block format instead of qkv_w and out_w (a GGUF
+  // model's matrices, in place), multiplied as `matmul` says: inference only
+  // (multihead_backward refuses them).
+  const std::vector<quant::Matrix>* qkv_blocks = nullptr;
+  const std::vector<quant::Matrix>* out_blocks = nullptr;
+  quant::Matmul matmul = quant::Matmul::exact;
+
+  bool is_cross() const { return qkv_w.empty() && qkv_blocks == nullptr; }
 };
 
 // What the forward keeps for the backward, and the backward's scratch; sized on first use.
@@ -74,6 +84,15 @@ struct MultiHeadState {
 // (ignored for self-attention, where S = T).
 void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, View x, View context,
                        int64_t B, int64_t T, int64_t S);
+// Self-attention of T new positions of each of B sequences over a key/value cache: y [B·T, C]
+// from x [B·T, C], whose rows i·T … i·T + T − 1 extend cache sequence seqs[i] (i when seqs is
+// null) at the positions it has reached (the rotary embedding there). Stores their keys and
+// values at `layer` and attends over the sequence so far (KVCache::attend); the caller
+// advances the cache once every layer has run. s holds the projected rows. Not for
+// cross-attention or a sequence shard.
+void multihead_forward_cached(const MultiHeadAttention& m, MultiHeadState& s, View y, View x,
+                              KVCache& cache, int64_t layer, const int64_t* seqs, int64_t B,
+                              int64_t T);
 // dx += ∂/∂x, dcontext += ∂/∂context (cross only), parameter gradients += … for dy = ∂L/∂y.
 void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx, View dcontext,
                         View dy, View x, View context, int64_t B, int64_t T, int64_t S);

@@ -149,10 +149,9 @@ def load_checkpoint(path):
 
 def load_gguf(path, dequantize=False, matmul="exact"):
     """The Llama-architecture GGUF file at `path` (llama.cpp's format) with its own tokenizer. Its weight
-    matrices are computed with in place, in their block formats (Q4_1, Q8_0, …), which is what
-    generate(), tokens() and logits() need; dequantize=True makes them fp32 (the memory of an
-    fp32 model), which attention_map() needs too. matmul: "exact" or "int8" (see
-    Model.matmul)."""
+    matrices are computed with in place, in their block formats (Q4_1, Q8_0, …), by generate(),
+    logits() and attention_map() alike; dequantize=True makes them fp32 (the memory of an fp32
+    model). matmul: "exact" or "int8" (see Model.matmul)."""
     model = Model(_qkv._load_gguf_file(os.fspath(path), bool(dequantize)), os.fspath(path))
     model.matmul = matmul
     return model
@@ -352,7 +351,7 @@ class AttentionMap:
 
 
 def attention_map(model, prompt):
-    """Every layer's and head's attention weights of `model` (loaded with fp32 weights) on
+    """Every layer's and head's attention weights of `model` on
     `prompt` (text, or a list of token ids), from the reference kernel: an AttentionMap (at
     most 256 tokens)."""
     if isinstance(prompt, str):

@@ -150,16 +150,9 @@ void bind_models(nb::module_& m) {
             check(T <= c.context, "logits: ", T, " tokens, more than the model's context of ",
                   c.context);
             nb::gil_scoped_release unlocked;
-            if (!f.model->has_external_weights()) {
-              f.model->forward(tokens.data(), nullptr, 1, T);
-              nb::gil_scoped_acquire locked;
-              return numpy_copy(f.model->logits().data, {size_t(T), size_t(c.vocab_size)});
-            }
-            // Weights in a block format run only through the cache's forward.
-            KVCache cache(c, {.max_seq = T});
-            const View logits = f.model->forward_cached(cache, tokens.data(), 1, T, nullptr, true);
+            f.model->forward(tokens.data(), nullptr, 1, T);
             nb::gil_scoped_acquire locked;
-            return numpy_copy(logits.data, {size_t(T), size_t(c.vocab_size)});
+            return numpy_copy(f.model->logits().data, {size_t(T), size_t(c.vocab_size)});
           },
           nb::arg("tokens"), "The logits [len(tokens), vocab] of one forward over the tokens")
       .def(

@@ -6,6 +6,7 @@
 #include "ops/gemm.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/kv_cache.h"
 
 namespace qkv {
 
@@ -73,6 +74,13 @@ Heads attended_heads(const MultiHeadAttention& m, MultiHeadState& s, int64_t B, 
   return heads_of(m, s.q16.data(), m.is_cross() ? s.kv16.data() : s.q16.data(), s.att, B, T, S);
 }
 
+// y ← x wᵀ + b through the layer's fp32 weight or its blocks.
+void project(const MultiHeadAttention& m, View y, View x, const View& w, const float* b,
+             const std::vector<quant::Matrix>* blocks) {
+  if (blocks) quant::linear_forward(y, x, *blocks, b, m.matmul);
+  else linear_forward(y, x, w, b, m.compute);
+}
+
 AttentionArgs args_of(const MultiHeadAttention& m, const Heads& h, float* lse) {
   AttentionArgs a{.q = h.q, .k = h.k, .v = h.v, .out = h.out, .lse = lse};
   a.mask.causal = m.causal;
@@ -111,7 +119,7 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
   const int64_t N = B * T, dh = m.d_head, Hq = m.n_heads, Hkv = m.n_kv_heads;
   if (!m.is_cross()) {
     S = T;
-    linear_forward(rows_of(s.q, N, (Hq + 2 * Hkv) * dh), x, m.qkv_w, m.qkv_b, m.compute);
+    project(m, rows_of(s.q, N, (Hq + 2 * Hkv) * dh), x, m.qkv_w, m.qkv_b, m.qkv_blocks);
   } else {
     check(!context.empty() && context.shape[0] == B * S,
           "multihead_forward: cross-attention "
@@ -131,7 +139,7 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
           m.shard->local_len(), " positions, the input ", T);
     if (m.rotary) rotate(m, h, false);
     m.shard->forward(args_of(m, h, s.lse.data()));
-    linear_forward(y, s.att.view().slice(0, 0, N), m.out_w, m.out_b, m.compute);
+    project(m, y, s.att.view().slice(0, 0, N), m.out_w, m.out_b, m.out_blocks);
     return;
   }
   if (m.rotary) {
@@ -139,11 +147,41 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
     rope_forward(h.k_bthd, 0, m.rope_theta, m.rope_pairs);
   }
   attention(args_of(m, attended_heads(m, s, B, T, S, true), s.lse.data()));
-  linear_forward(y, s.att.view().slice(0, 0, N), m.out_w, m.out_b, m.compute);
+  project(m, y, s.att.view().slice(0, 0, N), m.out_w, m.out_b, m.out_blocks);
+}
+
+void multihead_forward_cached(const MultiHeadAttention& m, MultiHeadState& s, View y, View x,
+                              KVCache& cache, int64_t layer, const int64_t* seqs, int64_t B,
+                              int64_t T) {
+  check(!m.is_cross() && m.shard == nullptr,
+        "multihead_forward_cached: self-attention on one process only");
+  const int64_t N = B * T, dh = m.d_head, Hq = m.n_heads, Hkv = m.n_kv_heads;
+  const int64_t W = (Hq + 2 * Hkv) * dh, A = Hq * dh;
+  const View q = rows_of(s.q, N, W), att = rows_of(s.att, N, A);
+  project(m, q, x, m.qkv_w, m.qkv_b, m.qkv_blocks);
+  // One sequence at a time: each has its own length.
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t seq = seqs ? seqs[i] : i, pos0 = cache.length(seq);
+    float* r = &q(i * T, 0);
+    float* k_new = r + Hq * dh;
+    float* v_new = r + (Hq + Hkv) * dh;
+    if (m.rotary) {  // the new queries and keys at their positions, before caching
+      rope_forward(View(r, {1, T, Hq, dh}, {T * W, W, dh, 1}), pos0, m.rope_theta, m.rope_pairs);
+      rope_forward(View(k_new, {1, T, Hkv, dh}, {T * W, W, dh, 1}), pos0, m.rope_theta,
+                   m.rope_pairs);
+    }
+    Heads h;
+    h.q = View(r, {1, Hq, T, dh}, {T * W, dh, W, 1});
+    h.out = View(&att(i * T, 0), {1, Hq, T, dh}, {T * A, dh, A, 1});
+    cache.attend(layer, seq, args_of(m, h, nullptr), k_new, v_new, W);
+  }
+  project(m, y, att, m.out_w, m.out_b, m.out_blocks);
 }
 
 void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx, View dcontext,
                         View dy, View x, View context, int64_t B, int64_t T, int64_t S) {
+  check(m.qkv_blocks == nullptr && m.out_blocks == nullptr,
+        "multihead_backward: weights held in a block format are for inference only");
   const int64_t N = B * T, dh = m.d_head, Hq = m.n_heads, Hkv = m.n_kv_heads;
   if (!m.is_cross()) S = T;
   const View datt = rows_of(s.datt, N, Hq * dh);
