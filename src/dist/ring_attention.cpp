@@ -198,21 +198,45 @@ void add_into(const View& dst, const View& src, bool assign = false) {
   });
 }
 
-// The kernel arguments of one block call: views of the chunks, the call's mask, and kv_len
-// moved into the key slice's coordinates (`kv_len` is the caller's storage, [B]).
-AttentionArgs block_args(const AttentionArgs& a, View q, View k, View v, const BlockCall& c,
-                         int64_t key_begin, std::vector<int32_t>& kv_len) {
+// What the forward and the backward start from: the ring, the shapes, this rank's chunks, and
+// the two blocks K and V travel in, block 0 holding this rank's own.
+struct RingPass {
+  Ring ring;
+  int64_t B, Hq, Tl, Hkv, D, Dv;
+  std::vector<Chunk> mine;
+  KVBlock blocks[2];
+  RingPass(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, RingStats* stats)
+      : ring(comm, stats),
+        B(a.q.shape[0]),
+        Hq(a.q.shape[1]),
+        Tl(s.local_len()),
+        Hkv(a.k.shape[1]),
+        D(a.k.shape[3]),
+        Dv(a.v.shape[3]),
+        mine(s.chunks(ring.rank)),
+        blocks{KVBlock(Slot::block0, B, Hkv, Tl, D, Dv), KVBlock(Slot::block1, B, Hkv, Tl, D, Dv)} {
+    add_into(blocks[0].k(), a.k, true);
+    add_into(blocks[0].v(), a.v, true);
+  }
+};
+
+// The kernel arguments of one block call: the rows of the query chunk at row qrow of a.q and of
+// the key chunk kc at row krow of `block` that the call takes, its mask, and kv_len moved into the
+// key slice's coordinates (`kv_len` is the caller's storage, [B]).
+AttentionArgs block_args(const AttentionArgs& a, const KVBlock& block, int64_t qrow, int64_t krow,
+                         const Chunk& kc, const BlockCall& c, std::vector<int32_t>& kv_len) {
+  const int64_t key_begin = kc.begin;
   AttentionArgs x;
-  x.q = q.slice(2, c.q0, c.q1);
-  x.k = k.slice(2, c.k0, c.k1);
-  x.v = v.slice(2, c.k0, c.k1);
+  x.q = a.q.slice(2, qrow + c.q0, qrow + c.q1);
+  x.k = block.k().slice(2, krow + c.k0, krow + c.k1);
+  x.v = block.v().slice(2, krow + c.k0, krow + c.k1);
   x.scale = a.scale;
   x.softcap = a.softcap;
   x.mask.window_left = c.window_left;
   x.mask.window_right = c.window_right;
   if (a.mask.kv_len) {
-    kv_len.resize(q.shape[0]);
-    for (int64_t b = 0; b < q.shape[0]; ++b)
+    kv_len.resize(a.q.shape[0]);
+    for (int64_t b = 0; b < a.q.shape[0]; ++b)
       kv_len[b] = static_cast<int32_t>(
           std::clamp<int64_t>(a.mask.kv_len[b] - (key_begin + c.k0), 0, c.k1 - c.k0));
     x.mask.kv_len = kv_len.data();
@@ -244,15 +268,11 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
   const char* where = "ring_attention";
   check_agreement(a, s, comm, where, [&] { check_shard(a, s, where); });
   const double start = now_seconds();
-  Ring ring(comm, stats);
-  const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tl = s.local_len(), Hkv = a.k.shape[1],
-                D = a.k.shape[3], Dv = a.v.shape[3];
-  const std::vector<Chunk> mine = s.chunks(ring.rank);
-
-  const KVBlock blocks[2] = {KVBlock(Slot::block0, B, Hkv, Tl, D, Dv),
-                             KVBlock(Slot::block1, B, Hkv, Tl, D, Dv)};
-  add_into(blocks[0].k(), a.k, true);
-  add_into(blocks[0].v(), a.v, true);
+  RingPass pass(a, s, comm, stats);
+  Ring& ring = pass.ring;
+  const int64_t B = pass.B, Hq = pass.Hq, Tl = pass.Tl, Dv = pass.Dv;
+  const std::vector<Chunk>& mine = pass.mine;
+  const KVBlock(&blocks)[2] = pass.blocks;
   // The merged result so far: out [B, Hq, Tl, Dv] and lse [B, Hq, Tl] (-inf: nothing yet;
   // out is written where lse first becomes finite).
   const View out(workspace(Slot::out, B * Hq * Tl * Dv), {B, Hq, Tl, Dv});
@@ -272,9 +292,7 @@ void ring_attention(const AttentionArgs& a, const Sharding& s, MPI_Comm comm, Ri
     for_each_block(
         mine, s.chunks(owner), a.mask, stats,
         [&](int64_t qrow, const Chunk& qc, int64_t krow, const Chunk& kc, const BlockCall& c) {
-          AttentionArgs x = block_args(
-              a, a.q.slice(2, qrow, qrow + qc.length), cur.k().slice(2, krow, krow + kc.length),
-              cur.v().slice(2, krow, krow + kc.length), c, kc.begin, kv_len);
+          AttentionArgs x = block_args(a, cur, qrow, krow, kc, c, kv_len);
           const int64_t n = c.q1 - c.q0;
           x.out = View(part_out, {B, Hq, n, Dv});
           x.lse = part_lse;
@@ -313,15 +331,11 @@ void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk
     validate_backward(unpadded, dout, dq, dk, dv, where);
   });
   const double start = now_seconds();
-  Ring ring(comm, stats);
-  const int64_t B = a.q.shape[0], Hq = a.q.shape[1], Tl = s.local_len(), Hkv = a.k.shape[1],
-                D = a.k.shape[3], Dv = a.v.shape[3];
-  const std::vector<Chunk> mine = s.chunks(ring.rank);
-
-  const KVBlock blocks[2] = {KVBlock(Slot::block0, B, Hkv, Tl, D, Dv),
-                             KVBlock(Slot::block1, B, Hkv, Tl, D, Dv)};
-  add_into(blocks[0].k(), a.k, true);
-  add_into(blocks[0].v(), a.v, true);
+  RingPass pass(a, s, comm, stats);
+  Ring& ring = pass.ring;
+  const int64_t B = pass.B, Hq = pass.Hq, Tl = pass.Tl, Hkv = pass.Hkv, D = pass.D, Dv = pass.Dv;
+  const std::vector<Chunk>& mine = pass.mine;
+  const KVBlock(&blocks)[2] = pass.blocks;
   // This step's gradient for the block held (partial), the accumulator that arrived with it
   // (incoming) and the sum sent on (outgoing).
   const KVBlock partial(Slot::partial, B, Hkv, Tl, D, Dv),
@@ -346,9 +360,7 @@ void ring_attention_backward(const AttentionArgs& a, View dout, View dq, View dk
     for_each_block(
         mine, s.chunks(owner), a.mask, stats,
         [&](int64_t qrow, const Chunk& qc, int64_t krow, const Chunk& kc, const BlockCall& c) {
-          AttentionArgs x = block_args(
-              a, a.q.slice(2, qrow, qrow + qc.length), cur.k().slice(2, krow, krow + kc.length),
-              cur.v().slice(2, krow, krow + kc.length), c, kc.begin, kv_len);
+          AttentionArgs x = block_args(a, cur, qrow, krow, kc, c, kv_len);
           const int64_t n = c.q1 - c.q0, nk = c.k1 - c.k0;
           x.out = a.out.slice(2, qrow + c.q0, qrow + c.q1);
           for (int64_t bh = 0; bh < B * Hq; ++bh)
