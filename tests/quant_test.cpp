@@ -14,7 +14,9 @@
 #include "qkv/quant.h"
 #include "qkv/threads.h"
 #include "qkv/number_format.h"
+#include "qkv/targets.h"
 #include "quant/int8.h"
+#include "quant/product_kernels.h"
 
 namespace qkv {
 namespace {
@@ -251,8 +253,8 @@ static void k_quant_products_are_exact() {
 // Every int8 unit this CPU has: on x86 AVX-VNNI and vpmaddubsw + vpmaddwd (the AVX2 target's
 // two ways), on AArch64 sdot and int16 pairs.
 TEST(QuantInt8, IntegerProductsAreExact) {
-  for (simd::Unit unit : {simd::Unit::avx_vnni, simd::Unit::vpmaddubsw, simd::Unit::sdot,
-                          simd::Unit::int16}) {
+  for (simd::Unit unit :
+       {simd::Unit::avx_vnni, simd::Unit::vpmaddubsw, simd::Unit::sdot, simd::Unit::int16}) {
     try {
       simd::force_unit(simd::Work::int8, unit);
     } catch (const Error&) {
@@ -309,6 +311,90 @@ TEST(QuantInt8, WithinTheActivationRoundingOfTheExactProduct) {
           ASSERT_EQ(std::memcmp(&got, &int8_one[i * N + n], 4), 0) << "threads change the bits";
         }
     }
+}
+
+// ---- The product grid: format × mode × rows × unit --------------------------------------------
+
+// The kernel a combination must reach, from the target's name and the int8 unit the registry
+// chose (or a test forced): written here from the targets' instruction sets, not from the code
+// that dispatches.
+quant::ProductKernel expected_kernel(TensorType t, quant::Matmul mode, int64_t M) {
+  using K = quant::ProductKernel;
+  const bool int8_format = t == TensorType::q8_0 || t == TensorType::q4_0 ||
+                           t == TensorType::q4_1 || t == TensorType::q4_k || t == TensorType::q6_k;
+  if (mode == quant::Matmul::exact || !int8_format)
+    return M == 1 ? K::rows_widened : K::tiles_widened;
+  const std::string target = current_target();
+  const simd::Unit unit = simd::unit_of(simd::Work::int8);
+  if (target == "avx512_dl" || target == "avx512_bf16")  // AVX512-VNNI; Q6_K's 16-value groups not
+    return t == TensorType::q6_k ? K::int8_vpmaddubsw : K::int8_vpdpbusd;
+  if (target == "avx2") return unit == simd::Unit::avx_vnni ? K::int8_avx_vnni : K::int8_vpmaddubsw;
+  if (target == "avx512" || target == "sse4") return K::int8_vpmaddubsw;
+  if (target == "emu128" || target == "scalar") return K::int8_int16;
+  return unit == simd::Unit::sdot ? K::int8_sdot : K::int8_int16;  // AArch64's targets
+}
+
+// Every weight format, both modes, one activation row (the row form) and five (the tile form),
+// on every int8 unit this CPU has: the kernel it reaches, named in the output, and its products
+// against a float64 one over the reference dequantizer's weights (int8: within the rounding of
+// the activations).
+TEST(QuantKernels, EveryFormatModeRowsAndUnitReachItsKernel) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal;
+  const int64_t K = 512, N = 70;
+  int ran = 0;
+  for (simd::Unit unit :
+       {simd::Unit::avx_vnni, simd::Unit::vpmaddubsw, simd::Unit::sdot, simd::Unit::int16}) {
+    try {
+      simd::force_unit(simd::Work::int8, unit);
+    } catch (const Error&) {
+      continue;  // not on this CPU
+    }
+    for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k,
+                            TensorType::q6_k, TensorType::f16, TensorType::bf16, TensorType::f32}) {
+      const std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
+      const quant::Matrix m = quant::matrix("w", type, bytes.data(), N, K);
+      std::vector<float> w(N * K);
+      quant::dequantize_rows(m, 0, N, w.data());
+      for (quant::Matmul mode : {quant::Matmul::exact, quant::Matmul::int8})
+        for (int64_t M : {1, 5}) {
+          const quant::ProductKernel want = expected_kernel(type, mode, M);
+          const std::string name = to_string(type) + " " + quant::matmul_name(mode) + " M " +
+                                   std::to_string(M) + " unit " + simd::name_of(unit) + ": " +
+                                   quant::unit_name(want) + ", " + quant::kernel_why(want);
+          SCOPED_TRACE(name);
+          std::vector<float> x(M * K), y(M * N, NAN);
+          for (float& v : x) v = normal(rng);
+          quant::kernels_reached() = 0;
+          quant::linear_forward(View(y.data(), {M, N}), View(x.data(), {M, K}), {m}, nullptr, mode);
+          EXPECT_EQ(quant::kernels_reached().load(), static_cast<uint32_t>(want));
+          EXPECT_EQ(quant::product_kernel(type, mode, M), want);
+          const bool int8 = static_cast<uint32_t>(want) >=
+                            static_cast<uint32_t>(quant::ProductKernel::int8_vpdpbusd);
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t n = 0; n < N; ++n) {
+              double want_y = 0, size = 0, bound = 0;
+              for (int64_t b = 0; b < K / 32; ++b) {
+                int8_t q[32];
+                float d;
+                q8_block(&x[i * K + b * 32], q, d);
+                for (int j = 0; j < 32; ++j) {
+                  const double wj = w[n * K + b * 32 + j], xj = x[i * K + b * 32 + j];
+                  want_y += wj * xj;
+                  size += std::abs(wj * xj);
+                  bound += std::abs(wj) * d / 2;
+                }
+              }
+              ASSERT_NEAR(y[i * N + n], want_y, (int8 ? bound : 0) + 1e-5 * size + 1e-5)
+                  << "row " << i << " output " << n;
+            }
+          ++ran;
+        }
+    }
+  }
+  simd::force_unit(simd::Work::int8, std::nullopt);
+  EXPECT_GE(ran, 32);  // at least one unit's whole grid
+  std::printf("product grid: %d combinations on target %s\n", ran, current_target().c_str());
 }
 
 TEST(QuantInt8, ModesByNameAndNonFiniteActivations) {

@@ -89,8 +89,10 @@ void info(const InfoOptions& o) {
                     {"version", g.version},
                     {"kernels", g.kernels},
                     {"why", g.why}});
+  std::vector<UnitInUse> all_units = units_in_use();
+  for (const UnitInUse& u : weight_units()) all_units.push_back(u);
   json units = json::array();
-  for (const UnitInUse& u : units_in_use())
+  for (const UnitInUse& u : all_units)
     units.push_back({{"data", u.data}, {"unit", u.unit}, {"why", u.why}});
   const json result = {
       {"version", version()},
@@ -126,7 +128,7 @@ void info(const InfoOptions& o) {
             << joined(supported_targets()) << "\n          in use: " << target << " ("
             << target_vector_bits() << "-bit vectors, " << target_vector_registers()
             << " registers)\nunits:    (QKV_UNITS=bf16=fma,… forces)\n";
-  for (const UnitInUse& u : units_in_use())
+  for (const UnitInUse& u : all_units)
     std::cout << "  " << std::left << std::setw(22) << u.data << std::setw(11) << u.unit << u.why
               << "\n";
   std::cout << "gemm:     (QKV_GEMM=openblas or onednn forces the fp32 library)\n";

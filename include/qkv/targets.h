@@ -44,6 +44,11 @@ struct UnitInUse {
   std::string why;
 };
 std::vector<UnitInUse> units_in_use();
+// The same for the products with weights held in a format (a GGUF model's matrices in place,
+// quant::linear_forward), on the target in use: each format's unit with fp32 activations
+// (Matmul::exact, "q4_k weights") and, for the block formats, with int8 ones (Matmul::int8,
+// "q4_k weights, int8"). `qkv info` prints these after units_in_use().
+std::vector<UnitInUse> weight_units();
 // The CPU as the table reads it: vendor, family, model and the product features it has, e.g.
 // "AuthenticAMD family 25 model 17: avx512 avx512_bf16 avx512_vnni".
 std::string cpu_identity();

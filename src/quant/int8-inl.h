@@ -33,6 +33,7 @@
 #include "simd/half-inl.h"
 #include "quant/int8.h"
 #include "quant/k_quants.h"
+#include "quant/product_kernels.h"
 
 #if HWY_ARCH_ARM_A64 && !defined(QKV_QUANT_INT8_ONCE)
 #define QKV_QUANT_INT8_ONCE
@@ -131,6 +132,27 @@ inline void quantize_row(const float* x, int64_t K, float* base) {
     std::copy(pair_scales, pair_scales + 4, scales + 4 * p);
     std::copy(pair_terms, pair_terms + 12, terms + 12 * p);
   }
+}
+
+// The kernel the products with weights of type T run on this target and CPU (the choices of
+// tile_rows and dot_row_block below; written before the AVX-512 DL options so that code
+// compiled without them may call it).
+template <TensorType T>
+HWY_INLINE ProductKernel int8_kernel() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+#if HWY_TARGET == HWY_AVX3_DL
+  if constexpr (T != TensorType::q6_k) return ProductKernel::int8_vpdpbusd;
+#endif
+#if HWY_TARGET == HWY_AVX2
+  if (::qkv::quant::int8::avx_vnni()) return ProductKernel::int8_avx_vnni;
+#endif
+  return ProductKernel::int8_vpmaddubsw;
+#else
+#if HWY_ARCH_ARM_A64
+  if (::qkv::quant::int8::dot_product_extension()) return ProductKernel::int8_sdot;
+#endif
+  return ProductKernel::int8_int16;
+#endif
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
@@ -784,7 +806,8 @@ HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Ro
   }
 #endif
 #if HWY_TARGET == HWY_AVX2
-  if (::qkv::quant::int8::avx_vnni()) return dot_tile<T, R, XR, true>(w, rb, blocks, x, y);
+  if (int8_kernel<T>() == ProductKernel::int8_avx_vnni)
+    return dot_tile<T, R, XR, true>(w, rb, blocks, x, y);
 #endif
   dot_tile<T, R, XR>(w, rb, blocks, x, y);
 }
@@ -801,13 +824,13 @@ HWY_INLINE void dot_row_block(const uint8_t* w, int64_t rb, int64_t blocks, cons
 #else
   if constexpr (kKQuant<T>) {
 #if HWY_ARCH_ARM_A64
-    if (::qkv::quant::int8::dot_product_extension())
+    if (int8_kernel<T>() == ProductKernel::int8_sdot)
       return dot_rows_k_sdot<T, R>(w, rb, blocks, x, y);
 #endif
     dot_rows_k<T, R>(w, rb, blocks, x, y);
   } else {
 #if HWY_ARCH_ARM_A64
-    if (::qkv::quant::int8::dot_product_extension())
+    if (int8_kernel<T>() == ProductKernel::int8_sdot)
       return dot_rows_sdot<T, R>(w, rb, blocks, x.q, x.d, x.sums, y);
 #endif
     dot_rows<T, R>(w, rb, blocks, x, y);

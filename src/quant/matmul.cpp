@@ -15,11 +15,15 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "ops/gemm.h"
 #include "qkv/error.h"
 #include "qkv/quant.h"
+#include "qkv/targets.h"
 #include "qkv/threads.h"
 #include "simd/dispatch.h"
 #include "simd/simd-inl.h"
@@ -28,6 +32,7 @@
 #include "simd/half-inl.h"
 #include "quant/int8-inl.h"
 #include "quant/k_quants.h"
+#include "quant/product_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::quant {
@@ -310,6 +315,25 @@ bool takes_int8(TensorType t) {
          t == TensorType::q4_k || t == TensorType::q6_k;
 }
 
+// The kernel of weights of type t in `mode` for `rows` activation rows (linear_forward's choice).
+ProductKernel kernel_for(TensorType t, Matmul mode, int64_t rows) {
+  if (mode == Matmul::int8 && takes_int8(t)) {
+    switch (t) {
+      case TensorType::q8_0:
+        return int8::int8_kernel<TensorType::q8_0>();
+      case TensorType::q4_0:
+        return int8::int8_kernel<TensorType::q4_0>();
+      case TensorType::q4_k:
+        return int8::int8_kernel<TensorType::q4_k>();
+      case TensorType::q6_k:
+        return int8::int8_kernel<TensorType::q6_k>();
+      default:
+        return int8::int8_kernel<TensorType::q4_1>();
+    }
+  }
+  return rows == 1 && fused(t) ? ProductKernel::rows_widened : ProductKernel::tiles_widened;
+}
+
 // y[i, begin, end) = rows [begin, end) of m · row i of x, for the M rows of x quantized to int8
 // (int8::quantize_row, each int8::floats_per_row(K) floats from `rows`).
 void int8_range_of(const Matrix& m, int64_t begin, int64_t end, int64_t M, const float* rows,
@@ -331,6 +355,10 @@ void int8_range_of(const Matrix& m, int64_t begin, int64_t end, int64_t M, const
 }
 
 }  // namespace
+
+ProductKernel product_kernel(TensorType t, Matmul mode, int64_t rows) {
+  return kernel_for(t, mode, rows);
+}
 
 void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* bias,
                     Matmul mode) {
@@ -356,6 +384,7 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   const int threads = y.shape[1] * K < (1 << 16) ? 1 : num_threads();
   const auto int8_part = [](const Matrix& p) { return takes_int8(p.type); };
   const bool int8 = mode == Matmul::int8 && std::any_of(parts.begin(), parts.end(), int8_part);
+  for (const Matrix& p : parts) reached(kernel_for(p.type, int8 ? mode : Matmul::exact, M));
   const int64_t nb = K / kBlock;
   // The int8 products' activations (all M rows, once), or the sums of x over each block that
   // Q4_1's offsets multiply in the exact one-row product.
@@ -410,6 +439,77 @@ Matmul matmul_from_name(const std::string& name) {
 }
 
 const char* matmul_name(Matmul mode) { return mode == Matmul::int8 ? "int8" : "exact"; }
+
+const char* unit_name(ProductKernel k) {
+  switch (k) {
+    case ProductKernel::int8_vpdpbusd:
+      return "vpdpbusd";
+    case ProductKernel::int8_avx_vnni:
+      return "avx_vnni";
+    case ProductKernel::int8_vpmaddubsw:
+      return "vpmaddubsw";
+    case ProductKernel::int8_sdot:
+      return "sdot";
+    case ProductKernel::int8_int16:
+      return "int16";
+    default:
+      return "fma";
+  }
+}
+
+const char* kernel_why(ProductKernel k) {
+  switch (k) {
+    case ProductKernel::rows_widened:
+      return "widened to fp32 in registers, 4 weight rows at a time";
+    case ProductKernel::tiles_widened:
+      return "32 weight rows widened to fp32, then the fp32 GEMM";
+    case ProductKernel::int8_vpdpbusd:
+      return "activations to int8 blocks; AVX512-VNNI on 512-bit vectors, two blocks a vector";
+    case ProductKernel::int8_avx_vnni:
+      return "activations to int8 blocks; AVX-VNNI on 256-bit vectors";
+    case ProductKernel::int8_vpmaddubsw:
+      return "activations to int8 blocks; vpmaddubsw + vpmaddwd";
+    case ProductKernel::int8_sdot:
+      return "activations to int8 blocks; Arm's sdot";
+    default:
+      return "activations to int8 blocks; bytes widened to int16 pairs";
+  }
+}
+
+std::atomic<uint32_t>& kernels_reached() {
+  static std::atomic<uint32_t> bits{0};
+  return bits;
+}
+
+}  // namespace qkv::quant
+
+namespace qkv {
+
+std::vector<UnitInUse> weight_units() {
+  using quant::Matmul, quant::ProductKernel;
+  std::vector<UnitInUse> out;
+  for (TensorType t : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k,
+                       TensorType::q6_k, TensorType::f16, TensorType::bf16, TensorType::f32}) {
+    std::string name = to_string(t) + " weights";  // as the CLI names formats: lower case
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.push_back({name, quant::unit_name(ProductKernel::rows_widened),
+                   "widened to fp32: one row in registers, more 32 weight rows at a time for "
+                   "the fp32 GEMM"});
+    const ProductKernel int8 = quant::product_kernel(t, Matmul::int8, 1);
+    if (int8 != ProductKernel::rows_widened)
+      out.push_back({name + ", int8", quant::unit_name(int8), quant::kernel_why(int8)});
+  }
+  return out;
+}
+
+}  // namespace qkv
+
+namespace qkv::quant {
+
+HWY_EXPORT(product_kernel);
+ProductKernel product_kernel(TensorType t, Matmul mode, int64_t rows) {
+  return QKV_DISPATCH(product_kernel)(t, mode, rows);
+}
 
 HWY_EXPORT(linear_forward);
 void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* b, Matmul mode) {

@@ -69,16 +69,14 @@ struct NamedTarget {
 // Best first (Highway: a lower bit is a better target).
 constexpr NamedTarget kNames[] = {
 #if HWY_ARCH_X86
-    {"avx512_bf16", kBf16Units},
-    {"avx512_dl", HWY_AVX3_DL}, {"avx512", HWY_AVX3},   {"avx2", HWY_AVX2},
-    {"sse4", HWY_SSE4},         {"ssse3", HWY_SSSE3},
+    {"avx512_bf16", kBf16Units}, {"avx512_dl", HWY_AVX3_DL}, {"avx512", HWY_AVX3},
+    {"avx2", HWY_AVX2},          {"sse4", HWY_SSE4},         {"ssse3", HWY_SSSE3},
 #elif HWY_ARCH_ARM
     // "sve" is SVE with 256-bit vectors, the one SVE target qkv compiles (CMakeLists.txt).
-    {"neon_bf16", kBf16Units},
-    {"sve2_128", HWY_SVE2_128}, {"sve", HWY_SVE_256},   {"sve2", HWY_SVE2},
-    {"sve_scalable", HWY_SVE},  {"neon", HWY_NEON},
+    {"neon_bf16", kBf16Units}, {"sve2_128", HWY_SVE2_128}, {"sve", HWY_SVE_256},
+    {"sve2", HWY_SVE2},        {"sve_scalable", HWY_SVE},  {"neon", HWY_NEON},
 #endif
-    {"emu128", HWY_EMU128},     {"scalar", HWY_SCALAR},
+    {"emu128", HWY_EMU128},      {"scalar", HWY_SCALAR},
 };
 
 // hwy::SupportedTargets(), and Highway's choice for HWY_DYNAMIC_DISPATCH updated to it, as
@@ -165,9 +163,12 @@ bool bf16_units() {
   ensure_target();
   if (kBf16Units == 0 || !(cpu_targets() & kBf16Units)) return false;
   switch (units_by_target.load(std::memory_order_relaxed)) {
-    case UnitsByTarget::on: return true;
-    case UnitsByTarget::off: return false;
-    default: return unit_of(Work::bf16) == Unit::bf16_dot;
+    case UnitsByTarget::on:
+      return true;
+    case UnitsByTarget::off:
+      return false;
+    default:
+      return unit_of(Work::bf16) == Unit::bf16_dot;
   }
 }
 
@@ -228,12 +229,12 @@ void set_units(const std::string& spec) { simd::force_units(spec, "set_units"); 
 
 std::string cpu_identity() {
   const simd::CpuFeatures& f = simd::cpu_features();
-  std::string s = f.vendor + " family " + std::to_string(f.family) + " model " +
-                  std::to_string(f.model) + ":";
+  std::string s =
+      f.vendor + " family " + std::to_string(f.family) + " model " + std::to_string(f.model) + ":";
   const std::pair<bool, const char*> named[] = {
-      {f.avx512, "avx512"},           {f.avx512_bf16, "avx512_bf16"}, {f.avx512_vnni, "avx512_vnni"},
-      {f.avx_vnni, "avx_vnni"},       {f.amx_bf16, "amx_bf16"},       {f.amx_int8, "amx_int8"},
-      {f.arm_bf16, "bf16"},           {f.arm_dotprod, "dotprod"}};
+      {f.avx512, "avx512"},     {f.avx512_bf16, "avx512_bf16"}, {f.avx512_vnni, "avx512_vnni"},
+      {f.avx_vnni, "avx_vnni"}, {f.amx_bf16, "amx_bf16"},       {f.amx_int8, "amx_int8"},
+      {f.arm_bf16, "bf16"},     {f.arm_dotprod, "dotprod"}};
   for (const auto& [has, name] : named)
     if (has) s += std::string(" ") + name;
   return s;
@@ -248,24 +249,14 @@ std::vector<UnitInUse> units_in_use() {
   const simd::UnitChoice bf16 = simd::unit_for(Work::bf16);
   const bool registry_agrees = (bf16.unit == Unit::bf16_dot) == simd::bf16_units();
   if (simd::bf16_units())
-    out.push_back({"bf16", "bf16_dot", registry_agrees ? bf16.why : "target " + target + " forced"});
+    out.push_back(
+        {"bf16", "bf16_dot", registry_agrees ? bf16.why : "target " + target + " forced"});
   else
     out.push_back(
         {"bf16", "fma", registry_agrees ? bf16.why : "target " + target + ": widened to fp32"});
   out.push_back({"f16", "fma", "widened to fp32 (no f16 dot unit is used)"});
   for (const char* cache : {"q8_0 cache", "q4_0 cache", "q4_1 cache"})
     out.push_back({cache, "fma", "blocks widened to fp32 in registers, one scale per block"});
-  const simd::UnitChoice int8 = simd::unit_for(Work::int8);
-  if (target == "avx512_dl" || target == "avx512_bf16")
-    out.push_back({"int8 weight products", "vpdpbusd",
-                   "AVX512-VNNI on 512-bit vectors (target " + target + ")"});
-  else if (target == "avx512" || target == "sse4" || target == "ssse3")
-    out.push_back({"int8 weight products", "vpmaddubsw",
-                   "target " + target + ": vpmaddubsw + vpmaddwd"});
-  else if (target == "emu128" || target == "scalar")
-    out.push_back({"int8 weight products", "int16", "target " + target + ": int16 pairs"});
-  else
-    out.push_back({"int8 weight products", simd::name_of(int8.unit), int8.why});
   return out;
 }
 
