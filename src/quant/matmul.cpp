@@ -29,6 +29,7 @@
 #include "simd/simd-inl.h"
 #include "util/parallel.h"
 #include "util/scratch.h"
+#include "simd/blocks-inl.h"
 #include "simd/half-inl.h"
 #include "quant/int8-inl.h"
 #include "quant/k_quants.h"
@@ -57,38 +58,22 @@ constexpr int kRowsPerStep = 4;  // weight rows decoded side by side
 constexpr int64_t kBlock = kKvBlockValues;  // q8_0's, q4_0's and q4_1's (number_format.h)
 constexpr int64_t kChunk = 32;              // output rows per unit of work
 
-// Lanes j … j + N of a block's values as int32: Q8_0's int8 values; a Q4 block's 16 bytes
-// hold values 0–15 in their low nibbles and 16–31 in their high ones (before any offset).
-HWY_INLINE auto q8_values(const uint8_t* q, size_t j) {
-  return hn::PromoteTo(di, hn::LoadU(di8, reinterpret_cast<const int8_t*>(q) + j));
-}
-// Calls f(values j …, values 16 + j …) of a Q4 block (a callback: SVE's vectors, sizeless,
-// cannot be members of a struct).
-template <typename F>
-HWY_INLINE void with_q4_values(const uint8_t* q, size_t j, F f) {
-  const auto v = hn::PromoteTo(di, hn::LoadU(du8, q + j));
-  f(hn::And(v, hn::Set(di, 15)), hn::ShiftRight<4>(v));
-}
-
-// Σ q·x over one block of 32, as a vector whose lanes are summed at the end (the caller
-// applies the block's scale); Q4's values less `offset` (8 for Q4_0, 0 for Q4_1).
-HWY_INLINE Vf block_q8(const uint8_t* q, const float* x) {
+// Σ q·x over one 32-value block (simd/blocks-inl.h's format) as a vector whose lanes are
+// summed at the end (the caller applies the block's scale, and Q4_1's offset times Σ x): the
+// values j … j + N, then (Q4) the ones 16 further on from the same bytes' high nibbles.
+template <TensorType T>
+HWY_INLINE Vf block_dot(const uint8_t* blk, const float* x) {
   const size_t N = hn::Lanes(df);
   Vf t = hn::Zero(df);
-  for (size_t j = 0; j < size_t(kBlock); j += N)
-    t = hn::MulAdd(hn::ConvertTo(df, q8_values(q, j)), hn::LoadU(df, x + j), t);
-  return t;
-}
-
-HWY_INLINE Vf block_q4(const uint8_t* q, const float* x, int offset) {
-  const size_t N = hn::Lanes(df);
-  const auto off = hn::Set(di, offset);
-  Vf t = hn::Zero(df);
-  for (size_t j = 0; j < size_t(kBlock / 2); j += N) {
-    with_q4_values(q, j, [&](auto first, auto second) {
-      t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(first, off)), hn::LoadU(df, x + j), t);
-      t = hn::MulAdd(hn::ConvertTo(df, hn::Sub(second, off)), hn::LoadU(df, x + kBlock / 2 + j), t);
-    });
+  if constexpr (T == TensorType::q8_0) {
+    for (size_t j = 0; j < size_t(kBlock); j += N)
+      t = hn::MulAdd(simd::block_ints<T>(blk, j), hn::LoadU(df, x + j), t);
+  } else {
+    for (size_t j = 0; j < size_t(kBlock / 2); j += N) {
+      t = hn::MulAdd(simd::block_ints<T>(blk, j), hn::LoadU(df, x + j), t);
+      t = hn::MulAdd(simd::block_ints<T>(blk, kBlock / 2 + j), hn::LoadU(df, x + kBlock / 2 + j),
+                     t);
+    }
   }
   return t;
 }
@@ -160,13 +145,9 @@ HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const f
             dmin * (static_cast<float>(min0) * xsum[b] + static_cast<float>(min1) * xsum[b + 1]);
       } else if constexpr (T == TensorType::q6_k) {
         acc[r] = hn::Add(block_q6_k(blk, j, xb), Vf(acc[r]));
-      } else if constexpr (T == TensorType::q8_0) {
-        acc[r] = hn::MulAdd(hn::Set(df, half(blk)), block_q8(blk + 2, xb), Vf(acc[r]));
-      } else if constexpr (T == TensorType::q4_0) {
-        acc[r] = hn::MulAdd(hn::Set(df, half(blk)), block_q4(blk + 2, xb, 8), Vf(acc[r]));
       } else {
-        acc[r] = hn::MulAdd(hn::Set(df, half(blk)), block_q4(blk + 4, xb, 0), Vf(acc[r]));
-        extra[r] += half(blk + 2) * xsum[b];
+        acc[r] = hn::MulAdd(hn::Set(df, simd::block_scale(blk)), block_dot<T>(blk, xb), Vf(acc[r]));
+        if constexpr (simd::kHasMin<T>) extra[r] += simd::block_min<T>(blk) * xsum[b];
       }
     }
   }
@@ -270,39 +251,19 @@ bool fused(TensorType t) {
 // the others by the reference dequantizer.
 void decode_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
   const int64_t rb = row_bytes(m.type, m.cols), K = m.cols;
-  const size_t N = hn::Lanes(df);
   for (int64_t r = 0; r < n; ++r) {
     const uint8_t* w = m.data + (row0 + r) * rb;
     float* y = out + r * K;
     switch (m.type) {
       case TensorType::q8_0:
-        for (int64_t b = 0; b < K / kBlock; ++b) {
-          const uint8_t* blk = w + block_of(TensorType::q8_0).bytes * b;
-          const Vf d = hn::Set(df, half(blk));
-          for (size_t j = 0; j < size_t(kBlock); j += N)
-            hn::StoreU(hn::Mul(d, hn::ConvertTo(df, q8_values(blk + 2, j))), df,
-                       y + kBlock * b + j);
-        }
-        break;
       case TensorType::q4_0:
-      case TensorType::q4_1: {
-        const bool q40 = m.type == TensorType::q4_0;
-        const int64_t bytes = block_of(m.type).bytes;
-        for (int64_t b = 0; b < K / kBlock; ++b) {
-          const uint8_t* blk = w + bytes * b;
-          const Vf d = hn::Set(df, half(blk));
-          const Vf mn = hn::Set(df, q40 ? -8.0f * half(blk) : half(blk + 2));
-          const uint8_t* q = blk + (q40 ? 2 : 4);
-          for (size_t j = 0; j < size_t(kBlock / 2); j += N) {
-            with_q4_values(q, j, [&](auto first, auto second) {
-              hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, first), mn), df, y + kBlock * b + j);
-              hn::StoreU(hn::MulAdd(d, hn::ConvertTo(df, second), mn), df,
-                         y + kBlock * b + kBlock / 2 + j);
-            });
-          }
-        }
+      case TensorType::q4_1:
+        simd::with_block_format(m.type, [&](auto format) {
+          constexpr TensorType T = decltype(format)::value;
+          for (int64_t b = 0; b < K / kBlock; ++b)
+            simd::widen_block<T>(w + simd::kBlockBytes<T> * b, y + kBlock * b);
+        });
         break;
-      }
       default:
         dequantize_rows(m, row0 + r, 1, y);
     }
