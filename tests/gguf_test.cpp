@@ -202,8 +202,8 @@ TEST(GgufModel, LogitsMatchAnIndependentForward) {
   EXPECT_GT(scale, 1.0);
 }
 
-// The same model computed in place (its matrices in their block formats, via forward_cached):
-// the same logits, and nothing of the matrices in the fp32 buffer.
+// The same model computed in place (its matrices in their block formats; the full forward and
+// forward_cached): the same logits, and nothing of the matrices in the fp32 buffer.
 TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
   const std::string path = std::string(QKV_GOLDEN_DIR) + "/../data/tiny_llama.gguf";
   std::ifstream in(path + ".json");
@@ -221,7 +221,8 @@ TEST(GgufModel, InPlaceWeightsGiveTheSameLogits) {
   // as the cached prefill below, so the same bits.
   model->forward(tokens.data(), nullptr, 1, T);
   const std::vector<float> full(model->logits().data, model->logits().data + T * c.vocab_size);
-  EXPECT_THROW(model->backward(), Error);  // inference only
+  model->forward(tokens.data(), tokens.data(), 1, T);  // a loss runs; its backward does not
+  EXPECT_THROW(model->backward(), Error);              // inference only
   EXPECT_THROW(save_checkpoint(
                    ::testing::TempDir() + "/in_place_" + std::to_string(getpid()) + ".safetensors",
                    *model, nullptr, 0),

@@ -250,9 +250,10 @@ static void k_quant_products_are_exact() {
       }
 }
 
-// Every int8 unit this CPU has: on x86 AVX-VNNI and vpmaddubsw + vpmaddwd (the AVX2 target's
-// two ways), on AArch64 sdot and int16 pairs.
-TEST(QuantInt8, IntegerProductsAreExact) {
+// f(unit) with each int8 unit this CPU has forced: on x86 AVX-VNNI and vpmaddubsw + vpmaddwd
+// (the AVX2 target's two ways), on AArch64 sdot and int16 pairs; the table chooses again after.
+template <class F>
+void for_each_int8_unit(F&& f) {
   for (simd::Unit unit :
        {simd::Unit::avx_vnni, simd::Unit::vpmaddubsw, simd::Unit::sdot, simd::Unit::int16}) {
     try {
@@ -261,10 +262,16 @@ TEST(QuantInt8, IntegerProductsAreExact) {
       continue;  // not on this CPU
     }
     SCOPED_TRACE(simd::name_of(unit));
-    integer_products_are_exact();
-    k_quant_products_are_exact();
+    f(unit);
   }
   simd::force_unit(simd::Work::int8, std::nullopt);
+}
+
+TEST(QuantInt8, IntegerProductsAreExact) {
+  for_each_int8_unit([](simd::Unit) {
+    integer_products_are_exact();
+    k_quant_products_are_exact();
+  });
 }
 
 // Real scales: the int8 output against the exact one, within what rounding the activations
@@ -343,13 +350,7 @@ TEST(QuantKernels, EveryFormatModeRowsAndUnitReachItsKernel) {
   std::normal_distribution<float> normal;
   const int64_t K = 512, N = 70;
   int ran = 0;
-  for (simd::Unit unit :
-       {simd::Unit::avx_vnni, simd::Unit::vpmaddubsw, simd::Unit::sdot, simd::Unit::int16}) {
-    try {
-      simd::force_unit(simd::Work::int8, unit);
-    } catch (const Error&) {
-      continue;  // not on this CPU
-    }
+  for_each_int8_unit([&](simd::Unit unit) {
     for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k,
                             TensorType::q6_k, TensorType::f16, TensorType::bf16, TensorType::f32}) {
       const std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
@@ -391,8 +392,7 @@ TEST(QuantKernels, EveryFormatModeRowsAndUnitReachItsKernel) {
           ++ran;
         }
     }
-  }
-  simd::force_unit(simd::Work::int8, std::nullopt);
+  });
   EXPECT_GE(ran, 32);  // at least one unit's whole grid
   std::printf("product grid: %d combinations on target %s\n", ran, current_target().c_str());
 }

@@ -103,7 +103,13 @@ void validate_backward(const AttentionArgs& args, const View& dout, const View& 
                        const View& dv, const char* where);
 
 // ---- attention over stored keys and values (a key/value cache) ----------------------------
-//
+
+// How a cache lays out its rows. rows: position after position, where the strides say (the
+// one layout attention reads). Layouts that interleave groups of rows for a product unit (bf16
+// pairs, int8 quads, 16 rows per tile) are to be declared here, read through the same
+// interface; attention refuses a value it does not know.
+enum class KvLayout { rows };
+
 // Keys and values as a cache stores them: positions 0 … length − 1 of B sequences, each a row
 // of `type` elements, one of kv_row_types(): f32, bf16 or f16, or q8_0, q4_0 or q4_1 (ggml's
 // 32-value blocks with an fp16 scale, q4_1 with an fp16 offset too, include/qkv/number_format.h:
@@ -113,12 +119,6 @@ void validate_backward(const AttentionArgs& args, const View& dout, const View& 
 // begins at element b · batch_stride + h · head_stride + slot(p) · row_stride of k (or v):
 // slot(p) = p, or in a ring of `slots` rows (a sliding-window model's cache) p mod slots, and
 // then only the last `slots` positions are held. The queries are the last Tq positions.
-// How a cache lays out its rows. rows: position after position, where the strides say (the
-// one layout attention reads). Layouts that interleave groups of rows for a product unit (bf16
-// pairs, int8 quads, 16 rows per tile) are to be declared here, read through the same
-// interface; attention refuses a value it does not know.
-enum class KvLayout { rows };
-
 struct StoredKV {
   TensorType type = TensorType::f32;
   const void* k = nullptr;

@@ -99,7 +99,7 @@ inline int64_t bytes_of(TensorType type, int64_t n) {
 
 // The types of key and value rows that attention reads in place, and so those a key/value
 // cache stores: f32, bf16, f16 and the 32-value block formats q8_0, q4_0, q4_1 (one list, in
-// number_format.cpp; src/attention/block_rows-inl.h holds each block format's kernels).
+// number_format.cpp; src/simd/blocks-inl.h holds each block format's widening).
 const std::vector<TensorType>& kv_row_types();
 bool is_kv_row_type(TensorType t);
 // Whether a key/value row type is stored in blocks (of kKvBlockValues values).

@@ -37,9 +37,9 @@ void check_target_environment();
 // CPU vendor and family chooses (the same machine makes the same choice on every run): bf16
 // data goes to the bf16 dot unit (vdpbf16ps, bfdot) on AMD Zen 4/5 and Arm, and is widened to
 // fp32 on Intel, whose vdpbf16ps peaks below its fp32 FMAs; int8 weight products use AVX-VNNI
-// or Arm's sdot where the CPU has them. `qkv info` prints this list.
+// or Arm's sdot where the CPU has them. `qkv info` prints this list, then weight_units().
 struct UnitInUse {
-  std::string data;  // "bf16", "q8_0 cache", "int8 weight products", …
+  std::string data;  // "bf16", "q8_0 cache", "q4_k weights, int8", …
   std::string unit;  // "fma", "bf16_dot", "avx_vnni", "vpmaddubsw", "vpdpbusd", "sdot", "int16"
   std::string why;
 };

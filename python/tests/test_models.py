@@ -179,6 +179,11 @@ def test_smollm2_generates_with_its_own_tokenizer():
     ref = qkv.load_gguf(smollm2_path(), dequantize=True)
     a, b = m.logits(ids), ref.logits(ids)
     np.testing.assert_allclose(a, b, atol=1e-4 * np.abs(b).max())
+    # Attention maps of the model in place (its full forward over the block matrices) against
+    # the dequantized model's.
+    in_place, fp32 = qkv.attention_map(m, ids), qkv.attention_map(ref, ids)
+    assert in_place.weights.shape == fp32.weights.shape == (30, 9, len(ids), len(ids))
+    np.testing.assert_allclose(in_place.weights, fp32.weights, atol=1e-4)
 
 
 def test_smollm2_with_int8_products():

@@ -49,6 +49,7 @@
 #include "simd/convert-inl.h"
 #include "attention/tiles-inl.h"
 #include "simd/transpose-inl.h"
+#include "qkv/error.h"
 #include "qkv/threads.h"
 #include "util/scratch.h"
 #include "simd/dispatch.h"
@@ -248,6 +249,8 @@ std::vector<int64_t> heaviest_first(const Mask& mask, const Shape& n, int64_t pe
 }  // namespace
 
 void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
+  // (Key tiles walk rows a row apart: a wrapped ring is decoded or gathered by its caller.)
+  check(K.wrap() == K.rows && V.wrap() == V.rows, "attention: the tiled kernel got a wrapped ring");
   const size_t N = simd::lanes();
   const Shape n{a.q.shape[0], a.q.shape[1], K.heads, a.q.shape[2],
                 K.rows,       a.q.shape[3], V.dim,   static_cast<int64_t>(kQueryVectors * N)};

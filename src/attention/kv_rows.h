@@ -1,7 +1,8 @@
 // The row source: where an attention call's keys (or values) live, in what element format and
-// layout, and which position each row holds. Every kernel reads K and V through it, whether they
-// came as views (attention()) or as a cache's storage (attention(args, StoredKV)); a new cache
-// layout or a paged cache is one more way of answering row(b, h, j) here.
+// layout, and which position each row holds. The forward kernels (the tiled forward, split-KV
+// decoding) read K and V through it, whether they came as views (attention()) or as a cache's
+// storage (attention(args, StoredKV)); the backward reads views (it never runs over a cache). A
+// new cache layout or a paged cache is one more way of answering row(b, h, j) here.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,8 @@ struct KvRows {
   int64_t batch_stride = 0, head_stride = 0, row_stride = 0;  // in values
   int64_t heads = 0, rows = 0, dim = 0;
   int64_t first = 0;  // the position row 0 holds: row j holds position first + j
-  int64_t slots = 0;  // a ring of this many slots (0: none): row j lives in slot (first + j) % slots
+  int64_t slots =
+      0;  // a ring of this many slots (0: none): row j lives in slot (first + j) % slots
   int64_t unit_values = 1, unit_bytes = 4;  // an element, or a block of 32 values and its bytes
 
   bool in_blocks() const { return unit_values > 1; }

@@ -74,10 +74,13 @@ void Model::Decoder::layer_forward(const Model& m, int64_t l, const LayerRows& r
   norm(m, r.ln1, r.mean1, r.rstd1, r.x, P.norm1);
   MultiHeadAttention attention = m.attention_layer(l);
   attention.compute = products;
-  if (road.cache)
+  if (road.cache) {
+    attention.shard = nullptr;  // (a sequence shard splits the full forward only)
     multihead_forward_cached(attention, *road.state, r.att, r.ln1, *road.cache, l, road.seqs,
                              road.B, road.T);
-  else multihead_forward(attention, *road.state, r.att, r.ln1, View{}, road.B, road.T, road.T);
+  } else {
+    multihead_forward(attention, *road.state, r.att, r.ln1, View{}, road.B, road.T, road.T);
+  }
   residual_forward(r.mid, r.att, r.x);
   // mid + ffn(norm(mid))
   norm(m, r.ln2, r.mean2, r.rstd2, r.mid, P.norm2);
@@ -102,9 +105,9 @@ Model::Decoder::LayerRows Model::Decoder::layer_rows(const Model& m, Activations
   const ModelConfig& c = m.config_;
   const int64_t N = a.B * a.T, F = c.d_ff;
   auto rows = [N](const Tensor& t) { return t.view().slice(0, 0, N); };
-  Activations::Layer& L = a.layers[l];
+  Activations::Layer& L = a.layers[a.shared ? 0 : l];
   LayerRows r;
-  r.x = rows(a.resid[l]);
+  r.x = rows(a.resid[a.stream(l)]);
   r.ln1 = rows(L.ln1), r.mean1 = L.mean1.data(), r.rstd1 = L.rstd1.data();
   r.att = r.mid = rows(L.mid);
   r.ln2 = rows(L.ln2), r.mean2 = L.mean2.data(), r.rstd2 = L.rstd2.data();
@@ -115,7 +118,7 @@ Model::Decoder::LayerRows Model::Decoder::layer_rows(const Model& m, Activations
     r.h = rows(L.h);
   }
   r.g = rows(L.g);
-  r.ffn = r.out = rows(a.resid[l + 1]);
+  r.ffn = r.out = rows(a.resid[a.stream(l + 1)]);
   return r;
 }
 
@@ -172,17 +175,19 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
   Activations& a = *acts_;
   if (a.capacity < N) {  // (re)allocate for a larger batch; smaller ones use the first rows
     a.capacity = N;
+    a.shared = !trainable();
     a.resid.clear();
-    for (int64_t l = 0; l <= c.n_layers; ++l) a.resid.push_back(zeros(N, C));
+    for (int64_t l = 0; l <= (a.shared ? 1 : c.n_layers); ++l) a.resid.push_back(zeros(N, C));
     a.layers.clear();
     a.layers.resize(c.n_layers);
     for (auto& L : a.layers) {
       L.ln1 = zeros(N, C), L.mean1 = zeros(N, 1), L.rstd1 = zeros(N, 1);
       L.mid = zeros(N, C), L.ln2 = zeros(N, C), L.mean2 = zeros(N, 1), L.rstd2 = zeros(N, 1);
       L.h = zeros(N, swiglu ? 2 * F : F), L.g = zeros(N, F);
+      if (a.shared) break;  // layer 0's serve every layer
     }
     a.lnf = zeros(N, C), a.meanf = zeros(N, 1), a.rstdf = zeros(N, 1);
-    a.logits = zeros(N, V), a.probs = zeros(N, V);
+    a.logits = zeros(N, V), a.probs = Tensor();
     if (trainable()) {
       a.dresid = zeros(N, C), a.dmid = zeros(N, C), a.dln = zeros(N, C);
       a.dh = zeros(N, F), a.dg = zeros(N, F);
@@ -208,10 +213,11 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
   for (int64_t l = 0; l < c.n_layers; ++l)
     Decoder::layer_forward(*this, l, Decoder::layer_rows(*this, a, l),
                            {.B = B, .T = T, .state = &a.layers[l].attention}, compute_);
-  Decoder::norm(*this, rows(a.lnf), a.meanf.data(), a.rstdf.data(), rows(a.resid[c.n_layers]),
-                w_->norm);
+  Decoder::norm(*this, rows(a.lnf), a.meanf.data(), a.rstdf.data(),
+                rows(a.resid[a.stream(c.n_layers)]), w_->norm);
   Decoder::linear(*this, rows(a.logits), rows(a.lnf), w_->head, compute_);
   if (!targets) return 0;
+  if (a.probs.numel() < a.capacity * V) a.probs = zeros(a.capacity, V);
   return cross_entropy_forward(rows(a.probs), rows(a.logits), a.targets.data());
 }
 

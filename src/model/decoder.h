@@ -31,10 +31,15 @@ struct Model::Activations {
     Tensor ln1, mean1, rstd1, mid, ln2, mean2, rstd2, h, g;
     MultiHeadState attention;
   };
-  std::vector<Tensor> resid;  // [L + 1] × [N, C]: the residual stream before each layer
+  std::vector<Tensor> resid;  // [L + 1] (shared: 2) × [N, C]: the residual stream before a layer
   std::vector<Layer> layers;
-  Tensor lnf, meanf, rstdf, logits, probs, sinusoids;
-  Tensor dresid, dmid, dln, dh, du, dg, dlnf;  // backward scratch
+  // A model that cannot train keeps no layer's activations for a backward: its layers share
+  // layer 0's buffers and two residual streams, alternating; each keeps its attention state
+  // (attention_weights reads it).
+  bool shared = false;
+  int64_t stream(int64_t l) const { return shared ? l % 2 : l; }  // resid before layer l
+  Tensor lnf, meanf, rstdf, logits, probs, sinusoids;             // probs: with targets only
+  Tensor dresid, dmid, dln, dh, du, dg, dlnf;                     // backward scratch
   bool have_targets = false;
 };
 

@@ -453,9 +453,12 @@ std::vector<UnitInUse> weight_units() {
                        TensorType::q6_k, TensorType::f16, TensorType::bf16, TensorType::f32}) {
     std::string name = to_string(t) + " weights";  // as the CLI names formats: lower case
     for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    out.push_back({name, quant::unit_name(ProductKernel::rows_widened),
-                   "widened to fp32: one row in registers, more 32 weight rows at a time for "
-                   "the fp32 GEMM"});
+    out.push_back(
+        {name, quant::unit_name(ProductKernel::rows_widened),
+         t == TensorType::f32
+             ? "one row in registers; more rows: 32 weight rows copied, then the fp32 GEMM"
+             : "one row widened in registers; more rows: 32 weight rows widened, then "
+               "the fp32 GEMM"});
     const ProductKernel int8 = quant::product_kernel(t, Matmul::int8, 1);
     if (int8 != ProductKernel::rows_widened)
       out.push_back({name + ", int8", quant::unit_name(int8), quant::kernel_why(int8)});
