@@ -401,41 +401,37 @@ Matmul matmul_from_name(const std::string& name) {
 
 const char* matmul_name(Matmul mode) { return mode == Matmul::int8 ? "int8" : "exact"; }
 
-const char* unit_name(ProductKernel k) {
-  switch (k) {
-    case ProductKernel::int8_vpdpbusd:
-      return "vpdpbusd";
-    case ProductKernel::int8_avx_vnni:
-      return "avx_vnni";
-    case ProductKernel::int8_vpmaddubsw:
-      return "vpmaddubsw";
-    case ProductKernel::int8_sdot:
-      return "sdot";
-    case ProductKernel::int8_int16:
-      return "int16";
-    default:
-      return "fma";
-  }
+namespace {
+
+// Each kernel's unit (as qkv info and QKV_UNITS name it) and what it does.
+struct KernelName {
+  ProductKernel kernel;
+  const char* unit;
+  const char* why;
+};
+constexpr KernelName kKernelNames[] = {
+    {ProductKernel::rows_widened, "fma", "widened to fp32 in registers, 4 weight rows at a time"},
+    {ProductKernel::tiles_widened, "fma", "32 weight rows widened to fp32, then the fp32 GEMM"},
+    {ProductKernel::int8_vpdpbusd, "vpdpbusd",
+     "activations to int8 blocks; AVX512-VNNI on 512-bit vectors, two blocks a vector"},
+    {ProductKernel::int8_avx_vnni, "avx_vnni",
+     "activations to int8 blocks; AVX-VNNI on 256-bit vectors"},
+    {ProductKernel::int8_vpmaddubsw, "vpmaddubsw",
+     "activations to int8 blocks; vpmaddubsw + vpmaddwd"},
+    {ProductKernel::int8_sdot, "sdot", "activations to int8 blocks; Arm's sdot"},
+    {ProductKernel::int8_int16, "int16",
+     "activations to int8 blocks; bytes widened to int16 pairs"},
+};
+const KernelName& named(ProductKernel k) {
+  for (const KernelName& n : kKernelNames)
+    if (n.kernel == k) return n;
+  return kKernelNames[0];
 }
 
-const char* kernel_why(ProductKernel k) {
-  switch (k) {
-    case ProductKernel::rows_widened:
-      return "widened to fp32 in registers, 4 weight rows at a time";
-    case ProductKernel::tiles_widened:
-      return "32 weight rows widened to fp32, then the fp32 GEMM";
-    case ProductKernel::int8_vpdpbusd:
-      return "activations to int8 blocks; AVX512-VNNI on 512-bit vectors, two blocks a vector";
-    case ProductKernel::int8_avx_vnni:
-      return "activations to int8 blocks; AVX-VNNI on 256-bit vectors";
-    case ProductKernel::int8_vpmaddubsw:
-      return "activations to int8 blocks; vpmaddubsw + vpmaddwd";
-    case ProductKernel::int8_sdot:
-      return "activations to int8 blocks; Arm's sdot";
-    default:
-      return "activations to int8 blocks; bytes widened to int16 pairs";
-  }
-}
+}  // namespace
+
+const char* unit_name(ProductKernel k) { return named(k).unit; }
+const char* kernel_why(ProductKernel k) { return named(k).why; }
 
 std::atomic<uint32_t>& kernels_reached() {
   static std::atomic<uint32_t> bits{0};
