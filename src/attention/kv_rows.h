@@ -25,7 +25,6 @@ struct KvRows {
   int64_t unit_values = 1, unit_bytes = 4;  // an element, or a block of 32 values and its bytes
 
   bool in_blocks() const { return unit_values > 1; }
-  int64_t position(int64_t j) const { return first + j; }
   int64_t slot(int64_t j) const { return slots > 0 ? (first + j) % slots : j; }
   // The first row that a ring's wrap puts back in slot 0 (rows when none does): rows [0, wrap)
   // and [wrap, rows) each lie row_stride apart.
