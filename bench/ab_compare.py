@@ -2,8 +2,12 @@
 """Two builds of qkv, interleaved in one run: every attention row below with build A, then B,
 round after round, so that both see the same phases of the machine (memory bandwidth in these
 VMs jumps between phases). Prints each row's median and best ms for A and B and B's speed-up.
+With --generate, the rows are `qkv bench generate` on the models named instead: each model's
+prefill (ms for the prompt) and decoding (ms per token), with exact products and, for
+block-format weights, int8 ones.
 
 usage: bench/ab_compare.py A/qkv B/qkv [--rounds 5] [--threads 2] [--quick]
+       bench/ab_compare.py A/qkv B/qkv --generate MODEL.gguf ... [--prompt 128]
 """
 import argparse, json, statistics, subprocess
 
@@ -31,6 +35,30 @@ def run(cli, args, threads):
     return json.loads(out.strip().splitlines()[-1])["ms"]
 
 
+# Weights whose products have an int8 mode (the block formats).
+INT8_FORMATS = ("q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+
+
+def generate_rows(models, prompt):
+    """(label, arguments) per model and products mode; each run gives two rows' times."""
+    rows = []
+    for model in models:
+        name = model.rsplit("/", 1)[-1]
+        modes = ["exact"] + (["int8"] if any(f in name.lower() for f in INT8_FORMATS) else [])
+        for mode in modes:
+            rows.append((f"{name} {mode}",
+                         ["--model", model, "--matmul", mode, "--prompt", str(prompt),
+                          "--cache-lengths", "256", "--decode", "16", "--repeats", "2"]))
+    return rows
+
+
+def run_generate(cli, args, threads):
+    cmd = [cli, "bench", "generate", "--threads", str(threads), "--json"] + args
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    return r["prefill_ms"], r["decode"][0]["ms_per_token"]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("a")
@@ -38,16 +66,28 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="decoding rows at 8/8 and 32/8 only")
+    p.add_argument("--generate", nargs="+", metavar="MODEL", help="models for generate rows")
+    p.add_argument("--prompt", type=int, default=128, help="prefill length of the generate rows")
     o = p.parse_args()
-    rows = [r for r in ROWS if not o.quick or "64/8" not in r[0]]
-    times = {label: ([], []) for label, _ in rows}
+    if o.generate:
+        runs = generate_rows(o.generate, o.prompt)
+        labels = [f"{label} {part}" for label, _ in runs for part in ("prefill", "decode")]
+    else:
+        runs = [r for r in ROWS if not o.quick or "64/8" not in r[0]]
+        labels = [label for label, _ in runs]
+    times = {label: ([], []) for label in labels}
     for _ in range(o.rounds):
-        for label, args in rows:
-            times[label][0].append(run(o.a, args, o.threads))
-            times[label][1].append(run(o.b, args, o.threads))
+        for label, args in runs:
+            for side, cli in enumerate((o.a, o.b)):
+                if o.generate:
+                    prefill, decode = run_generate(cli, args, o.threads)
+                    times[f"{label} prefill"][side].append(prefill)
+                    times[f"{label} decode"][side].append(decode)
+                else:
+                    times[label][side].append(run(cli, args, o.threads))
     print(f"| row | A ms (median, best) | B ms (median, best) | B speed-up (median, best) |")
     print("|---|---|---|---|")
-    for label, _ in rows:
+    for label in labels:
         a, b = (statistics.median(t) for t in times[label])
         a1, b1 = (min(t) for t in times[label])
         print(f"| {label} | {a:.3f}, {a1:.3f} | {b:.3f}, {b1:.3f} | {a / b:.3f}x, {a1 / b1:.3f}x |")

@@ -425,7 +425,7 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
   const float scale = effective_scale(a);
   constexpr bool kElements = !std::is_same_v<typename Src::Ptr, const uint8_t*>;
   const int64_t units = n.B * n.Hkv * n.chunks;
-  float* parts = thread_scratch(ForwardSlot::partials, units * n.R * (n.Dv + 2));
+  float* parts = team_scratch(ForwardSlot::partials, units * n.R * (n.Dv + 2));
   const int threads = detail::threads_for(units * n.chunk * (n.D + n.Dv) * n.R);
   // Every unit of a call runs the same kernel (the choice depends on the shape alone).
   const auto each_unit = [&](Variant variant, auto&& kernel) {

@@ -51,6 +51,7 @@
 #include "simd/transpose-inl.h"
 #include "qkv/error.h"
 #include "qkv/threads.h"
+#include "util/parallel.h"
 #include "util/scratch.h"
 #include "simd/dispatch.h"
 #include "simd/units.h"
@@ -272,14 +273,13 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
   auto group = [&](auto element) {
     using T = decltype(element);
     reached(tiles::kOnUnits<T> ? Variant::forward_tiles_bf16_dot : Variant::forward_tiles);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-    for (int64_t u = 0; u < units; ++u) {
+    parallel_for<Schedule::dynamic>(units, num_threads(), [&](int64_t u) {
       const int64_t w = order[u];
       const int64_t g = w % groups, h = (w / groups) % n.Hq, b = w / (groups * n.Hq);
       const int64_t first = g * per_group;
       query_tile_group<T>(a, K, V, rule, scale, n, b, h, first, std::min(per_group, tiles - first),
                           stream_out);
-    }
+    });
   };
   if (K.in_blocks()) group(float{});  // widened to fp32 a tile at a time
   else with_element_type(K.type, group);

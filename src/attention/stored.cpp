@@ -188,8 +188,8 @@ void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
                                      stored_rows(kv, kv.v, held, Dv));  // checked above
   // The positions the queries see, in order, as fp32.
   const int64_t first = first_seen(args.mask, kv.length, Tq), n = kv.length - first;
-  float* K = detail::thread_scratch(detail::StoredSlot::keys, B * Hkv * n * D);
-  float* V = detail::thread_scratch(detail::StoredSlot::values, B * Hkv * n * Dv);
+  float* K = detail::team_scratch(detail::StoredSlot::keys, B * Hkv * n * D);
+  float* V = detail::team_scratch(detail::StoredSlot::values, B * Hkv * n * Dv);
   gather(kv, B, first, K, V);
   AttentionArgs x = args;
   x.k = View(K, {B, Hkv, n, D});
@@ -222,8 +222,8 @@ void attention(const AttentionArgs& args, const StoredKV& kv) {
   // The queries rotated as the rows were; the outputs rotated back: H (Σ p v') = Σ p v.
   const int64_t B = args.q.shape[0], Hq = args.q.shape[1], Tq = args.q.shape[2];
   const int64_t D = kv.dim_k, Dv = kv.dim_v;
-  float* q = detail::thread_scratch(detail::StoredSlot::rotated_queries, B * Hq * Tq * D);
-  float* out = detail::thread_scratch(detail::StoredSlot::rotated_out, B * Hq * Tq * Dv);
+  float* q = detail::team_scratch(detail::StoredSlot::rotated_queries, B * Hq * Tq * D);
+  float* out = detail::team_scratch(detail::StoredSlot::rotated_out, B * Hq * Tq * Dv);
   rotated_rows(args.q, kv.rotation, q);
   AttentionArgs x = args;
   x.q = View(q, {B, Hq, Tq, D});

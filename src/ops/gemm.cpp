@@ -16,6 +16,7 @@
 #include "qkv/targets.h"
 #include "qkv/threads.h"
 #include "simd/cpu.h"
+#include "util/parallel.h"
 #include "util/scratch.h"
 
 #if QKV_HAVE_ONEDNN
@@ -120,8 +121,7 @@ inline uint16_t rounded_bf16(float f) {
 // bits (`bits`) or widened back to fp32 (`widened`), whichever is non-null.
 void round_operand(const float* X, int64_t rows, int64_t cols, int64_t ld, uint16_t* bits,
                    float* widened) {
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (rows * cols > (1 << 16))
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, rows * cols > (1 << 16) ? num_threads() : 1, [&](int64_t r) {
     const float* x = X + r * ld;
     if (bits) {
       uint16_t* o = bits + r * cols;
@@ -131,13 +131,13 @@ void round_operand(const float* X, int64_t rows, int64_t cols, int64_t ld, uint1
       for (int64_t c = 0; c < cols; ++c)
         o[c] = std::bit_cast<float>(static_cast<uint32_t>(rounded_bf16(x[c])) << 16);
     }
-  }
+  });
 }
 
 // Runs `block(m0, m, n0, n)` over the grid of C's blocks on qkv's threads.
 template <typename Block>
 void over_blocks(int64_t M, int64_t N, int64_t K, const Block& block) {
-  if (M * N * K < kSmallWork) return block(0, M, 0, N);
+  if (M * N * K < kSmallWork) return team_serial([&] { block(0, M, 0, N); });
   int64_t block_rows = kBlock, block_cols = kBlock;
   auto count = [&](int64_t n, int64_t b) { return (n + b - 1) / b; };
   while (count(M, block_rows) * count(N, block_cols) < kMinBlocks &&
@@ -145,16 +145,18 @@ void over_blocks(int64_t M, int64_t N, int64_t K, const Block& block) {
     (block_rows >= block_cols ? block_rows : block_cols) /= 2;
   const int64_t rows = count(M, block_rows), cols = count(N, block_cols), blocks = rows * cols;
   const int threads = static_cast<int>(std::min<int64_t>(num_threads(), blocks));
+  const auto run_block = [&](int64_t i) {
+    const int64_t m0 = i / cols * block_rows, n0 = i % cols * block_cols;
+    block(m0, std::min(block_rows, M - m0), n0, std::min(block_cols, N - n0));
+  };
+  if (in_team()) return parallel_for(blocks, threads, run_block);  // (one thread in the libraries)
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     // OpenBLAS's OpenMP build and oneDNN run one thread inside an active team, but outside one
     // they would take omp_get_max_threads(): this region's own setting keeps them to one.
     if (!omp_in_parallel()) omp_set_num_threads(1);
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < blocks; ++i) {
-      const int64_t m0 = i / cols * block_rows, n0 = i % cols * block_cols;
-      block(m0, std::min(block_rows, M - m0), n0, std::min(block_cols, N - n0));
-    }
+    for (int64_t i = 0; i < blocks; ++i) run_block(i);
   }
 }
 
@@ -186,8 +188,8 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   const int64_t b_rows = tb ? N : K, b_cols = tb ? K : N;
 #if QKV_HAVE_ONEDNN
   if (choice.bf16 == GemmLibrary::onednn) {
-    uint16_t* a16 = thread_scratch_for<uint16_t>(GemmSlot::a, a_rows * a_cols);
-    uint16_t* b16 = thread_scratch_for<uint16_t>(GemmSlot::b, b_rows * b_cols);
+    uint16_t* a16 = team_scratch_for<uint16_t>(GemmSlot::a, a_rows * a_cols);
+    uint16_t* b16 = team_scratch_for<uint16_t>(GemmSlot::b, b_rows * b_cols);
     round_operand(A, a_rows, a_cols, lda, a16, nullptr);
     round_operand(B, b_rows, b_cols, ldb, b16, nullptr);
     over_blocks(M, N, K, [&](int64_t m0, int64_t m, int64_t n0, int64_t n) {
@@ -200,8 +202,8 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 #endif
   // The products of bf16 values are exact in fp32 (8 + 8 significant bits), so the fp32 GEMM
   // on the rounded operands computes what bf16 units would, summed in another order.
-  float* a = thread_scratch(GemmSlot::a, a_rows * a_cols);
-  float* b = thread_scratch(GemmSlot::b, b_rows * b_cols);
+  float* a = team_scratch(GemmSlot::a, a_rows * a_cols);
+  float* b = team_scratch(GemmSlot::b, b_rows * b_cols);
   round_operand(A, a_rows, a_cols, lda, nullptr, a);
   round_operand(B, b_rows, b_cols, ldb, nullptr, b);
   gemm_fp32(choice.fp32, ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);

@@ -3,6 +3,7 @@
 #include "ops/rows.h"
 #include "qkv/error.h"
 #include "qkv/ops.h"
+#include "util/parallel.h"
 
 namespace qkv {
 
@@ -28,8 +29,10 @@ void linear_forward(View y, View x, View W, const float* b, TensorType products)
   const int64_t N = x.shape[0];
   check_rows(y, N, out, where, "y [N, out]");
   if (b) {  // y ← broadcast b, then y += x Wᵀ
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t o = 0; o < out; ++o) y(n, o) = b[o];
+    detail::team_serial([&] {
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < out; ++o) y(n, o) = b[o];
+    });
   }
   gemm(false, true, N, out, in, 1.0f, x.data, x.stride[0], W.data, W.stride[0], b ? 1.0f : 0.0f,
        y.data, y.stride[0], p);

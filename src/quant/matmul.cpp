@@ -4,10 +4,11 @@
 // One row of input (decoding) is bound by how fast the weights stream from memory: each
 // block is decoded in registers (its 4- or 8-bit values widened to fp32) and multiplied into
 // a vector accumulator, the block's fp32 scale applied to the block's partial sum, 4 weight
-// rows side by side for the prefetcher, as the fp32 gemv does. Several rows (a prompt)
-// decode 32 weight rows at a time into an fp32 tile in the thread's scratch and multiply it
-// with all the rows by the GEMM. Output rows are split across threads; each output is one
-// thread's sum in a fixed order, so the bits do not depend on the thread count.
+// rows side by side for the prefetcher, as the fp32 gemv does: the exact units of the one
+// product loop (quant/tile-inl.h), whose int8 units are in quant/int8-inl.h. Several rows
+// (a prompt) decode 32 weight rows at a time into an fp32 tile in the thread's scratch and
+// multiply it with all the rows by the GEMM. Output rows are split across threads; each output
+// is one thread's sum in a fixed order, so the bits do not depend on the thread count.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "quant/matmul.cpp"
 #include <hwy/foreach_target.h>
@@ -116,22 +117,40 @@ HWY_INLINE Vf block_q6_k(const uint8_t* sb, int j, const float* x) {
   return t;
 }
 
-// y[r] = row r · x for R rows of a block-format matrix (32-value blocks, or sub-blocks of the
-// K-quants' 256); xsum[b] is the sum of x over block b (Q4_1's and Q4_K's offsets multiply it).
+// The exact units (quant/tile-inl.h): one row of fp32 activations, and xsum[b], its sum over
+// block b (Q4_1's and Q4_K's offsets multiply it).
+struct FloatRow {
+  const float *x, *xsum;
+};
+
+// A block-format matrix (32-value blocks, or sub-blocks of the K-quants' 256; Q4_K's two a
+// step) widened in registers: each block's Σ q·x scaled by its scale, the offsets apart.
 template <TensorType T, int R>
-HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const float* x,
-                           const float* xsum, float* y) {
-  constexpr int64_t bytes = block_size(static_cast<uint32_t>(T))->bytes;
-  constexpr bool k_quant = T == TensorType::q4_k || T == TensorType::q6_k;
-  VfSlot acc[R];
-  float extra[R];
-  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df), extra[r] = 0;
-  for (int64_t b = 0; b < blocks; b += T == TensorType::q4_k ? 2 : 1) {
-    const float* xb = x + kBlock * b;
+struct WideBlockUnit {
+  static constexpr int64_t kBlocks = T == TensorType::q4_k ? 2 : 1;
+  static constexpr int64_t kBytes = block_size(static_cast<uint32_t>(T))->bytes;
+  static constexpr bool kKQuant = T == TensorType::q4_k || T == TensorType::q6_k;
+  struct Weights {
+    const uint8_t* blk[R];  // the step's block (a K-quant's super-block) of each row
+  };
+  struct Acc {
+    VfSlot sums[R];
+    float extra[R];
+    Acc() {
+      for (int r = 0; r < R; ++r) sums[r] = hn::Zero(df), extra[r] = 0;
+    }
+  };
+  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, Weights& wv) {
     for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = w + r * rb + (k_quant ? b / 8 : b) * bytes;
-      const int j = static_cast<int>(b % 8);  // a K-quant's sub-block
-      hwy::Prefetch(blk + 2 * R * rb);        // the same block two steps of R rows ahead
+      wv.blk[r] = w + r * rb + (kKQuant ? b / 8 : b) * kBytes;
+      hwy::Prefetch(wv.blk[r] + 2 * R * rb);  // the same block two steps of R rows ahead
+    }
+  }
+  static HWY_INLINE void accumulate(Acc& a, const Weights& wv, const FloatRow& x, int64_t b) {
+    const float *xb = x.x + kBlock * b, *xsum = x.xsum;
+    const int j = static_cast<int>(b % 8);  // a K-quant's sub-block
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = wv.blk[r];
       if constexpr (T == TensorType::q4_k) {  // sub-blocks j and j + 1
         int scale0, min0, scale1, min1;
         q4_k_scale_min(j, blk + kQ4kScales, scale0, min0);
@@ -139,22 +158,26 @@ HWY_INLINE void dot_blocks(const uint8_t* w, int64_t rb, int64_t blocks, const f
         Vf lo, hi;
         block_q4_k_pair(blk, j, xb, lo, hi);
         const float d = half(blk), dmin = half(blk + 2);
-        acc[r] = hn::MulAdd(hn::Set(df, d * static_cast<float>(scale0)), lo, Vf(acc[r]));
-        acc[r] = hn::MulAdd(hn::Set(df, d * static_cast<float>(scale1)), hi, Vf(acc[r]));
-        extra[r] -=
+        a.sums[r] = hn::MulAdd(hn::Set(df, d * static_cast<float>(scale0)), lo, Vf(a.sums[r]));
+        a.sums[r] = hn::MulAdd(hn::Set(df, d * static_cast<float>(scale1)), hi, Vf(a.sums[r]));
+        a.extra[r] -=
             dmin * (static_cast<float>(min0) * xsum[b] + static_cast<float>(min1) * xsum[b + 1]);
       } else if constexpr (T == TensorType::q6_k) {
-        acc[r] = hn::Add(block_q6_k(blk, j, xb), Vf(acc[r]));
+        a.sums[r] = hn::Add(block_q6_k(blk, j, xb), Vf(a.sums[r]));
       } else {
-        acc[r] = hn::MulAdd(hn::Set(df, simd::block_scale(blk)), block_dot<T>(blk, xb), Vf(acc[r]));
-        if constexpr (simd::kHasMin<T>) extra[r] += simd::block_min<T>(blk) * xsum[b];
+        a.sums[r] =
+            hn::MulAdd(hn::Set(df, simd::block_scale(blk)), block_dot<T>(blk, xb), Vf(a.sums[r]));
+        if constexpr (simd::kHasMin<T>) a.extra[r] += simd::block_min<T>(blk) * xsum[b];
       }
     }
   }
-  for (int r = 0; r < R; ++r) y[r] = hn::GetLane(hn::SumOfLanes(df, Vf(acc[r]))) + extra[r];
-}
+  static HWY_INLINE void finish(const Acc& a, float* y) {
+    for (int r = 0; r < R; ++r) y[r] = hn::GetLane(hn::SumOfLanes(df, Vf(a.sums[r]))) + a.extra[r];
+  }
+};
 
-// The same for one value per element: F16, BF16 (widened) and F32.
+// One value per element: F16, BF16 (widened) and F32, a vector of them a step (the values
+// past the last whole vector are the caller's).
 template <TensorType T>
 HWY_INLINE Vf load_wide(const uint8_t* p) {
   if constexpr (T == TensorType::f16)
@@ -177,65 +200,77 @@ float scalar_value(const uint8_t* p) {
   }
 }
 
-template <TensorType T, int R>
-HWY_INLINE void dot_elements(const uint8_t* w, int64_t rb, int64_t K, const float* x, float* y) {
-  constexpr int64_t size = T == TensorType::f32 ? 4 : 2;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  VfSlot acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
-  int64_t k = 0;
-  for (; k + N <= K; k += N) {
-    const Vf xv = hn::LoadU(df, x + k);
-    for (int r = 0; r < R; ++r)
-      acc[r] = hn::MulAdd(load_wide<T>(w + r * rb + k * size), xv, Vf(acc[r]));
-  }
-  for (int r = 0; r < R; ++r) {
-    float sum = hn::GetLane(hn::SumOfLanes(df, Vf(acc[r])));
-    for (int64_t t = k; t < K; ++t) sum += scalar_value<T>(w + r * rb + t * size) * x[t];
-    y[r] = sum;
-  }
-}
+template <TensorType T>
+constexpr int64_t kElementBytes = T == TensorType::f32 ? 4 : 2;
 
 template <TensorType T, int R>
-HWY_INLINE void dot_rows(const Matrix& m, int64_t row, const float* x, const float* xsum,
-                         float* y) {
-  const int64_t rb = row_bytes(m.type, m.cols);
+struct WideElementUnit {
+  static constexpr int64_t kBlocks = 1;
+  struct Weights {
+    const uint8_t* row[R];  // the step's values of each row
+  };
+  struct Acc {
+    VfSlot sums[R];
+    Acc() {
+      for (int r = 0; r < R; ++r) sums[r] = hn::Zero(df);
+    }
+  };
+  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, Weights& wv) {
+    const int64_t k = b * static_cast<int64_t>(hn::Lanes(df));
+    for (int r = 0; r < R; ++r) wv.row[r] = w + r * rb + k * kElementBytes<T>;
+  }
+  static HWY_INLINE void accumulate(Acc& a, const Weights& wv, const FloatRow& x, int64_t b) {
+    const Vf xv = hn::LoadU(df, x.x + b * static_cast<int64_t>(hn::Lanes(df)));
+    for (int r = 0; r < R; ++r) a.sums[r] = hn::MulAdd(load_wide<T>(wv.row[r]), xv, Vf(a.sums[r]));
+  }
+  static HWY_INLINE void finish(const Acc& a, float* y) {
+    for (int r = 0; r < R; ++r) y[r] = hn::GetLane(hn::SumOfLanes(df, Vf(a.sums[r])));
+  }
+};
+
+template <TensorType T, int R>
+HWY_INLINE void dot_rows(const Matrix& m, int64_t row, const FloatRow& x, float* y) {
+  const int64_t rb = row_bytes(m.type, m.cols), K = m.cols;
   const uint8_t* w = m.data + row * rb;
   if constexpr (T == TensorType::q8_0 || T == TensorType::q4_0 || T == TensorType::q4_1 ||
-                T == TensorType::q4_k || T == TensorType::q6_k)
-    dot_blocks<T, R>(w, rb, m.cols / kBlock, x, xsum, y);
-  else dot_elements<T, R>(w, rb, m.cols, x, y);
+                T == TensorType::q4_k || T == TensorType::q6_k) {
+    tile<WideBlockUnit<T, R>, 1>(w, rb, 0, K / kBlock, &x, &y);
+  } else {
+    const int64_t N = static_cast<int64_t>(hn::Lanes(df)), vectors = K / N;
+    tile<WideElementUnit<T, R>, 1>(w, rb, 0, vectors, &x, &y);
+    for (int r = 0; r < R; ++r)
+      for (int64_t t = vectors * N; t < K; ++t)
+        y[r] += scalar_value<T>(w + r * rb + t * kElementBytes<T>) * x.x[t];
+  }
 }
 
 // y[begin, end) (rows of m) = m · x.
 template <TensorType T>
-void dot_range(const Matrix& m, int64_t begin, int64_t end, const float* x, const float* xsum,
-               float* y) {
+void dot_range(const Matrix& m, int64_t begin, int64_t end, const FloatRow& x, float* y) {
   int64_t r = begin;
-  for (; r + kRowsPerStep <= end; r += kRowsPerStep)
-    dot_rows<T, kRowsPerStep>(m, r, x, xsum, y + r);
-  for (; r < end; ++r) dot_rows<T, 1>(m, r, x, xsum, y + r);
+  for (; r + kRowsPerStep <= end; r += kRowsPerStep) dot_rows<T, kRowsPerStep>(m, r, x, y + r);
+  for (; r < end; ++r) dot_rows<T, 1>(m, r, x, y + r);
 }
 
 void dot_range_of(const Matrix& m, int64_t begin, int64_t end, const float* x, const float* xsum,
                   float* y) {
   switch (m.type) {
     case TensorType::q8_0:
-      return dot_range<TensorType::q8_0>(m, begin, end, x, xsum, y);
+      return dot_range<TensorType::q8_0>(m, begin, end, {x, xsum}, y);
     case TensorType::q4_0:
-      return dot_range<TensorType::q4_0>(m, begin, end, x, xsum, y);
+      return dot_range<TensorType::q4_0>(m, begin, end, {x, xsum}, y);
     case TensorType::q4_1:
-      return dot_range<TensorType::q4_1>(m, begin, end, x, xsum, y);
+      return dot_range<TensorType::q4_1>(m, begin, end, {x, xsum}, y);
     case TensorType::q4_k:
-      return dot_range<TensorType::q4_k>(m, begin, end, x, xsum, y);
+      return dot_range<TensorType::q4_k>(m, begin, end, {x, xsum}, y);
     case TensorType::q6_k:
-      return dot_range<TensorType::q6_k>(m, begin, end, x, xsum, y);
+      return dot_range<TensorType::q6_k>(m, begin, end, {x, xsum}, y);
     case TensorType::f16:
-      return dot_range<TensorType::f16>(m, begin, end, x, xsum, y);
+      return dot_range<TensorType::f16>(m, begin, end, {x, xsum}, y);
     case TensorType::bf16:
-      return dot_range<TensorType::bf16>(m, begin, end, x, xsum, y);
+      return dot_range<TensorType::bf16>(m, begin, end, {x, xsum}, y);
     case TensorType::f32:
-      return dot_range<TensorType::f32>(m, begin, end, x, xsum, y);
+      return dot_range<TensorType::f32>(m, begin, end, {x, xsum}, y);
     default:
       break;
   }
@@ -349,8 +384,8 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   const int64_t nb = K / kBlock;
   // The int8 products' activations (all M rows, once), or the sums of x over each block that
   // Q4_1's offsets multiply in the exact one-row product.
-  float* scratch = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::block_sums,
-                                                 int8 ? M * int8::floats_per_row(K) : nb + 1);
+  float* scratch = ::qkv::detail::team_scratch(::qkv::detail::QuantSlot::block_sums,
+                                               int8 ? M * int8::floats_per_row(K) : nb + 1);
   float* xsum = scratch;
   if (int8) {
     // (A prompt's rows in parallel: one thread quantizing 478 rows took ~6% of a prefill.)
@@ -360,11 +395,13 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   } else if (M == 1 && std::any_of(parts.begin(), parts.end(), [](const Matrix& p) {
                return p.type == TensorType::q4_1 || p.type == TensorType::q4_k;
              })) {
-    for (int64_t b = 0; b < nb; ++b) {
-      float sum = 0;
-      for (int j = 0; j < kBlock; ++j) sum += xd[kBlock * b + j];
-      xsum[b] = sum;
-    }
+    ::qkv::detail::team_serial([&] {
+      for (int64_t b = 0; b < nb; ++b) {
+        float sum = 0;
+        for (int j = 0; j < kBlock; ++j) sum += xd[kBlock * b + j];
+        xsum[b] = sum;
+      }
+    });
   }
   ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
     const Matrix* m = nullptr;

@@ -1,22 +1,92 @@
-// parallel_for: a loop split statically over threads, with no OpenMP region at all when it
-// runs on one thread. libgomp builds and wakes a team for every parallel region, even a
-// one-thread one (a memalign and a futex wake each): a small model's decoding step, ~50
-// regions per token, spent a third of its time there.
+// parallel_for: a loop split over threads, with no OpenMP region at all when it runs on one
+// thread. libgomp builds and wakes a team for every parallel region, even a one-thread one (a
+// memalign and a futex wake each): a small model's decoding step, ~50 regions per token, spent
+// a third of its time there.
+//
+// A team already running (run_team) is the shape for one region per token: every thread of
+// the team runs the same code, and each parallel_for it reaches splits its loop over the team
+// (a worksharing loop: no region opened, one barrier at its end); team_serial runs a piece on
+// one thread of it, and team_scratch gives the team one buffer. Outside a team each behaves as
+// it always has. Inside one, every thread must make the same calls in the same order, and
+// nothing may throw (an exception cannot leave an OpenMP region): validate before the team.
+// The kernels that are ready for a team: the weight products (quant::linear_forward, the fp32
+// gemv and GEMM), attention's forward and split-KV decoding (over views or a stored cache), the
+// norms, rotary positions and activations.
 #pragma once
+
+#include <omp.h>
 
 #include <cstdint>
 
 namespace qkv::detail {
 
-// body(i) for i in [0, n) on `threads` threads (OpenMP, schedule(static)).
+// Whether this thread runs inside a team's code (and not inside one of its loops' bodies).
+inline thread_local bool tl_in_team = false;
+inline bool in_team() { return tl_in_team; }
+
+// Clears in_team while a loop body runs: calls the body makes run on its thread alone, as a
+// nested region would.
+struct OutsideTeam {
+  bool was = tl_in_team;
+  OutsideTeam() { tl_in_team = false; }
+  ~OutsideTeam() { tl_in_team = was; }
+};
+
+// body() on each of `threads` threads of one region, as a team.
 template <class Body>
+inline void run_team(int threads, Body&& body) {
+#pragma omp parallel num_threads(threads)
+  {
+    tl_in_team = true;
+    body();
+    tl_in_team = false;
+  }
+}
+
+// body() once: inside a team on one of its threads, the others waiting at its end.
+template <class Body>
+inline void team_serial(Body&& body) {
+  if (!in_team()) return body();
+#pragma omp single
+  {
+    OutsideTeam outside;
+    body();
+  }
+}
+
+enum class Schedule { even, dynamic };  // equal shares in order, or one index at a time
+
+// body(i) for i in [0, n) on `threads` threads (inside a team: on the team, whatever `threads`
+// says but 1). Each index runs on one thread, so what a body writes alone does not depend on
+// the thread count.
+template <Schedule kSchedule = Schedule::even, class Body>
 inline void parallel_for(int64_t n, int threads, Body&& body) {
+  if (in_team()) {
+    if (threads <= 1 || n <= 1)
+      return team_serial([&] {
+        for (int64_t i = 0; i < n; ++i) body(i);
+      });
+    OutsideTeam outside;
+    if constexpr (kSchedule == Schedule::even) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; ++i) body(i);
+    } else {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < n; ++i) body(i);
+    }
+    return;
+  }
   if (threads <= 1 || n <= 1) {
     for (int64_t i = 0; i < n; ++i) body(i);
     return;
   }
+  if constexpr (kSchedule == Schedule::even) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) body(i);
+    for (int64_t i = 0; i < n; ++i) body(i);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) body(i);
+  }
 }
 
 }  // namespace qkv::detail

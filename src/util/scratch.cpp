@@ -1,5 +1,7 @@
 #include "util/scratch.h"
 
+#include "util/parallel.h"
+
 #include <sys/mman.h>
 
 #include <array>
@@ -32,6 +34,14 @@ float* thread_scratch_at(int slot, size_t floats) {
     b.floats = bytes / sizeof(float);
   }
   return b.data;
+}
+
+float* team_scratch_at(int slot, size_t floats) {
+  if (!in_team()) return thread_scratch_at(slot, floats);
+  float* p = nullptr;
+#pragma omp single copyprivate(p)
+  p = thread_scratch_at(slot, floats);
+  return p;
 }
 
 }  // namespace qkv::detail

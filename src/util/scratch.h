@@ -76,14 +76,34 @@ float* thread_scratch(Slot slot, size_t floats) {
   return thread_scratch_at(static_cast<int>(slot), floats);
 }
 
+// A buffer that a loop's threads share (filled by one, read by all): the calling thread's,
+// or inside a team (util/parallel.h: every thread of it calls this) one thread's slot, its
+// address given to the whole team.
+float* team_scratch_at(int slot, size_t floats);
+template <typename Slot>
+float* team_scratch(Slot slot, size_t floats) {
+  static_assert(static_cast<int>(Slot::end) <= kScratchSlots, "a family past the last slot");
+  return team_scratch_at(static_cast<int>(slot), floats);
+}
+
 // The same as storage for n objects of a plain type T (key ranges, tile masks), left
 // uninitialised.
+template <class T>
+inline constexpr bool kScratchType =
+    std::is_trivially_copyable_v<T>&& std::is_trivially_destructible_v<T> && alignof(T) <= 64;
+template <class T>
+inline size_t floats_for(size_t n) {
+  return (n * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+}
 template <class T, typename Slot>
 T* thread_scratch_for(Slot slot, size_t n) {
-  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T> &&
-                alignof(T) <= 64);
-  return static_cast<T*>(static_cast<void*>(
-      thread_scratch(slot, (n * sizeof(T) + sizeof(float) - 1) / sizeof(float))));
+  static_assert(kScratchType<T>);
+  return static_cast<T*>(static_cast<void*>(thread_scratch(slot, floats_for<T>(n))));
+}
+template <class T, typename Slot>
+T* team_scratch_for(Slot slot, size_t n) {
+  static_assert(kScratchType<T>);
+  return static_cast<T*>(static_cast<void*>(team_scratch(slot, floats_for<T>(n))));
 }
 
 }  // namespace qkv::detail

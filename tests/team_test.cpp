@@ -1,0 +1,152 @@
+// A thread team already running (util/parallel.h): every kernel that is ready for one, called
+// by all the team's threads at once, gives the same bits as the same call outside a team, and
+// the team's loops, serial pieces and shared buffers behave as their names say.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "qkv/attention.h"
+#include "qkv/ops.h"
+#include "qkv/quant.h"
+#include "qkv/tensor.h"
+#include "qkv/threads.h"
+#include "util/parallel.h"
+#include "util/scratch.h"
+
+namespace qkv {
+namespace {
+
+std::vector<float> normal_values(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// `call` (which writes `out`) outside a team, then by every thread of a team of 2 and of 3:
+// the same bits each time.
+void same_bits_in_a_team(std::vector<float>& out, const std::function<void()>& call) {
+  std::fill(out.begin(), out.end(), 0.0f);
+  call();
+  const std::vector<float> alone = out;
+  for (int threads : {2, 3}) {
+    SCOPED_TRACE(threads);
+    std::fill(out.begin(), out.end(), -1.0f);
+    detail::run_team(threads, call);
+    ASSERT_EQ(std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)), 0);
+  }
+}
+
+TEST(Team, LoopsSplitOverTheTeamAndSerialPiecesRunOnce) {
+  constexpr int64_t n = 1000;
+  std::vector<std::atomic<int>> visits(n);
+  std::atomic<int> serial{0}, bodies_in_team{0};
+  std::vector<float*> buffers(3);
+  detail::run_team(3, [&] {
+    EXPECT_TRUE(detail::in_team());
+    detail::parallel_for(n, 3, [&](int64_t i) {
+      visits[i]++;
+      if (detail::in_team()) bodies_in_team++;  // a body's own calls run on its thread alone
+    });
+    detail::team_serial([&] { serial++; });
+    float* shared = detail::team_scratch(detail::QuantSlot::block_sums, 16);
+    buffers[omp_get_thread_num()] = shared;
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[i], 1) << i;
+  EXPECT_EQ(serial, 1);
+  EXPECT_EQ(bodies_in_team, 0);
+  EXPECT_EQ(buffers[0], buffers[1]);
+  EXPECT_EQ(buffers[1], buffers[2]);
+  EXPECT_FALSE(detail::in_team());
+}
+
+TEST(Team, WeightProductsGiveTheSameBits) {
+  const int64_t K = 512, N = 300;
+  const std::vector<float> w = normal_values(N * K, 1);
+  for (TensorType type : {TensorType::q8_0, TensorType::q4_1, TensorType::q4_k, TensorType::f16})
+    for (quant::Matmul mode : {quant::Matmul::exact, quant::Matmul::int8})
+      for (int64_t M : {1, 5}) {
+        SCOPED_TRACE(testing::Message()
+                     << dtype_name(type) << " " << quant::matmul_name(mode) << " M=" << M);
+        const std::vector<uint8_t> bytes = quant::quantize(type, w.data(), N * K);
+        const quant::Matrix m = quant::matrix("w", type, bytes.data(), N, K);
+        std::vector<float> x = normal_values(M * K, 2), y(M * N), bias = normal_values(N, 3);
+        same_bits_in_a_team(y, [&] {
+          quant::linear_forward(View(y.data(), {M, N}), View(x.data(), {M, K}), {m}, bias.data(),
+                                mode);
+        });
+      }
+  // fp32 weights: the gemv (one row) and the GEMM (a prompt's rows), with a bias.
+  for (int64_t M : {1, 64}) {
+    std::vector<float> x = normal_values(M * K, 4), y(M * N), bias = normal_values(N, 5);
+    std::vector<float> wf = w;
+    same_bits_in_a_team(y, [&] {
+      linear_forward(View(y.data(), {M, N}), View(x.data(), {M, K}), View(wf.data(), {N, K}),
+                     bias.data());
+    });
+  }
+}
+
+TEST(Team, NormsAndRotaryPositionsGiveTheSameBits) {
+  const int64_t N = 7, C = 256;
+  const std::vector<float> x = normal_values(N * C, 6), w = normal_values(C, 7);
+  std::vector<float> y(N * C), rstd(N);
+  same_bits_in_a_team(y, [&] {
+    rmsnorm_forward(View(y.data(), {N, C}), rstd.data(), View(const_cast<float*>(x.data()), {N, C}),
+                    w.data(), 1e-5f);
+  });
+  std::vector<float> r(2 * 5 * 4 * 64);
+  const std::vector<float> start = normal_values(r.size(), 8);
+  same_bits_in_a_team(r, [&] {
+    detail::team_serial([&] { std::copy(start.begin(), start.end(), r.begin()); });
+    rope_forward(View(r.data(), {2, 5, 4, 64}), 40, 10000.0f, RopePairs::halves);
+  });
+}
+
+// Attention over views (split-KV decoding, the tiled forward) and over a rotated q8_0 cache.
+TEST(Team, AttentionGivesTheSameBits) {
+  const int64_t Hq = 8, Hkv = 2, D = 64;
+  for (int64_t Tq : {1, 4, 96}) {
+    const int64_t Tk = Tq == 96 ? 96 : 2000;
+    SCOPED_TRACE(Tq);
+    std::vector<float> q = normal_values(Hq * Tq * D, 9), k = normal_values(Hkv * Tk * D, 10),
+                       v = normal_values(Hkv * Tk * D, 11), out(Hq * Tq * D);
+    AttentionArgs a{.q = View(q.data(), {1, Hq, Tq, D}),
+                    .k = View(k.data(), {1, Hkv, Tk, D}),
+                    .v = View(v.data(), {1, Hkv, Tk, D}),
+                    .out = View(out.data(), {1, Hq, Tq, D})};
+    a.mask.causal = true;
+    same_bits_in_a_team(out, [&] { attention(a); });
+    // The same keys and values stored rotated in q8_0.
+    const int64_t block = rotation_block(D);
+    std::vector<float> kr = k, vr = v;
+    for (int64_t row = 0; row < Hkv * Tk; ++row) {
+      hadamard_rotate(kr.data() + row * D, D, block);
+      hadamard_rotate(vr.data() + row * D, D, block);
+    }
+    const std::vector<uint8_t> kq = quant::quantize(TensorType::q8_0, kr.data(), kr.size()),
+                               vq = quant::quantize(TensorType::q8_0, vr.data(), vr.size());
+    const StoredKV kv{.type = TensorType::q8_0,
+                      .k = kq.data(),
+                      .v = vq.data(),
+                      .batch_stride = Hkv * Tk * D,
+                      .head_stride = Tk * D,
+                      .row_stride = D,
+                      .heads = Hkv,
+                      .dim_k = D,
+                      .dim_v = D,
+                      .length = Tk,
+                      .rotation = block};
+    AttentionArgs s{.q = a.q, .out = a.out};
+    s.mask.causal = true;
+    same_bits_in_a_team(out, [&] { attention(s, kv); });
+  }
+}
+
+}  // namespace
+}  // namespace qkv
