@@ -397,6 +397,43 @@ TEST(QuantKernels, EveryFormatModeRowsAndUnitReachItsKernel) {
   std::printf("product grid: %d combinations on target %s\n", ran, current_target().c_str());
 }
 
+// Weights repacked for the int8 unit in use give the same bits as the file's layout: rows
+// past whole groups of 4 and an odd last block (read from the file), one activation row and a
+// prompt's tiles. Where the unit reads the file's layout, there is nothing to repack.
+TEST(QuantInt8, RepackedWeightsGiveTheSameBits) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal;
+  for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k})
+    for (int64_t K : {96, 256}) {
+      if (type == TensorType::q4_k && K % 256 != 0) continue;
+      const int64_t N = 70;
+      SCOPED_TRACE(testing::Message() << dtype_name(type) << " K=" << K);
+      const std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
+      quant::Matrix m = quant::matrix("w", type, bytes.data(), N, K);
+      const std::vector<uint8_t> packed = quant::repack_for_int8(m);
+      const bool repacks =
+          type != TensorType::q4_k && quant::product_kernel(type, quant::Matmul::int8, 2) ==
+                                          quant::ProductKernel::int8_vpdpbusd;
+      if (!repacks) {
+        EXPECT_TRUE(packed.empty());
+        continue;
+      }
+      ASSERT_EQ(packed.size(),
+                static_cast<size_t>(N / 4 * 4 * quant::row_bytes(type, K / 64 * 64)));
+      for (int64_t M : {1, 5}) {
+        std::vector<float> x(M * K), plain(M * N), repacked(M * N);
+        for (float& v : x) v = normal(rng);
+        const View xv(x.data(), {M, K});
+        m.packed = nullptr;
+        quant::linear_forward(View(plain.data(), {M, N}), xv, {m}, nullptr, quant::Matmul::int8);
+        m.packed = packed.data();
+        quant::linear_forward(View(repacked.data(), {M, N}), xv, {m}, nullptr, quant::Matmul::int8);
+        EXPECT_EQ(std::memcmp(plain.data(), repacked.data(), plain.size() * sizeof(float)), 0)
+            << "M=" << M;
+      }
+    }
+}
+
 TEST(QuantInt8, ModesByNameAndNonFiniteActivations) {
   EXPECT_EQ(quant::matmul_from_name("int8"), quant::Matmul::int8);
   EXPECT_EQ(quant::matmul_from_name("exact"), quant::Matmul::exact);

@@ -143,8 +143,10 @@ class Model {
 
   // How forward and forward_cached multiply activations with Q8_0, Q4_0, Q4_1, Q4_K and Q6_K
   // weights held in their block format (quant::Matmul: exact fp32, or int8 as llama.cpp).
-  // Default exact.
-  void set_matmul(quant::Matmul mode) { matmul_ = mode; }
+  // Default exact. int8 repacks the matrices whose unit reads a layout of its own
+  // (quant::repack_for_int8: on AVX-512 DL the Q8_0, Q4_0 and Q4_1 ones), a copy as large as
+  // they are, held until the mode changes back; the results are the same bits either way.
+  void set_matmul(quant::Matmul mode);
   quant::Matmul matmul() const { return matmul_; }
 
   // Inference with a key/value cache (src/model/inference.cpp). Runs T new tokens of each of
@@ -168,7 +170,8 @@ class Model {
   int64_t num_params_ = 0;
   Tensor weights_, grads_;
   ExternalWeights external_;
-  std::vector<float> alibi_;  // ALiBi slopes, when the model uses them
+  std::vector<std::vector<uint8_t>> packed_;  // external_'s matrices repacked for int8
+  std::vector<float> alibi_;                  // ALiBi slopes, when the model uses them
   const SequenceShard* shard_ = nullptr;
   quant::Matmul matmul_ = quant::Matmul::exact;
   TensorType compute_ = TensorType::f32;

@@ -33,6 +33,9 @@ struct Matrix {
   TensorType type = TensorType::f32;
   const uint8_t* data = nullptr;
   int64_t rows = 0, cols = 0;
+  // Optional: the same weights repacked for the int8 unit in use (repack_for_int8), read in
+  // place of `data` where that unit runs; everything else reads `data`.
+  const uint8_t* packed = nullptr;
 };
 int64_t row_bytes(TensorType type, int64_t cols);
 // Checks that `type` is supported and cols whole blocks (a qkv::Error naming `name`).
@@ -60,6 +63,16 @@ const char* matmul_name(Matmul mode);
 // Rows of y and x may be strided (unit stride within a row).
 void linear_forward(View y, View x, const std::vector<Matrix>& parts, const float* b = nullptr,
                     Matmul mode = Matmul::exact);
+
+// m's weights laid out as the int8 unit in use reads them, where it has a layout of its own;
+// empty where it reads the file's. One pair today: AVX-512 DL's vpdpbusd (avx512_dl,
+// avx512_bf16 targets) on Q8_0, Q4_0 and Q4_1, which multiplies 4 rows by two blocks at a
+// time: each group of 4 rows becomes, pair of blocks by pair, the 4 rows' fp16 scales (Q4_1's
+// offsets beside them) and then their values (Q8_0's offset by 128 to unsigned bytes). The
+// same bytes as m's whole groups of 4 rows (a copy: the rows past them and an odd last block
+// are still read from `data`). Point m.packed at the result for as long as m is used; the
+// products give the same bits either way.
+std::vector<uint8_t> repack_for_int8(const Matrix& m);
 
 // Whether dequantize() reads this type.
 bool supported(TensorType type);

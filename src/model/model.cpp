@@ -150,6 +150,21 @@ View Model::grad(const std::string& name) const {
   return View(grads_.data() + p.offset, {p.rows, p.cols});
 }
 
+void Model::set_matmul(quant::Matmul mode) {
+  matmul_ = mode;
+  packed_.clear();
+  for (auto& [name, parts] : external_.matrices)
+    for (quant::Matrix& m : parts) {
+      m.packed = nullptr;
+      if (mode != quant::Matmul::int8) continue;
+      std::vector<uint8_t> packed = quant::repack_for_int8(m);
+      if (packed.empty()) continue;
+      m.packed = packed.data();
+      packed_.push_back(std::move(packed));
+    }
+  if (w_) bind_weights();  // the layers' copies of the matrices (gate_up) see the change
+}
+
 void Model::bind_weights() {
   const ModelConfig& c = config_;
   const bool ln = c.norm == NormKind::layer_norm;

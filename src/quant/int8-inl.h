@@ -34,6 +34,7 @@
 #include "simd/half-inl.h"
 #include "quant/int8.h"
 #include "quant/k_quants.h"
+#include "quant/pair_layout.h"
 #include "quant/product_kernels.h"
 #include "quant/tile-inl.h"
 
@@ -606,6 +607,40 @@ struct PairUnit {
   }
 };
 
+// PairUnit over weights repacked for it (quant/pair_layout.h): a step's 4 rows lie together,
+// their scales in one load (converted at once, as the products need them), Q8_0's values
+// already unsigned: the same products, fewer instructions to decode them.
+template <TensorType T>
+struct PackedPairUnit : PairUnit<T, pair_layout::kRows> {
+  using Base = PairUnit<T, pair_layout::kRows>;
+  static constexpr int64_t kStep = pair_layout::step_bytes(T);
+  static HWY_INLINE void decode(const uint8_t* w, int64_t, int64_t b, typename Base::Weights& wv) {
+    const uint8_t* s = w + b / 2 * kStep;
+    hwy::Prefetch(s + 4 * kStep);
+    if constexpr (T == TensorType::q4_1) {
+      wv.dm4 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+    } else {  // (d, d') of each row into lanes 4r and 4r + 2, the m lanes zero
+      const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+      const __m512i to = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+      wv.dm4 = _mm512_maskz_permutexvar_ps(0x5555, to, _mm512_castps256_ps512(dd));
+    }
+    const uint8_t* values = s + pair_layout::scale_bytes(T);
+    for (int r = 0; r < pair_layout::kRows; ++r) {
+      wv.scale[r] =
+          _mm512_permutexvar_ps(_mm512_add_epi32(Base::lanes(), _mm512_set1_epi32(4 * r)), wv.dm4);
+      const uint8_t* v = values + r * pair_layout::value_bytes(T);
+      if constexpr (T == TensorType::q8_0) {
+        wv.v[r] = _mm512_loadu_si512(v);
+      } else {
+        const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
+        wv.v[r] = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1),
+            _mm512_set1_epi8(15));
+      }
+    }
+  }
+};
+
 // Q4_K's sub-blocks j and j + 1 share 32 bytes (low nibbles, high nibbles): both in one
 // 512-bit vpdpbusd against the activations' blocks b, b + 1 as they lie, lanes 0–7 scaled by
 // d · scale_j, 8–15 by d · scale_j+1; −dmin · min by the blocks' d · Σ q apart.
@@ -665,16 +700,18 @@ constexpr int kXRows = 2;  // × 4 weight rows: 8 accumulators (16 halves on SSE
 constexpr int kXRows = 1;  // (no tiles)
 #endif
 
-// y[i][0, R) = R weight rows (rb bytes apart) · activation row x[i], for i < XR.
+// y[i][0, R) = R weight rows (rb bytes apart) · activation row x[i], for i < XR; `packed`,
+// the same 4 rows repacked for the pair unit (quant/pair_layout.h), or null.
 template <TensorType T, int R, int XR>
-HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Row* x,
-                          float* const* y) {
+HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, const uint8_t* packed, int64_t blocks,
+                          const Row* x, float* const* y) {
 #if HWY_TARGET == HWY_AVX3_DL
   if constexpr (T == TensorType::q4_k) {
     return tile<Q4kPairUnit<R>, XR>(w, rb, 0, blocks, x, y);
   } else if constexpr (!kKQuant<T>) {
     const int64_t paired = blocks / 2 * 2;
-    tile<PairUnit<T, R>, XR>(w, rb, 0, paired, x, y);
+    if (R == pair_layout::kRows && packed) tile<PackedPairUnit<T>, XR>(packed, 0, 0, paired, x, y);
+    else tile<PairUnit<T, R>, XR>(w, rb, 0, paired, x, y);
     if (paired == blocks) return;
     float last[XR][R], *out[XR];  // an odd last block, one at a time
     for (int i = 0; i < XR; ++i) out[i] = last[i];
@@ -684,6 +721,7 @@ HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Ro
     return;
   }
 #endif
+  (void)packed;  // (read by the pair unit alone)
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #if HWY_TARGET == HWY_AVX2
   if (int8_kernel<T>() == ProductKernel::int8_avx_vnni)
@@ -701,24 +739,32 @@ HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, int64_t blocks, const Ro
 #endif
 }
 
-// y[begin, end) (rows of the matrix at w, rb bytes a row) = its rows · x.
+// The repacked group of 4 rows that begins at row r (a multiple of 4), or null.
 template <TensorType T>
-HWY_NOINLINE void dot_range(const uint8_t* w, int64_t rb, int64_t blocks, int64_t begin,
-                            int64_t end, const Row& x, float* y) {
+HWY_INLINE const uint8_t* packed_group(const uint8_t* packed, int64_t blocks, int64_t r) {
+  if (!packed) return nullptr;
+  return packed + r / pair_layout::kRows * pair_layout::group_bytes(T, blocks * kBlock);
+}
+
+// y[begin, end) (rows of the matrix at w, rb bytes a row; begin a multiple of 4) = its rows · x.
+template <TensorType T>
+HWY_NOINLINE void dot_range(const uint8_t* w, int64_t rb, const uint8_t* packed, int64_t blocks,
+                            int64_t begin, int64_t end, const Row& x, float* y) {
   constexpr int kRows = 4;  // weight rows side by side
   int64_t r = begin;
   for (float* out = y + r; r + kRows <= end; r += kRows, out += kRows)
-    tile_rows<T, kRows, 1>(w + r * rb, rb, blocks, &x, &out);
+    tile_rows<T, kRows, 1>(w + r * rb, rb, packed_group<T>(packed, blocks, r), blocks, &x, &out);
   for (float* out = y + r; r < end; ++r, ++out)
-    tile_rows<T, 1, 1>(w + r * rb, rb, blocks, &x, &out);
+    tile_rows<T, 1, 1>(w + r * rb, rb, nullptr, blocks, &x, &out);
 }
 
 // y[i · ldy + begin, end) = rows [begin, end) of the matrix · activation row i, for the M rows
 // quantized at `rows` (floats_per_row(K) floats apart). On x86, kXRows activation rows at a
 // time share each decoded weight block (tile_rows).
 template <TensorType T>
-HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, int64_t K, int64_t begin,
-                                 int64_t end, const float* rows, int64_t M, float* y, int64_t ldy) {
+HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, const uint8_t* packed, int64_t K,
+                                 int64_t begin, int64_t end, const float* rows, int64_t M, float* y,
+                                 int64_t ldy) {
   const int64_t blocks = K / kBlock, stride = floats_per_row(K);
   int64_t untiled = 0;  // the first activation row left to dot_range
   if constexpr (kXRows > 1) {
@@ -734,15 +780,16 @@ HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, int64_t K, int64_
       for (int64_t r = begin; r < tiled_end; r += kRows) {
         float* out[kXRows];
         for (int i = 0; i < kXRows; ++i) out[i] = y + (i0 + i) * ldy + r;
-        tile_rows<T, kRows, kXRows>(w + r * rb, rb, blocks, x, out);
+        tile_rows<T, kRows, kXRows>(w + r * rb, rb, packed_group<T>(packed, blocks, r), blocks, x,
+                                    out);
       }
       if (tiled_end < end)
         for (int i = 0; i < kXRows; ++i)
-          dot_range<T>(w, rb, blocks, tiled_end, end, x[i], y + (i0 + i) * ldy);
+          dot_range<T>(w, rb, packed, blocks, tiled_end, end, x[i], y + (i0 + i) * ldy);
     }
   }
   for (int64_t i = untiled; i < M; ++i)
-    dot_range<T>(w, rb, blocks, begin, end, row_at(rows + i * stride, K), y + i * ldy);
+    dot_range<T>(w, rb, packed, blocks, begin, end, row_at(rows + i * stride, K), y + i * ldy);
 }
 
 }  // namespace int8

@@ -335,7 +335,7 @@ ProductKernel kernel_for(TensorType t, Matmul mode, int64_t rows) {
 void int8_range_of(const Matrix& m, int64_t begin, int64_t end, int64_t M, const float* rows,
                    float* y, int64_t ldy) {
   const int64_t rb = row_bytes(m.type, m.cols);
-  auto run = [&](auto range) { range(m.data, rb, m.cols, begin, end, rows, M, y, ldy); };
+  auto run = [&](auto range) { range(m.data, rb, m.packed, m.cols, begin, end, rows, M, y, ldy); };
   switch (m.type) {
     case TensorType::q8_0:
       return run(int8::dot_range_rows<TensorType::q8_0>);
