@@ -275,9 +275,10 @@ struct Sse4 {
 #else
 #if HWY_ARCH_ARM_A64
 // AArch64 with the dot product extension: sdot, four byte products into each int32 lane, a
-// block two of them. The instruction is written out with the extension named beside it, so
-// that nothing else here is compiled for it: the CPU is asked at run time
-// (dot_product_extension()). The unsigned values here (nibbles) are below 128: signed as well.
+// block two of them. The instruction is written as its encoding (.inst, the registers' numbers
+// looked up from the names the compiler gives them), so that nothing else is compiled or
+// assembled for the extension: the CPU is asked at run time (dot_product_extension()). The
+// unsigned values here (nibbles) are below 128: signed as well.
 struct Sdot {
   struct Bytes {
     int8x16_t lo, hi;
@@ -310,8 +311,12 @@ struct Sdot {
             vsubq_s8(vorrq_s8(low.hi, vshlq_n_s8(high.hi, 4)), e)};
   }
   static HWY_INLINE int32x4_t sdot(int8x16_t a, int8x16_t b) {
-    int32x4_t sum = vdupq_n_s32(0);
-    asm(".arch_extension dotprod\n\tsdot %0.4s, %1.16b, %2.16b" : "+w"(sum) : "w"(a), "w"(b));
+    int32x4_t sum = vdupq_n_s32(0);  // sum += a · b, by groups of 4 bytes: SDOT (vector), 4S
+    asm(".irp n,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,"
+        "29,30,31\n.set .Lqkv_v\\n, \\n\n.endr\n"
+        ".inst 0x4e809400 | (.Lqkv_%2 << 16) | (.Lqkv_%1 << 5) | .Lqkv_%0"
+        : "+w"(sum)
+        : "w"(a), "w"(b));
     return sum;
   }
   static HWY_INLINE Products dot_s8_s8(Bytes w, Bytes x) {
