@@ -113,6 +113,8 @@ void info(const InfoOptions& o) {
       {"read_gbps", read},
       {"units", units},
       {"gemm", gemm},
+      {"amx", amx_unavailable() ? json(std::string("unavailable: ") + amx_unavailable())
+                                : json("available (no kernel uses it yet)")},
   };
   if (o.json) {
     std::cout << result.dump() << "\n";
@@ -135,6 +137,7 @@ void info(const InfoOptions& o) {
   for (const GemmLibraryInUse& g : gemm_libraries())
     std::cout << "  " << std::left << std::setw(6) << g.products << g.library << " " << g.version
               << ", " << g.kernels << " kernels: " << g.why << "\n";
+  std::cout << "amx:      " << result["amx"].get<std::string>() << "\n";
   std::cout << std::right << std::fixed << std::setprecision(1) << "fp32 FMA peak, " << threads
             << " thread(s), " << target << ": " << peak << " GFLOP/s (measured now)\n";
   if (bf16_peak > 0)

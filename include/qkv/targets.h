@@ -49,6 +49,11 @@ std::vector<UnitInUse> units_in_use();
 // (Matmul::exact, "q4_k weights") and, for the block formats, with int8 ones (Matmul::int8,
 // "q4_k weights, int8"). `qkv info` prints these after units_in_use().
 std::vector<UnitInUse> weight_units();
+
+// Whether this process may use Intel AMX tiles: nullptr, or why not (the CPU lacks AMX-BF16
+// and AMX-INT8, or Linux refused the tile state; QKV_AMX_REFUSE=1 acts as a refusal). No
+// kernel uses the tiles yet; `qkv info` prints this.
+const char* amx_unavailable();
 // The CPU as the table reads it: vendor, family, model and the product features it has, e.g.
 // "AuthenticAMD family 25 model 17: avx512 avx512_bf16 avx512_vnni".
 std::string cpu_identity();

@@ -130,9 +130,6 @@ struct WideBlockUnit {
   static constexpr int64_t kBlocks = T == TensorType::q4_k ? 2 : 1;
   static constexpr int64_t kBytes = block_size(static_cast<uint32_t>(T))->bytes;
   static constexpr bool kKQuant = T == TensorType::q4_k || T == TensorType::q6_k;
-  struct Weights {
-    const uint8_t* blk[R];  // the step's block (a K-quant's super-block) of each row
-  };
   struct Acc {
     VfSlot sums[R];
     float extra[R];
@@ -140,17 +137,21 @@ struct WideBlockUnit {
       for (int r = 0; r < R; ++r) sums[r] = hn::Zero(df), extra[r] = 0;
     }
   };
+  struct Weights {
+    const uint8_t* blk;  // the step's block (a K-quant's super-block) of the first row
+    int64_t rb;
+  };
+  // (The blocks are widened as they are multiplied, with one row of activations: each row's
+  // block is asked for ahead just before its product, as the prefetcher likes it.)
   static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, Weights& wv) {
-    for (int r = 0; r < R; ++r) {
-      wv.blk[r] = w + r * rb + (kKQuant ? b / 8 : b) * kBytes;
-      hwy::Prefetch(wv.blk[r] + 2 * R * rb);  // the same block two steps of R rows ahead
-    }
+    wv.blk = w + (kKQuant ? b / 8 : b) * kBytes, wv.rb = rb;
   }
   static HWY_INLINE void accumulate(Acc& a, const Weights& wv, const FloatRow& x, int64_t b) {
     const float *xb = x.x + kBlock * b, *xsum = x.xsum;
     const int j = static_cast<int>(b % 8);  // a K-quant's sub-block
     for (int r = 0; r < R; ++r) {
-      const uint8_t* blk = wv.blk[r];
+      const uint8_t* blk = wv.blk + r * wv.rb;
+      hwy::Prefetch(blk + 2 * R * wv.rb);     // the same block two steps of R rows ahead
       if constexpr (T == TensorType::q4_k) {  // sub-blocks j and j + 1
         int scale0, min0, scale1, min1;
         q4_k_scale_min(j, blk + kQ4kScales, scale0, min0);

@@ -1,0 +1,247 @@
+// The AMX tile layer (src/simd/amx.h): the stand-in against products worked independently
+// (small integers exactly, each sum's rounding in order, denormals, int32 wrap-around), its
+// loads and stores byte by byte, its refusals; and, on a CPU with AMX, the instructions against
+// the stand-in on random bytes.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qkv/error.h"
+#include "simd/amx.h"
+
+namespace qkv {
+namespace {
+
+uint16_t bf16_bits(float x) {  // x must be a bf16 value (its low 16 bits zero)
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  EXPECT_EQ(u & 0xffff, 0u) << x;
+  return static_cast<uint16_t>(u >> 16);
+}
+float float_of(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// c [M × N] fp32 += a [M × K] · b [K × N] with bf16 a and b, through `Tiles`: b's rows
+// interleaved in pairs as the instruction reads them, K ≤ 32, M, N ≤ 16. The kernel source
+// the stand-in and the hardware share.
+template <class Tiles>
+void bf16_tile_product(int M, int N, int K, const uint16_t* a, const uint16_t* b, float* c) {
+  std::vector<uint16_t> pairs(16 * 32, 0);  // b as K/2 rows of N pairs
+  for (int k = 0; k < K; ++k)
+    for (int n = 0; n < N; ++n) pairs[(k / 2) * 2 * N + 2 * n + k % 2] = b[k * N + n];
+  Tiles::configure(amx::Config{}.tile(0, M, 4 * N).tile(1, M, 2 * K).tile(2, K / 2, 4 * N));
+  Tiles::template load<0>(c, 4 * N);
+  Tiles::template load<1>(a, 2 * K);
+  Tiles::template load<2>(pairs.data(), 4 * N);
+  Tiles::template dpbf16ps<0, 1, 2>();
+  Tiles::template store<0>(c, 4 * N);
+  Tiles::release();
+}
+
+// c [M × N] int32 += a [M × K] u8 · b [K × N] s8, b's rows interleaved in quads.
+template <class Tiles>
+void int8_tile_product(int M, int N, int K, const uint8_t* a, const int8_t* b, int32_t* c) {
+  std::vector<int8_t> quads(16 * 64, 0);
+  for (int k = 0; k < K; ++k)
+    for (int n = 0; n < N; ++n) quads[(k / 4) * 4 * N + 4 * n + k % 4] = b[k * N + n];
+  Tiles::configure(amx::Config{}.tile(3, M, 4 * N).tile(5, M, K).tile(7, K / 4, 4 * N));
+  Tiles::template load<3>(c, 4 * N);
+  Tiles::template load<5>(a, K);
+  Tiles::template load<7>(quads.data(), 4 * N);
+  Tiles::template dpbusd<3, 5, 7>();
+  Tiles::template store<3>(c, 4 * N);
+  Tiles::release();
+}
+
+TEST(AmxStandIn, Bf16ProductsOfSmallIntegersAreExact) {
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> small(-8, 8);
+  const int M = 16, N = 16, K = 32;
+  std::vector<uint16_t> a(M * K), b(K * N);
+  std::vector<float> av(M * K), bv(K * N), c(M * N);
+  for (int i = 0; i < M * K; ++i) av[i] = float(small(rng)), a[i] = bf16_bits(av[i]);
+  for (int i = 0; i < K * N; ++i) bv[i] = float(small(rng)), b[i] = bf16_bits(bv[i]);
+  for (float& x : c) x = float(small(rng));
+  std::vector<float> want = c;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < K; ++k) want[m * N + n] += av[m * K + k] * bv[k * N + n];
+  bf16_tile_product<amx::Emulated>(M, N, K, a.data(), b.data(), c.data());
+  EXPECT_EQ(c, want);
+}
+
+// 1 + 2^-24 + 2^-24: each sum is a tie that rounds (to even) back to 1 when added in order;
+// summed first, the two would make 1 + 2^-23.
+TEST(AmxStandIn, Bf16SumsRoundOneByOneInOrder) {
+  const float tiny = std::ldexp(1.0f, -24);
+  const uint16_t a[2] = {bf16_bits(tiny), bf16_bits(tiny)}, b[2] = {bf16_bits(1), bf16_bits(1)};
+  float c = 1.0f;
+  bf16_tile_product<amx::Emulated>(1, 1, 2, a, b, &c);
+  EXPECT_EQ(c, 1.0f);
+  // Against a float64 product on random values: within K fp32 roundings of Σ|terms|.
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal;
+  const int M = 9, N = 13, K = 30;
+  std::vector<uint16_t> av(M * K), bv(K * N);
+  for (uint16_t& x : av) x = static_cast<uint16_t>(std::bit_cast<uint32_t>(normal(rng)) >> 16);
+  for (uint16_t& x : bv) x = static_cast<uint16_t>(std::bit_cast<uint32_t>(normal(rng)) >> 16);
+  std::vector<float> out(M * N, 0.5f);
+  bf16_tile_product<amx::Emulated>(M, N, K, av.data(), bv.data(), out.data());
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double exact = 0.5, magnitude = 0.5;
+      for (int k = 0; k < K; ++k) {
+        const double t = double(float_of(uint32_t{av[m * K + k]} << 16)) *
+                         float_of(uint32_t{bv[k * N + n]} << 16);
+        exact += t, magnitude += std::abs(t);
+      }
+      EXPECT_NEAR(out[m * N + n], exact, K * std::ldexp(magnitude, -24)) << m << "," << n;
+    }
+}
+
+TEST(AmxStandIn, Bf16DenormalsReadAsZeroAndSumsFlush) {
+  const uint16_t denormal = 0x0001, big = bf16_bits(std::ldexp(1.0f, 100));
+  const uint16_t a[2] = {denormal, bf16_bits(std::ldexp(1.0f, -70))};
+  const uint16_t b[2] = {big, bf16_bits(std::ldexp(1.0f, -60))};
+  // The denormal × 2^100 would be 2^-33; read as zero it adds nothing. 2^-70 · 2^-60 = 2^-130,
+  // a denormal sum: flushed to zero. c's denormal is read as zero too.
+  float c = std::numeric_limits<float>::denorm_min();
+  bf16_tile_product<amx::Emulated>(1, 1, 2, a, b, &c);
+  EXPECT_EQ(c, 0.0f);
+}
+
+TEST(AmxStandIn, Int8ProductsWrapAround) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const int M = 16, N = 16, K = 64;
+  std::vector<uint8_t> a(M * K);
+  std::vector<int8_t> b(K * N);
+  std::vector<int32_t> c(M * N);
+  for (uint8_t& x : a) x = static_cast<uint8_t>(byte(rng));
+  for (int8_t& x : b) x = static_cast<int8_t>(byte(rng) - 128);
+  for (int32_t& x : c) x = std::numeric_limits<int32_t>::max() - byte(rng);  // sums wrap
+  std::vector<int32_t> want(M * N);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      int64_t sum = c[m * N + n];
+      for (int k = 0; k < K; ++k) sum += int64_t{a[m * K + k]} * b[k * N + n];
+      want[m * N + n] = static_cast<int32_t>(static_cast<uint32_t>(sum));
+    }
+  int8_tile_product<amx::Emulated>(M, N, K, a.data(), b.data(), c.data());
+  EXPECT_EQ(c, want);
+}
+
+TEST(AmxStandIn, LoadsAndStoresTouchExactlyTheirBytes) {
+  using T = amx::Emulated;
+  // A tile of 5 rows × 12 bytes, rows 37 bytes apart: a store writes those bytes only.
+  std::vector<uint8_t> from(5 * 37), to(5 * 37 + 8, 0xEE);
+  for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<uint8_t>(i);
+  T::configure(amx::Config{}.tile(4, 5, 12));
+  T::load<4>(from.data(), 37);
+  T::store<4>(to.data(), 37);
+  T::release();
+  for (size_t i = 0; i < to.size(); ++i) {
+    const bool in_tile = i < 5 * 37 && i % 37 < 12;
+    EXPECT_EQ(to[i], in_tile ? from[i] : 0xEE) << i;
+  }
+  // A product over partial tiles (1 × 4 bf16 times 4 × 2, in tiles of 8 bytes a row) loaded
+  // from rows of 64 bytes of ones: only the configured bytes count.
+  std::vector<uint16_t> ones(16 * 32, bf16_bits(1));
+  float c[2] = {0, 0};  // 1 × 2 result
+  T::configure(amx::Config{}.tile(0, 1, 8).tile(1, 1, 8).tile(2, 2, 8));
+  T::load<0>(c, 8);
+  T::load<1>(ones.data(), 64);  // a: 1 row of 4 bf16 (K = 4)
+  T::load<2>(ones.data(), 64);  // b: 2 rows of 2 pairs
+  T::dpbf16ps<0, 1, 2>();
+  T::store<0>(c, 8);
+  T::release();
+  EXPECT_EQ(c[0], 4.0f);
+  EXPECT_EQ(c[1], 4.0f);
+}
+
+TEST(AmxStandIn, MisuseIsAnErrorThatSaysWhat) {
+  using T = amx::Emulated;
+  auto fails = [](auto&& call, const std::string& words) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; wanted one saying " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  fails([] { T::zero<0>(); }, "no tile configuration on this thread");
+  T::configure(amx::Config{}.tile(0, 16, 64).tile(1, 16, 64).tile(2, 16, 64).tile(3, 8, 64));
+  T::zero<0>();
+  fails([] { T::zero<5>(); }, "tile 5 has no rows");
+  fails([] { T::dpbf16ps<0, 0, 2>(); }, "three different tiles");
+  fails([] { T::dpbf16ps<0, 3, 2>(); }, "has 8 rows but c (tile 0) has 16");
+  T::configure(amx::Config{}.tile(0, 16, 64).tile(1, 16, 64).tile(2, 8, 64));
+  fails([] { T::dpbusd<0, 1, 2>(); }, "need 16");
+  T::configure(amx::Config{}.tile(0, 16, 32).tile(1, 16, 64).tile(2, 16, 64));
+  fails([] { T::dpbusd<0, 1, 2>(); }, "has 64 bytes a row but c (tile 0) has 32");
+  T::release();
+  fails([] { T::zero<0>(); }, "no tile configuration");
+  fails([] { T::configure(amx::Config{}.tile(0, 17, 64)); }, "at most 16 rows of 64");
+  fails([] { T::configure(amx::Config{}.tile(0, 4, 0)); }, "both or neither");
+}
+
+TEST(AmxAvailability, SaysWhyNot) {
+  EXPECT_EQ(amx::unavailable_because(true, true, true, 0), nullptr);
+  EXPECT_NE(std::string(amx::unavailable_because(false, true, true, 0)).find("no AMX-BF16"),
+            std::string::npos);
+  EXPECT_NE(std::string(amx::unavailable_because(true, true, false, 1)).find("refused"),
+            std::string::npos);
+  EXPECT_NE(std::string(amx::unavailable_because(true, true, false, 0)).find("QKV_AMX_REFUSE"),
+            std::string::npos);
+}
+
+#if defined(__x86_64__)
+// The instructions against the stand-in on random bytes: denormals, ±0, Inf and NaN among the
+// bf16 values (a NaN must be one on both sides), every int8 byte.
+TEST(AmxHardware, MatchesTheStandIn) {
+  if (const char* why = amx::unavailable()) GTEST_SKIP() << "no AMX here: " << why;
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> word(0, 0xffff), pick(0, 15);
+  const uint16_t special[] = {0x0000, 0x8000, 0x0001, 0x807f, 0x7f80, 0xff80, 0x7fc0, 0x0080};
+  auto value = [&] { return pick(rng) < 2 ? special[pick(rng) % 8] : uint16_t(word(rng)); };
+  for (int round = 0; round < 20; ++round) {
+    const int M = 1 + pick(rng), N = 1 + pick(rng), K = 2 * (1 + pick(rng));
+    std::vector<uint16_t> a(M * K), b(K * N);
+    for (uint16_t& x : a) x = value();
+    for (uint16_t& x : b) x = value();
+    std::vector<float> emulated(M * N), hardware;
+    for (float& x : emulated) x = float_of(uint32_t(value()) << 16);
+    hardware = emulated;
+    bf16_tile_product<amx::Emulated>(M, N, K, a.data(), b.data(), emulated.data());
+    bf16_tile_product<amx::Hardware>(M, N, K, a.data(), b.data(), hardware.data());
+    for (int i = 0; i < M * N; ++i)
+      if (std::isnan(emulated[i])) EXPECT_TRUE(std::isnan(hardware[i])) << i;
+      else
+        EXPECT_EQ(std::bit_cast<uint32_t>(emulated[i]), std::bit_cast<uint32_t>(hardware[i]))
+            << i << ": " << emulated[i] << " against " << hardware[i];
+    const int K8 = 4 * (1 + pick(rng));
+    std::vector<uint8_t> a8(M * K8);
+    std::vector<int8_t> b8(K8 * N);
+    for (uint8_t& x : a8) x = static_cast<uint8_t>(word(rng));
+    for (int8_t& x : b8) x = static_cast<int8_t>(word(rng));
+    std::vector<int32_t> e8(M * N), h8;
+    for (int32_t& x : e8) x = word(rng) * 65537;
+    h8 = e8;
+    int8_tile_product<amx::Emulated>(M, N, K8, a8.data(), b8.data(), e8.data());
+    int8_tile_product<amx::Hardware>(M, N, K8, a8.data(), b8.data(), h8.data());
+    EXPECT_EQ(e8, h8);
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace qkv
