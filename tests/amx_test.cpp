@@ -79,14 +79,20 @@ TEST(AmxStandIn, Bf16ProductsOfSmallIntegersAreExact) {
   EXPECT_EQ(c, want);
 }
 
-// 1 + 2^-24 + 2^-24: each sum is a tie that rounds (to even) back to 1 when added in order;
-// summed first, the two would make 1 + 2^-23.
-TEST(AmxStandIn, Bf16SumsRoundOneByOneInOrder) {
+// The order of Intel's manual. A pair's two products go to two sums that start at zero, added
+// to c at the end: 1 + (2^-24 + 2^-24) = 1 + 2^-23, where adding each to c would round twice
+// back to 1. Within one of the sums, k in order, each sum rounded: 1 + 2^-24 + 2^-24 stays 1.
+TEST(AmxStandIn, Bf16SumsFollowTheManualsOrder) {
   const float tiny = std::ldexp(1.0f, -24);
   const uint16_t a[2] = {bf16_bits(tiny), bf16_bits(tiny)}, b[2] = {bf16_bits(1), bf16_bits(1)};
   float c = 1.0f;
   bf16_tile_product<amx::Emulated>(1, 1, 2, a, b, &c);
-  EXPECT_EQ(c, 1.0f);
+  EXPECT_EQ(c, 1.0f + std::ldexp(1.0f, -23));
+  const uint16_t one = bf16_bits(1), small = bf16_bits(tiny);
+  const uint16_t a3[6] = {one, 0, small, 0, small, 0}, b3[6] = {one, one, one, one, one, one};
+  float c3 = 0.0f;
+  bf16_tile_product<amx::Emulated>(1, 1, 6, a3, b3, &c3);
+  EXPECT_EQ(c3, 1.0f);
   // Against a float64 product on random values: within K fp32 roundings of Σ|terms|.
   std::mt19937 rng(2);
   std::normal_distribution<float> normal;

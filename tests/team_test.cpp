@@ -29,8 +29,10 @@ std::vector<float> normal_values(size_t n, unsigned seed) {
 }
 
 // `call` (which writes `out`) outside a team, then by every thread of a team of 2 and of 3:
-// the same bits each time.
+// the same bits each time. (With 3 threads set, so that the kernels split their loops.)
 void same_bits_in_a_team(std::vector<float>& out, const std::function<void()>& call) {
+  const int threads_before = num_threads();
+  set_num_threads(3);
   std::fill(out.begin(), out.end(), 0.0f);
   call();
   const std::vector<float> alone = out;
@@ -38,8 +40,9 @@ void same_bits_in_a_team(std::vector<float>& out, const std::function<void()>& c
     SCOPED_TRACE(threads);
     std::fill(out.begin(), out.end(), -1.0f);
     detail::run_team(threads, call);
-    ASSERT_EQ(std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(out.data(), alone.data(), out.size() * sizeof(float)), 0);
   }
+  set_num_threads(threads_before);
 }
 
 TEST(Team, LoopsSplitOverTheTeamAndSerialPiecesRunOnce) {
@@ -49,6 +52,7 @@ TEST(Team, LoopsSplitOverTheTeamAndSerialPiecesRunOnce) {
   std::vector<float*> buffers(3);
   detail::run_team(3, [&] {
     EXPECT_TRUE(detail::in_team());
+    EXPECT_EQ(omp_get_num_threads(), 3);
     detail::parallel_for(n, 3, [&](int64_t i) {
       visits[i]++;
       if (detail::in_team()) bodies_in_team++;  // a body's own calls run on its thread alone
@@ -145,6 +149,11 @@ TEST(Team, AttentionGivesTheSameBits) {
     AttentionArgs s{.q = a.q, .out = a.out};
     s.mask.causal = true;
     same_bits_in_a_team(out, [&] { attention(s, kv); });
+    // The last 4 positions given as fresh rows: the visible rows gathered into team buffers.
+    StoredKV fresh = kv;
+    fresh.fresh_k = View(kr.data() + (Tk - 4) * D, {1, Hkv, 4, D}, {Hkv * Tk * D, Tk * D, D, 1});
+    fresh.fresh_v = View(vr.data() + (Tk - 4) * D, {1, Hkv, 4, D}, {Hkv * Tk * D, Tk * D, D, 1});
+    same_bits_in_a_team(out, [&] { attention(s, fresh); });
   }
 }
 

@@ -7,6 +7,7 @@
 #include "attention/masks.h"
 #include "attention/overlap.h"
 #include "attention/packed.h"
+#include "util/parallel.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 
@@ -185,8 +186,10 @@ void detail::forward_validated(const AttentionArgs& args, const KvRows& K, const
 }
 
 void detail::forward_validated(const AttentionArgs& args) {
-  if (args.packed.num_seqs > 0)
-    run_packed_forward(args, [](const AttentionArgs& seq, int) { forward_one(seq); });
+  if (args.packed.num_seqs > 0)  // (inside a team, on one of its threads: the sequences' lse
+                                 // and empty rows pass through buffers of the caller's)
+    detail::team_serial(
+        [&] { run_packed_forward(args, [](const AttentionArgs& seq, int) { forward_one(seq); }); });
   else forward_one(args);
 }
 

@@ -156,7 +156,9 @@ void Model::set_matmul(quant::Matmul mode) {
   for (auto& [name, parts] : external_.matrices)
     for (quant::Matrix& m : parts) {
       m.packed = nullptr;
-      if (mode != quant::Matmul::int8) continue;
+      // (An untied token table is read a row at a time, never multiplied.)
+      const bool multiplied = name != "embedding.token" || config_.tied_embeddings;
+      if (mode != quant::Matmul::int8 || !multiplied) continue;
       std::vector<uint8_t> packed = quant::repack_for_int8(m);
       if (packed.empty()) continue;
       m.packed = packed.data();

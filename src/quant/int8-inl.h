@@ -219,7 +219,7 @@ struct Avx2 {
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
   }
 };
-#elif HWY_ARCH_X86
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
 // SSE4 (SSSE3's pmaddubsw): a block as two 128-bit halves.
 struct Sse4 {
   struct Bytes {
@@ -733,7 +733,7 @@ HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, const uint8_t* packed, i
     return tile<BlockUnit<Avx2<true>, T, R>, XR>(w, rb, 0, blocks, x, y);
 #endif
   tile<BlockUnit<Avx2<false>, T, R>, XR>(w, rb, 0, blocks, x, y);
-#elif HWY_ARCH_X86
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
   tile<BlockUnit<Sse4, T, R>, XR>(w, rb, 0, blocks, x, y);
 #else
 #if HWY_ARCH_ARM_A64

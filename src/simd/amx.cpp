@@ -129,19 +129,22 @@ void Emulated::store_at(int t, void* base, int64_t stride) {
 void Emulated::dpbf16ps_at(int c, int a, int b) {
   check_product(c, a, b, "dpbf16ps");
   const int M = rows(c), N = row_bytes(c) / 4, K = row_bytes(a) / 4;
+  // Intel's order: the even and the odd elements of the pairs each summed over k from zero
+  // (the product exact, each sum one rounding), then their sum added to c.
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
-      uint8_t* out = state.bytes[c] + m * kMaxRowBytes + 4 * n;
-      float sum = denormal_as_zero(read<float>(out));
+      float lanes[2] = {0, 0};
       for (int k = 0; k < K; ++k)
         for (int i = 0; i < 2; ++i) {
           const float x =
               bf16_value(read<uint16_t>(state.bytes[a] + m * kMaxRowBytes + 4 * k + 2 * i));
           const float y =
               bf16_value(read<uint16_t>(state.bytes[b] + k * kMaxRowBytes + 4 * n + 2 * i));
-          sum = denormal_as_zero(std::fma(x, y, sum));  // the product exact, one rounding
+          lanes[i] = denormal_as_zero(std::fma(x, y, lanes[i]));
         }
-      write(out, sum);
+      uint8_t* out = state.bytes[c] + m * kMaxRowBytes + 4 * n;
+      const float pair = denormal_as_zero(lanes[0] + lanes[1]);
+      write(out, denormal_as_zero(denormal_as_zero(read<float>(out)) + pair));
     }
   zero_unconfigured(c);
 }

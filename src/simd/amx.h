@@ -9,11 +9,13 @@
 //   load<t>(base, stride)  TILELOADD: row r of tile t from base + r · stride (stride in bytes),
 //                          exactly the configured bytes a row; the rest of the tile reads as zero
 //   store<t>(base, stride) TILESTORED: the configured rows and bytes, nothing else
-//   dpbf16ps<c, a, b>()    TDPBF16PS: c[m][n] (fp32) += Σ_k a[m][2k + i] · b[k][2n + i] over the
-//                          bf16 pairs (b holds pairs of rows interleaved: b[k][2n + i] is row
-//                          2k + i of the right matrix at column n), for k in order and i = 0, 1:
-//                          each product exact, each sum rounded to fp32 (to nearest, even);
-//                          bf16 and fp32 denormal inputs read as zero, denormal sums flushed
+//   dpbf16ps<c, a, b>()    TDPBF16PS: c[m][n] (fp32) += Σ_k Σ_i a[m][2k + i] · b[k][2n + i] over
+//                          the bf16 pairs (b holds pairs of rows interleaved: b[k][2n + i] is
+//                          row 2k + i of the right matrix at column n), in the order of Intel's
+//                          manual: for i = 0 and 1 apart, a sum from zero over k in order, then
+//                          c + (sum₀ + sum₁); each product exact, each sum rounded to fp32 (to
+//                          nearest, even); bf16 and fp32 denormal inputs read as zero, denormal
+//                          sums flushed
 //   dpbusd<c, a, b>()      TDPBUSD: c[m][n] (int32) += Σ_k Σ_i u8 a[m][4k + i] · s8 b[k][4n + i],
 //                          the sum wrapping around (b: quads of rows interleaved)
 // Shapes each product accepts: a has c's rows; a's bytes a row are 4 × b's rows (K ≤ 32 bf16
@@ -40,7 +42,7 @@ struct Config {
   }
 };
 
-// The stand-in (src/simd/amx_emulated.cpp).
+// The stand-in (src/simd/amx.cpp).
 struct Emulated {
   static void configure(const Config& config);
   static void release();

@@ -10,8 +10,8 @@
 // it always has. Inside one, every thread must make the same calls in the same order, and
 // nothing may throw (an exception cannot leave an OpenMP region): validate before the team.
 // The kernels that are ready for a team: the weight products (quant::linear_forward, the fp32
-// gemv and GEMM), attention's forward and split-KV decoding (over views or a stored cache), the
-// norms, rotary positions and activations.
+// gemv and GEMM), attention's forward and split-KV decoding (over views or a stored cache;
+// packed sequences run on one thread of the team), the norms, rotary positions and activations.
 #pragma once
 
 #include <omp.h>
@@ -32,9 +32,11 @@ struct OutsideTeam {
   ~OutsideTeam() { tl_in_team = was; }
 };
 
-// body() on each of `threads` threads of one region, as a team.
+// body() on each of `threads` threads of one region, as a team (inside a team: on each thread
+// of that one, which every one of them calls this from).
 template <class Body>
 inline void run_team(int threads, Body&& body) {
+  if (in_team()) return body();
 #pragma omp parallel num_threads(threads)
   {
     tl_in_team = true;
