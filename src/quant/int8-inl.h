@@ -471,9 +471,11 @@ HWY_INLINE Decoded<S> decode_block(const uint8_t* row, int64_t b, const SuperSca
 template <class S, TensorType T, int R>
 struct BlockUnit {
   static constexpr int64_t kBlocks = 1;
+  struct State {
+    SuperScales k[R];  // (the K-quants')
+  };
   struct Weights {
     Decoded<S> v[R];
-    SuperScales k[R];  // (the K-quants')
   };
   struct Acc {
     typename S::Sums sums[R];
@@ -482,13 +484,13 @@ struct BlockUnit {
       for (int r = 0; r < R; ++r) sums[r] = S::zero(), offsets[r] = 0;
     }
   };
-  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, Weights& wv) {
+  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, State& st, Weights& wv) {
     if (kKQuant<T> && b % 8 == 0)
-      for (int r = 0; r < R; ++r) unpack_scales<S, T>(w + r * rb + b / 8 * kBlockBytes<T>, wv.k[r]);
+      for (int r = 0; r < R; ++r) unpack_scales<S, T>(w + r * rb + b / 8 * kBlockBytes<T>, st.k[r]);
 #pragma GCC unroll 4  // (rolled, the decoded blocks went through the stack)
     for (int r = 0; r < R; ++r) {
       hwy::Prefetch(block_at<T>(w + r * rb, b) + 2 * R * rb);  // two steps of R rows ahead
-      wv.v[r] = decode_block<S, T>(w + r * rb, b, wv.k[r]);
+      wv.v[r] = decode_block<S, T>(w + r * rb, b, st.k[r]);
     }
   }
   static HWY_INLINE void accumulate(Acc& a, const Weights& wv, const Row& x, int64_t b) {
@@ -580,7 +582,8 @@ struct PairUnit {
       rest = _mm512_setzero_ps();
     }
   };
-  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, Weights& wv) {
+  struct State {};
+  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, State&, Weights& wv) {
     wv.dm4 = _mm512_setzero_ps();
     for (int r = 0; r < R; ++r) {
       const uint8_t* b0 = w + r * rb + b * kBytes;
@@ -619,7 +622,8 @@ template <TensorType T>
 struct PackedPairUnit : PairUnit<T, pair_layout::kRows> {
   using Base = PairUnit<T, pair_layout::kRows>;
   static constexpr int64_t kStep = pair_layout::step_bytes(T);
-  static HWY_INLINE void decode(const uint8_t* w, int64_t, int64_t b, typename Base::Weights& wv) {
+  static HWY_INLINE void decode(const uint8_t* w, int64_t, int64_t b, typename Base::State&,
+                                typename Base::Weights& wv) {
     const uint8_t* s = w + b / 2 * kStep;
     hwy::Prefetch(s + 4 * kStep);
     if constexpr (T == TensorType::q4_1) {
@@ -653,10 +657,12 @@ template <int R>
 struct Q4kPairUnit {
   static constexpr int64_t kBlocks = 2;
   static constexpr int64_t kBytes = kBlockBytes<TensorType::q4_k>;  // a super-block's
+  struct State {
+    SuperScales k[R];
+  };
   struct Weights {
     __m512i u[R];
-    SuperScales k[R];
-    int j;  // the pair's first sub-block
+    float d[R][2], m[R][2];  // the pair's sub-blocks' d · scale and −dmin · min
   };
   struct Acc {
     __m512 sums[R];
@@ -665,13 +671,15 @@ struct Q4kPairUnit {
       for (int r = 0; r < R; ++r) sums[r] = _mm512_setzero_ps(), offsets[r] = 0;
     }
   };
-  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, Weights& wv) {
-    wv.j = static_cast<int>(b % 8);
-    if (wv.j == 0)
+  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, State& st, Weights& wv) {
+    const int j = static_cast<int>(b % 8);  // the pair's first sub-block
+    if (j == 0)
       for (int r = 0; r < R; ++r)
-        unpack_scales<Avx2<false>, TensorType::q4_k>(w + r * rb + b / 8 * kBytes, wv.k[r]);
+        unpack_scales<Avx2<false>, TensorType::q4_k>(w + r * rb + b / 8 * kBytes, st.k[r]);
     for (int r = 0; r < R; ++r) {
-      const uint8_t* q = w + r * rb + b / 8 * kBytes + kQ4kValues + 32 * (wv.j / 2);
+      wv.d[r][0] = st.k[r].d[j], wv.d[r][1] = st.k[r].d[j + 1];
+      wv.m[r][0] = st.k[r].m[j], wv.m[r][1] = st.k[r].m[j + 1];
+      const uint8_t* q = w + r * rb + b / 8 * kBytes + kQ4kValues + 32 * (j / 2);
       hwy::Prefetch(q + 2 * R * rb);
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
       wv.u[r] = _mm512_and_si512(
@@ -682,12 +690,11 @@ struct Q4kPairUnit {
   static HWY_INLINE void accumulate(Acc& a, const Weights& wv, const Row& x, int64_t b) {
     const __m512i xv = _mm512_loadu_si512(x.q + b * kBlock);
     const float xd0 = x.d[b], xd1 = x.d[b + 1], xs0 = x.sums[b], xs1 = x.sums[b + 1];
-    const int j = wv.j;
     for (int r = 0; r < R; ++r) {
-      const __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(wv.k[r].d[j] * xd0),
-                                              _mm256_set1_ps(wv.k[r].d[j + 1] * xd1), 1);
+      const __m512 scale =
+          _mm512_insertf32x8(_mm512_set1_ps(wv.d[r][0] * xd0), _mm256_set1_ps(wv.d[r][1] * xd1), 1);
       a.sums[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dpbusd(wv.u[r], xv)), scale, a.sums[r]);
-      a.offsets[r] += wv.k[r].m[j] * xs0 + wv.k[r].m[j + 1] * xs1;
+      a.offsets[r] += wv.m[r][0] * xs0 + wv.m[r][1] * xs1;
     }
   }
   static HWY_INLINE void finish(const Acc& a, float* y) {

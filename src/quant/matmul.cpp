@@ -143,7 +143,8 @@ struct WideBlockUnit {
   };
   // (The blocks are widened as they are multiplied, with one row of activations: each row's
   // block is asked for ahead just before its product, as the prefetcher likes it.)
-  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, Weights& wv) {
+  struct State {};
+  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, State&, Weights& wv) {
     wv.blk = w + (kKQuant ? b / 8 : b) * kBytes, wv.rb = rb;
   }
   static HWY_INLINE void accumulate(Acc& a, const Weights& wv, const FloatRow& x, int64_t b) {
@@ -216,7 +217,8 @@ struct WideElementUnit {
       for (int r = 0; r < R; ++r) sums[r] = hn::Zero(df);
     }
   };
-  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, Weights& wv) {
+  struct State {};
+  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, State&, Weights& wv) {
     const int64_t k = b * static_cast<int64_t>(hn::Lanes(df));
     for (int r = 0; r < R; ++r) wv.row[r] = w + r * rb + k * kElementBytes<T>;
   }

@@ -3,8 +3,9 @@
 //   kBlocks       the blocks a step covers (its own blocks: 32 values of a block format, a
 //                 vector of an element format), from `begin` in steps up to `end`
 //   Weights       the R weight rows' step, decoded once for all XR activation rows:
-//                 decode(w, rb, b, weights), rows rb bytes apart (state such as a K-quant's
-//                 unpacked scales stays in it from step to step)
+//                 decode(w, rb, b, state, weights), rows rb bytes apart; a step's own, so the
+//                 compiler keeps it in registers
+//   State         what a unit keeps from step to step (a K-quant's unpacked scales)
 //   Acc           one activation row's R running sums (zero when made):
 //                 accumulate(acc, weights, x, b) for activation row x, finish(acc, y) sets
 //                 y[0, R) to the row's R products
@@ -33,10 +34,11 @@ namespace HWY_NAMESPACE {
 template <class Unit, int XR, class Activations>
 HWY_INLINE void tile(const uint8_t* w, int64_t rb, int64_t begin, int64_t end, const Activations* x,
                      float* const* y) {
-  typename Unit::Weights weights;
+  typename Unit::State state;
   typename Unit::Acc acc[XR];
   for (int64_t b = begin; b < end; b += Unit::kBlocks) {
-    Unit::decode(w, rb, b, weights);
+    typename Unit::Weights weights;
+    Unit::decode(w, rb, b, state, weights);
     for (int i = 0; i < XR; ++i) Unit::accumulate(acc[i], weights, x[i], b);
   }
   for (int i = 0; i < XR; ++i) Unit::finish(acc[i], y[i]);
