@@ -523,6 +523,13 @@ HWY_INLINE __m512i dpbusd(__m512i u, __m512i s) {
   return sum;
 }
 
+// 32 bytes of nibbles as 64 values: the low nibbles, then the high ones.
+HWY_INLINE __m512i nibbles(__m256i bytes) {
+  return _mm512_and_si512(
+      _mm512_inserti64x4(_mm512_castsi256_si512(bytes), _mm256_srli_epi16(bytes, 4), 1),
+      _mm512_set1_epi8(15));
+}
+
 // Two blocks a step on AVX-512 DL, one 512-bit vpdpbusd: a pair of weight blocks fills the
 // vector, its bytes unsigned (Q8_0's offset by 128, Q4's nibbles as they are) against the
 // row's values in the matching order (Row::q, Row::q4). Each weight row's pair (d, m, d', m')
@@ -565,9 +572,7 @@ struct PairUnit {
       const __m256i both = _mm256_inserti128_si256(
           _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + at))),
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kBytes + at)), 1);
-      return _mm512_and_si512(
-          _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1),
-          _mm512_set1_epi8(15));
+      return nibbles(both);
     }
   }
   struct Weights {
@@ -642,9 +647,7 @@ struct PackedPairUnit : PairUnit<T, pair_layout::kRows> {
         wv.v[r] = _mm512_loadu_si512(v);
       } else {
         const __m256i both = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
-        wv.v[r] = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(both), _mm256_srli_epi16(both, 4), 1),
-            _mm512_set1_epi8(15));
+        wv.v[r] = nibbles(both);
       }
     }
   }
@@ -682,9 +685,7 @@ struct Q4kPairUnit {
       const uint8_t* q = w + r * rb + b / 8 * kBytes + kQ4kValues + 32 * (j / 2);
       hwy::Prefetch(q + 2 * R * rb);
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-      wv.u[r] = _mm512_and_si512(
-          _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1),
-          _mm512_set1_epi8(15));
+      wv.u[r] = nibbles(raw);
     }
   }
   static HWY_INLINE void accumulate(Acc& a, const Weights& wv, const Row& x, int64_t b) {

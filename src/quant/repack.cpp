@@ -19,8 +19,8 @@ std::vector<uint8_t> repack_for_int8(const Matrix& m) {
   const int64_t rb = row_bytes(m.type, m.cols), block = row_bytes(m.type, kKvBlockValues);
   const int64_t scales = layout::scale_bytes(m.type), values = layout::value_bytes(m.type);
   const int64_t step = layout::step_bytes(m.type);
-  // (scale bytes and value bytes per block, as they lie in the file)
-  const int64_t scale = m.type == TensorType::q4_1 ? 4 : 2, at = scale;
+  // A block in the file: its scale (Q4_1: and offset) in the first `head` bytes, then values.
+  const int64_t head = m.type == TensorType::q4_1 ? 4 : 2;
   std::vector<uint8_t> out(groups * layout::group_bytes(m.type, m.cols));
   detail::parallel_for(groups, num_threads(), [&](int64_t g) {
     for (int64_t p = 0; p < pairs; ++p) {
@@ -28,15 +28,15 @@ std::vector<uint8_t> repack_for_int8(const Matrix& m) {
       for (int r = 0; r < layout::kRows; ++r) {
         const uint8_t* b0 = m.data + (g * layout::kRows + r) * rb + 2 * p * block;
         const uint8_t* b1 = b0 + block;
-        std::memcpy(s + r * 2 * scale, b0, scale);
-        std::memcpy(s + r * 2 * scale + scale, b1, scale);
+        std::memcpy(s + r * 2 * head, b0, head);
+        std::memcpy(s + r * 2 * head + head, b1, head);
         uint8_t* v = s + scales + r * values;
         if (m.type == TensorType::q8_0) {
           for (int j = 0; j < kKvBlockValues; ++j)
-            v[j] = b0[at + j] ^ 0x80, v[kKvBlockValues + j] = b1[at + j] ^ 0x80;
+            v[j] = b0[head + j] ^ 0x80, v[kKvBlockValues + j] = b1[head + j] ^ 0x80;
         } else {
-          std::memcpy(v, b0 + at, kKvBlockValues / 2);
-          std::memcpy(v + kKvBlockValues / 2, b1 + at, kKvBlockValues / 2);
+          std::memcpy(v, b0 + head, kKvBlockValues / 2);
+          std::memcpy(v + kKvBlockValues / 2, b1 + head, kKvBlockValues / 2);
         }
       }
     }
