@@ -6,14 +6,21 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "attention/kernels.h"
+#include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/number_format.h"
+#include "qkv/targets.h"
+#include "qkv/tensor.h"
 #include "simd/amx.h"
+#include "simd/cpu.h"
 
 namespace qkv {
 namespace {
@@ -248,6 +255,109 @@ TEST(AmxHardware, MatchesTheStandIn) {
   }
 }
 #endif
+
+// Attention on the AMX tile unit (src/attention/amx_unit-inl.h) through qkv::attention with
+// bf16 keys and values forced onto it: what the kernel grid's tiny shapes do not reach (head
+// dims of 64 and 128, a value dim unlike the key dim, partial key and query tiles, a group of
+// query heads per kv head, fp32 queries as hi + lo, decode's few rows).
+struct AmxCase {
+  int64_t Hq, Hkv, Tq, Tk, D, Dv;
+  bool causal, bf16_queries;
+  int window = -1;
+};
+
+// out (fp32) of one case on the AMX unit, on the stand-in or the instructions.
+std::vector<float> amx_attention(const AmxCase& c, bool stand_in, std::vector<float>* reference_out) {
+  std::mt19937 rng(static_cast<uint32_t>(c.Tq * 131 + c.Tk * 7 + c.D + c.Dv + c.causal));
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<bf16> k(c.Hkv * c.Tk * c.D), v(c.Hkv * c.Tk * c.Dv);
+  std::vector<float> kf(k.size()), vf(v.size());
+  for (size_t i = 0; i < k.size(); ++i) k[i] = {float_to_bf16(u(rng))}, kf[i] = bf16_to_float(k[i].bits);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = {float_to_bf16(u(rng))}, vf[i] = bf16_to_float(v[i].bits);
+  Tensor qf({1, c.Hq, c.Tq, c.D}), out({1, c.Hq, c.Tq, c.Dv});
+  std::vector<bf16> qb(qf.numel());
+  for (int64_t i = 0; i < qf.numel(); ++i) {
+    qf.data()[i] = 2 * u(rng);  // (scores of a few units: the softmax is not flat)
+    qb[i] = {float_to_bf16(qf.data()[i])};
+    if (c.bf16_queries) qf.data()[i] = bf16_to_float(qb[i].bits);
+  }
+  AttentionArgs a{.q = c.bf16_queries ? View(qb.data(), {1, c.Hq, c.Tq, c.D}) : View(qf),
+                  .k = View(k.data(), {1, c.Hkv, c.Tk, c.D}),
+                  .v = View(v.data(), {1, c.Hkv, c.Tk, c.Dv}),
+                  .out = out};
+  a.mask.causal = c.causal;
+  a.mask.window_left = c.window;
+  amx::set_stand_in(stand_in);
+  set_units("bf16=amx");
+  detail::kernels_reached() = 0;
+  attention(a);
+  set_units("");
+  amx::set_stand_in(false);
+  const bool decodes = detail::decodes(c.Tq, c.Tk, c.Hq / c.Hkv);
+  EXPECT_EQ(detail::kernels_reached().load(),
+            static_cast<uint32_t>(decodes ? detail::Variant::decode_tiled_amx
+                                          : detail::Variant::forward_tiles_amx));
+  if (reference_out) {
+    Tensor want({1, c.Hq, c.Tq, c.Dv});
+    AttentionArgs r = a;
+    r.q = View(qf), r.k = View(kf.data(), {1, c.Hkv, c.Tk, c.D});
+    r.v = View(vf.data(), {1, c.Hkv, c.Tk, c.Dv}), r.out = want;
+    reference::attention(r);
+    reference_out->assign(want.data(), want.data() + want.numel());
+  }
+  return std::vector<float>(out.data(), out.data() + out.numel());
+}
+
+const AmxCase kAmxCases[] = {
+    {2, 1, 70, 77, 128, 64, false, false},     // partial query and key tiles, Dv ≠ D
+    {4, 2, 130, 200, 64, 64, true, true},      // causal, two query tiles, bf16 queries
+    {2, 2, 65, 300, 96, 48, false, false, 40},  // a window; Dv of 3 × 16
+    {32, 8, 1, 333, 128, 128, true, false},    // decode: 4 rows per kv head
+    {8, 1, 3, 150, 64, 64, false, true},       // decode: 24 rows per kv head
+};
+
+TEST(AmxAttention, StandInMatchesTheReference) {
+  for (const AmxCase& c : kAmxCases) {
+    SCOPED_TRACE("Hq " + std::to_string(c.Hq) + " Hkv " + std::to_string(c.Hkv) + " Tq " +
+                 std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + " D " +
+                 std::to_string(c.D) + " Dv " + std::to_string(c.Dv));
+    std::vector<float> want;
+    const std::vector<float> got = amx_attention(c, true, &want);
+    // P is rounded to bf16 (an output moves by at most 2^-8 max|v| = 2^-8), q as hi + lo;
+    // the products are exact and summed in fp32.
+    float worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+    EXPECT_LE(worst, 6e-3f);
+    std::printf("worst %g\n", worst);
+    EXPECT_GT(worst, 0.0f) << "P is rounded to bf16 on the tiles: equal bits mean they did not run";
+  }
+}
+
+TEST(AmxAttention, InstructionsGiveTheStandInsBits) {
+  if (const char* why = amx::unavailable()) GTEST_SKIP() << "no AMX here: " << why;
+  for (const AmxCase& c : kAmxCases) {
+    const std::vector<float> emulated = amx_attention(c, true, nullptr);
+    const std::vector<float> hardware = amx_attention(c, false, nullptr);
+    ASSERT_EQ(emulated.size(), hardware.size());
+    EXPECT_EQ(std::memcmp(emulated.data(), hardware.data(), 4 * emulated.size()), 0)
+        << "Tq " << c.Tq << " Tk " << c.Tk << " D " << c.D;
+  }
+}
+
+TEST(AmxAttention, OffUnlessForced) {
+  // No rule of the registry chooses AMX: it is forced or it does not run.
+  EXPECT_NE(simd::unit_for(simd::Work::bf16).unit, simd::Unit::amx);
+  amx::set_stand_in(false);
+  if (const char* why = amx::unavailable()) {
+    try {
+      set_units("bf16=amx");
+      FAIL() << "forcing AMX on a CPU without it was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("amx"), std::string::npos) << e.what();
+    }
+    (void)why;
+  }
+}
 
 }  // namespace
 }  // namespace qkv

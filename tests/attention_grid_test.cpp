@@ -24,6 +24,7 @@
 #include "qkv/quant.h"
 #include "qkv/targets.h"
 #include "qkv/tensor.h"
+#include "simd/amx.h"
 
 namespace qkv {
 namespace {
@@ -130,6 +131,16 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
     ++outcome.skipped["a block format is read through a cache (StoredKV), not a view"];
     return;
   }
+  if (unit == "amx" && format != TensorType::bf16) {
+    ++outcome.skipped["amx multiplies bf16 rows only (other rows run as with fma)"];
+    return;
+  }
+#if !defined(__x86_64__)
+  if (unit == "amx") {
+    ++outcome.skipped["the AMX stand-in is tested on x86-64 (not under emulation)"];
+    return;
+  }
+#endif
   try {
     set_units("bf16=" + unit);
   } catch (const Error&) {
@@ -220,17 +231,24 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   // the decoding kernels; for the tiled forward it is gathered as fp32 first.
   const bool gathered = source == Source::ring && driver == Driver::forward;
   const TensorType read = gathered ? TensorType::f32 : format;
-  const bool dot = read == TensorType::bf16 && bf16_dot_in_use();
+  const bool amx = read == TensorType::bf16 && unit == "amx";
+  const bool dot = amx || (read == TensorType::bf16 && bf16_dot_in_use());
   Variant want_variant = Variant::forward_tiles;
   switch (driver) {
     case Driver::forward:
-      want_variant = dot ? Variant::forward_tiles_bf16_dot : Variant::forward_tiles;
+      want_variant = amx   ? Variant::forward_tiles_amx
+                     : dot ? Variant::forward_tiles_bf16_dot
+                           : Variant::forward_tiles;
       break;
-    case Driver::decode_rows:
-      want_variant = dot ? Variant::decode_rows_bf16_dot : Variant::decode_rows;
+    case Driver::decode_rows:  // (AMX decodes any number of rows on tiles)
+      want_variant = amx   ? Variant::decode_tiled_amx
+                     : dot ? Variant::decode_rows_bf16_dot
+                           : Variant::decode_rows;
       break;
     case Driver::decode_tiled:
-      want_variant = dot ? Variant::decode_tiled_bf16_dot : Variant::decode_tiled;
+      want_variant = amx   ? Variant::decode_tiled_amx
+                     : dot ? Variant::decode_tiled_bf16_dot
+                           : Variant::decode_tiled;
       break;
     case Driver::decode_keys_in_lanes:
       want_variant = Variant::decode_keys_in_lanes;
@@ -238,7 +256,7 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   }
   EXPECT_EQ(detail::kernels_reached().load(), static_cast<uint32_t>(want_variant))
       << "variants reached (bits): " << detail::kernels_reached().load();
-  // Tolerance: fp32 sums of ≤ 300 terms of O(1); the bf16 dot unit rounds P to bf16 (an output
+  // Tolerance: fp32 sums of ≤ 300 terms of O(1); the bf16 dot unit and AMX round P to bf16 (an output
   // moves by at most 2^-8 max|v|) and takes q as hi + lo (16 of its 24 bits).
   const float tol = dot ? 8e-3f : 5e-5f;
   float worst = 0;
@@ -248,9 +266,15 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   ++outcome.ran;
 }
 
+// AMX runs on its stand-in here (amx_test.cpp compares the instructions with it where the
+// CPU has them).
 class KernelGrid : public ::testing::TestWithParam<Driver> {
  protected:
-  void TearDown() override { set_units(""); }
+  void SetUp() override { amx::set_stand_in(true); }
+  void TearDown() override {
+    set_units("");
+    amx::set_stand_in(false);
+  }
 };
 
 TEST_P(KernelGrid, EveryFormatSourceUnitAndOptionMatchesTheReference) {
@@ -258,7 +282,7 @@ TEST_P(KernelGrid, EveryFormatSourceUnitAndOptionMatchesTheReference) {
   Outcome outcome;
   for (TensorType format : kv_row_types())
     for (Source source : {Source::view, Source::cache, Source::ring})
-      for (const char* unit : {"fma", "bf16_dot"})
+      for (const char* unit : {"fma", "bf16_dot", "amx"})
         for (Option option :
              {Option::plain, Option::causal, Option::window, Option::alibi, Option::softcap})
           run_case(driver, format, source, unit, option, outcome);

@@ -40,7 +40,7 @@ void check_target_environment();
 // or Arm's sdot where the CPU has them. `qkv info` prints this list, then weight_units().
 struct UnitInUse {
   std::string data;  // "bf16", "q8_0 cache", "q4_k weights, int8", …
-  std::string unit;  // "fma", "bf16_dot", "avx_vnni", "vpmaddubsw", "vpdpbusd", "sdot", "int16"
+  std::string unit;  // "fma", "bf16_dot", "amx", "avx_vnni", "vpmaddubsw", "vpdpbusd", "sdot", …
   std::string why;
 };
 std::vector<UnitInUse> units_in_use();
@@ -51,8 +51,9 @@ std::vector<UnitInUse> units_in_use();
 std::vector<UnitInUse> weight_units();
 
 // Whether this process may use Intel AMX tiles: nullptr, or why not (the CPU lacks AMX-BF16
-// and AMX-INT8, or Linux refused the tile state; QKV_AMX_REFUSE=1 acts as a refusal). No
-// kernel uses the tiles yet; `qkv info` prints this.
+// and AMX-INT8, or Linux refused the tile state; QKV_AMX_REFUSE=1 acts as a refusal). The
+// tiles run only where forced (QKV_UNITS=bf16=amx, set_units("bf16=amx")): attention over
+// bf16 keys and values, forward and decode. `qkv info` prints this.
 const char* amx_unavailable();
 // The CPU as the table reads it: vendor, family, model and the product features it has, e.g.
 // "AuthenticAMD family 25 model 17: avx512 avx512_bf16 avx512_vnni".

@@ -1,5 +1,6 @@
 // Query tiles packed as bf16 pairs for the tiled kernels on the bf16 units (AVX512-BF16, Arm
-// BF16; src/attention/bf16_products-inl.h), forward and backward. A tile of rows [i0, i0 + rows) of
+// BF16; src/attention/bf16_products-inl.h), forward and backward, and on AMX tiles
+// (src/attention/amx_unit-inl.h: Xt2 only, in every pass). A tile of rows [i0, i0 + rows) of
 // a view x (Q or dO) is packed one of two ways, as the product that reads it reduces:
 //   over the head dim — Xt2[E/2][Mq]: word (p, r) = (x[r][2p], x[r][2p + 1]), a query a lane;
 //   over the queries  — X2[Mq/2][E_pad]: word (p, e) = (x[2p][e], x[2p + 1][e]).
@@ -28,7 +29,7 @@ namespace qkv::detail {
 namespace HWY_NAMESPACE {
 namespace tiles {
 
-#if defined(QKV_BF16_UNITS) && QKV_KERNEL_PASS
+#if QKV_KERNEL_PASS
 // Whether x is packed as hi + lo (it is not bf16).
 inline bool packs_two(const View& x) { return x.type != TensorType::bf16; }
 
@@ -71,6 +72,9 @@ inline void pack_pairs_transposed(const View& x, int64_t b, int64_t h, int64_t i
   });
 }
 
+#endif  // QKV_KERNEL_PASS
+
+#if defined(QKV_BF16_UNITS) && QKV_KERNEL_PASS
 // X2 (pairs along the queries, rows E_pad words apart), hi at `to`, lo at to + Mq/2 · E_pad.
 inline void pack_row_pairs(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows,
                            int64_t E, int64_t E_pad, int64_t Mq, uint32_t* to) {

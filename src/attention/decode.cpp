@@ -310,13 +310,12 @@ void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const 
 // 2.45 ms this way.) A tile of rows comes from the source in place, or widened into the
 // thread's scratch (blocks); the tile unit multiplies it (bf16 rows on the bf16 dot unit in
 // the units' pass, everything else widened).
-template <class Src>
+template <class Unit, class Src>
 void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const ScoreRule& rule,
                        float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
                        float* parts) {
   using tiles::kKeyTile;
   using E = typename Src::TileElement;
-  using Unit = tiles::TileUnit<tiles::kOnUnits<E>>;
   const int64_t N = static_cast<int64_t>(simd::lanes());
   const UnitRows u = start_unit(a, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts);
   const bool two = a.q.type != TensorType::bf16;  // (the bf16 unit takes q as hi + lo)
@@ -360,6 +359,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
   constexpr bool kWidened = !std::is_same_v<Stored, E>;  // tiles widened into scratch (blocks)
   float* k_scratch = kWidened ? thread_scratch(BlockSlot::keys, kKeyTile * n.D) : nullptr;
   float* v_scratch = kWidened ? thread_scratch(BlockSlot::values, kKeyTile * n.Dv) : nullptr;
+  Unit::begin();
   for (int64_t j0 = lo; j0 < hi; j0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, hi - j0);
     const int64_t next = j0 + nk, next_rows = std::min(kKeyTile, hi - next);
@@ -399,6 +399,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
       });
     }
   }
+  Unit::end();
   for (int64_t r = 0; r < n.R; ++r) {
     const int64_t blk = r / Mq, lane = r % Mq;
     const float* m = state + blk * 3 * Mq;
@@ -437,13 +438,25 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
   };
   using Tiles = tiles::TileUnit<tiles::kOnUnits<typename Src::TileElement>>;
   constexpr bool kRowsOnBf16Dot = kRowsOnUnits && std::is_same_v<Src, ElementSource<simd::Bf16>>;
+  // bf16 rows on AMX tiles (when forced: QKV_UNITS=bf16=amx) at any number of rows: a tile's
+  // unused query lanes cost tile products, which are not what bounds a decode.
+  const auto on_tiles = [&] {
+    if constexpr (std::is_same_v<Src, ElementSource<simd::Bf16>>)
+      return tiles::on_amx(n.D, n.Dv, [&](auto amx) {
+        each_unit(Variant::decode_tiled_amx, [](auto&&... x) {
+          decode_unit_tiled<decltype(amx)>(x...);
+        });
+      });
+    return false;
+  };
   if (kElements && keys_in_lanes(n))  // (block rows are whole 32s: never below a vector)
     each_unit(Variant::decode_keys_in_lanes, [](auto&&... x) {
       if constexpr (kElements) decode_unit_keys_in_lanes(x...);
     });
-  else if (n.R >= kTiledDecodeMinRows)
+  else if (on_tiles()) {
+  } else if (n.R >= kTiledDecodeMinRows)
     each_unit(Tiles::kBf16Dot ? Variant::decode_tiled_bf16_dot : Variant::decode_tiled,
-              [](auto&&... x) { decode_unit_tiled(x...); });
+              [](auto&&... x) { decode_unit_tiled<Tiles>(x...); });
   else if (kRowsOnBf16Dot && fits_units(n.D, n.Dv, n.R))
     each_unit(Variant::decode_rows_bf16_dot, [](auto&&... x) {
       if constexpr (kRowsOnBf16Dot) decode_unit_rows<RowsOnBf16Dot>(x...);

@@ -109,11 +109,10 @@ void for_visible_scores(bool masked, const VisibleBlocks& blocks, int64_t nk, F&
 // One key tile [j0, j1) for one query tile: scores, online softmax, P V, on the unit that
 // multiplies K's elements T (fp32, bf16 or fp16): key j0 at k_tile, the others ks elements
 // apart; Vt as the unit packed it. A masked tile computes only the blocks some query sees.
-template <int NQV, class T>
+template <int NQV, class Unit, class T>
 void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t h,
               const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1, QueryTile& t,
               float* S, simd::PrefetchQueue& prefetch) {
-  using Unit = TileUnit<kOnUnits<T>>;
   const int64_t Mq = n.Mq, nk = j1 - j0;
   const bool masked = !t.tm.covers(j0, j1, t.rows);
   VisibleBlocks blocks;
@@ -155,8 +154,8 @@ void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, c
 }
 
 // One unit: query tiles [first, first + count) of (b, h), walking the key tiles together; K
-// and V are T (fp32, bf16 or fp16), read in place.
-template <class T>
+// and V are T (fp32, bf16 or fp16), read in place, multiplied on Unit.
+template <class T, class Unit>
 void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
                       const ScoreRule& rule, float scale, const Shape& n, int64_t b, int64_t h,
                       int64_t first, int64_t count, bool stream_out) {
@@ -168,6 +167,7 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   // m, l, alpha of each tile, each [Mq]
   float* state = thread_scratch(ForwardSlot::softmax_state, count * 3 * Mq);
   float* Vt = thread_scratch(ForwardSlot::v_tiles, n.Dv * kKeyTile);
+  Unit::begin();
   QueryTile tiles_of_group[kTilesPerGroup];
   const auto group = std::span(tiles_of_group, static_cast<size_t>(count));
   int64_t lo = n.Tk, hi = 0;  // keys some query of the group sees
@@ -179,7 +179,7 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
     t.Qt = Qt + g * n.D * Mq;
     t.Ot = Ot + g * n.Dv * Mq;
     t.m = state + g * 3 * Mq, t.l = t.m + Mq, t.alpha = t.l + Mq;
-    start_tile<TileUnit<kOnUnits<T>>>(a, scale, n, b, h, t);
+    start_tile<Unit>(a, scale, n, b, h, t);
     if (t.tm.lo < t.tm.hi) lo = std::min(lo, t.tm.lo), hi = std::max(hi, t.tm.hi);
   }
 
@@ -213,17 +213,19 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
       prefetch.reset(k0 + next * ks, ks, n.D, v0 + next * vs, vs, n.Dv,
                      std::max<int64_t>(next_rows, 0));
       k_rows = k0 + j0 * ks;
-      TileUnit<kOnUnits<T>>::pack_values(v0 + j0 * vs, vs, rows, n.Dv, Vt);
+      Unit::pack_values(v0 + j0 * vs, vs, rows, n.Dv, Vt);
     }
     for (QueryTile& t : group) {
       // The same key tiles, clipped the same way, as if the tile were alone.
       if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi) continue;
       const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
       simd::with_count<kQueryVectors>(t.nqv, [&](auto c) {
-        key_step<decltype(c)::value>(a, rule, n, b, h, k_rows, ks, Vt, j0, j1, t, S, prefetch);
+        key_step<decltype(c)::value, Unit>(a, rule, n, b, h, k_rows, ks, Vt, j0, j1, t, S,
+                                           prefetch);
       });
     }
   }
+  Unit::end();
   for (const QueryTile& t : group) finish_tile(a, n, b, h, t, stream_out);
   if (stream_out) hwy::FlushStream();
 }
@@ -270,16 +272,25 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
   const std::vector<int64_t> order = heaviest_first(a.mask, n, per_group, groups);
   const bool stream_out =
       a.out.type == TensorType::f32 && 4.0 * n.B * n.Hq * n.Tq * n.Dv >= kStreamOutputBytes;
-  auto group = [&](auto element) {
+  const auto on_unit = [&](auto element, auto unit, Variant variant) {
     using T = decltype(element);
-    reached(tiles::kOnUnits<T> ? Variant::forward_tiles_bf16_dot : Variant::forward_tiles);
+    using Unit = decltype(unit);
+    reached(variant);
     parallel_for<Schedule::dynamic>(units, num_threads(), [&](int64_t u) {
       const int64_t w = order[u];
       const int64_t g = w % groups, h = (w / groups) % n.Hq, b = w / (groups * n.Hq);
       const int64_t first = g * per_group;
-      query_tile_group<T>(a, K, V, rule, scale, n, b, h, first, std::min(per_group, tiles - first),
-                          stream_out);
+      query_tile_group<T, Unit>(a, K, V, rule, scale, n, b, h, first,
+                                std::min(per_group, tiles - first), stream_out);
     });
+  };
+  auto group = [&](auto element) {
+    using T = decltype(element);
+    if constexpr (std::is_same_v<T, simd::Bf16>)
+      if (on_amx(n.D, n.Dv, [&](auto amx) { on_unit(element, amx, Variant::forward_tiles_amx); }))
+        return;
+    on_unit(element, TileUnit<kOnUnits<T>>{},
+            kOnUnits<T> ? Variant::forward_tiles_bf16_dot : Variant::forward_tiles);
   };
   if (K.in_blocks()) group(float{});  // widened to fp32 a tile at a time
   else with_element_type(K.type, group);

@@ -20,6 +20,8 @@ enum class Variant : uint32_t {
   decode_tiled = 1u << 4,
   decode_tiled_bf16_dot = 1u << 5,
   decode_keys_in_lanes = 1u << 6,
+  forward_tiles_amx = 1u << 7,
+  decode_tiled_amx = 1u << 8,
 };
 std::atomic<uint32_t>& kernels_reached();
 inline void reached(Variant v) {

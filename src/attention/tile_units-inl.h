@@ -7,7 +7,10 @@
 //   TileUnit<true>   bf16 pairs on the bf16 dot unit (vdpbf16ps, bfdot; bf16_products-inl.h),
 //                    in the units' pass only: queries as bf16 pairs along the head dim (hi + lo
 //                    unless they are bf16), V's rows interleaved in pairs, P rounded to bf16.
-// A new unit (AMX tiles) is one more specialization. Per target, like src/simd/simd-inl.h.
+//   AmxUnit<Tiles>   AMX-BF16 tiles (amx_unit-inl.h), chosen at run time (on_amx) for bf16 K
+//                    and V, on the instructions or on their stand-in.
+// A unit's begin() and end() bracket a unit of work on one thread (AMX: the tiles'
+// configuration). Per target, like src/simd/simd-inl.h.
 #if defined(QKV_ATTENTION_TILE_UNITS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_ATTENTION_TILE_UNITS_INL_H_
 #undef QKV_ATTENTION_TILE_UNITS_INL_H_
@@ -20,6 +23,7 @@
 
 #include <hwy/highway.h>
 
+#include "attention/amx_unit-inl.h"
 #include "attention/bf16_packing-inl.h"
 #include "attention/bf16_products-inl.h"
 #include "attention/products-inl.h"
@@ -39,6 +43,8 @@ template <>
 struct TileUnit<false> {
   static constexpr bool kBf16Dot = false;
   static constexpr bool kScalesScores = false;  // the queries are packed already scaled
+  static void begin() {}
+  static void end() {}
   // Qt [D][Mq] ← scale · rows [i0, i0 + rows) of q(b, h)ᵀ, zero in the lanes past them.
   static void pack_queries(const View& q, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t D,
                            int64_t Mq, float scale, bool /*two*/, float* Qt) {
@@ -76,6 +82,8 @@ template <>
 struct TileUnit<true> {
   static constexpr bool kBf16Dot = true;
   static constexpr bool kScalesScores = true;  // queries packed unscaled, scores scaled after
+  static void begin() {}
+  static void end() {}
   // Qt2 [D/2][Mq] words of bf16 pairs of q, unscaled (hi; with `two`, lo after it).
   static void pack_queries(const View& q, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t D,
                            int64_t Mq, float /*scale*/, bool two, float* Qt) {

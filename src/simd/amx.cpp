@@ -3,6 +3,7 @@
 // may use the real tiles.
 #include "simd/amx.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -194,6 +195,24 @@ const char* unavailable() {
   }();
   return why;
 }
+
+namespace {
+// -1: QKV_AMX_STAND_IN not read yet.
+std::atomic<int> stand_in_state{-1};
+}  // namespace
+
+bool stand_in() {
+  int on = stand_in_state.load(std::memory_order_relaxed);
+  if (on < 0) {
+    const char* env = std::getenv("QKV_AMX_STAND_IN");
+    on = env && *env && *env != '0';
+    int unread = -1;
+    if (!stand_in_state.compare_exchange_strong(unread, on)) on = unread;
+  }
+  return on;
+}
+
+void set_stand_in(bool on) { stand_in_state = on ? 1 : 0; }
 
 }  // namespace qkv::amx
 

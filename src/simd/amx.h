@@ -117,6 +117,12 @@ struct Hardware {
 // arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); else why not. QKV_AMX_REFUSE=1
 // answers as a refusal would, to test what falls back.
 const char* unavailable();
+// Whether the AMX kernels run on amx::Emulated instead of the instructions (slow: for tests,
+// and to see the tile kernels' numbers on a CPU without AMX): QKV_AMX_STAND_IN=1, or
+// set_stand_in(true). Not to be switched while kernels run on other threads.
+bool stand_in();
+void set_stand_in(bool on);
+
 // The same decision from given facts (for tests): the CPU's AMX bits, whether Linux granted
 // the state (or its error).
 const char* unavailable_because(bool amx_bf16, bool amx_int8, bool granted, int error);

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "qkv/error.h"
+#include "simd/amx.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -75,7 +76,7 @@ constexpr Unit kInt8Units[] = {Unit::sdot, Unit::int16};
 constexpr Unit kInt8Units[] = {Unit::avx_vnni, Unit::vpmaddubsw};
 #endif
 bool multiplies(Unit unit, Work work) {
-  if (work == Work::bf16) return unit == Unit::bf16_dot || unit == Unit::fma;
+  if (work == Work::bf16) return unit == Unit::bf16_dot || unit == Unit::fma || unit == Unit::amx;
   for (Unit u : kInt8Units)
     if (u == unit) return true;
   return false;
@@ -91,6 +92,10 @@ const char* lacks(Unit unit, const CpuFeatures& f, bool bf16_kernels) {
       return f.avx_vnni ? nullptr : "the CPU has no AVX-VNNI";
     case Unit::sdot:
       return f.arm_dotprod ? nullptr : "the CPU has no Arm dot product extension";
+    case Unit::amx:  // the stand-in runs anywhere; the tiles need the CPU and Linux's grant
+      if (amx::stand_in()) return nullptr;
+      if (!f.amx_bf16) return "the CPU has no AMX-BF16 (QKV_AMX_STAND_IN=1 runs the stand-in)";
+      return amx::unavailable();
     default:
       return nullptr;
   }
@@ -129,7 +134,8 @@ constexpr int kWorks = 2;
 std::atomic<int> forced[kWorks] = {0, 0};
 
 const char* const kWorkNames[] = {"bf16", "int8"};
-const char* const kUnitNames[] = {"fma", "bf16_dot", "avx_vnni", "vpmaddubsw", "sdot", "int16"};
+const char* const kUnitNames[] = {"fma",  "bf16_dot", "avx_vnni", "vpmaddubsw",
+                                  "sdot", "int16",    "amx"};
 
 std::string choices_for(Work work) {
   std::string s;
