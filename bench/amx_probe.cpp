@@ -1,13 +1,14 @@
-// Can this machine's AMX unit do qkv's fp32 tile products, and how fast? A probe for the
-// next step of the attention kernels (docs/kernels.md, "The CPU-feature registry and its unit table":
-// why AMX is not used yet): it reports
-//   - whether the CPU has AMX-BF16 and the kernel lets this process use the tile state;
-//   - TDPBF16PS throughput on 1 and all threads, against the fp32 FMA peak measured in the
-//     same run (the yardstick of every other fraction in the docs);
+// What this machine's AMX unit does, and a check of qkv's AMX yardstick: it reports
+//   - whether the CPU has AMX and the kernel lets this process use the tile state;
+//   - TDPBF16PS and TDPBUSD throughput on 1 and all threads from a loop written here with the
+//     compiler's intrinsics, beside qkv's yardstick (yardsticks/yardsticks.cpp:
+//     measure_amx_peak_gflops, written over src/simd/amx.h, which `qkv bench` divides by)
+//     measured in the same run: their ratio is near 1 when the yardstick is right; and the fp32
+//     FMA peak, the yardstick of every other fraction in the docs;
 //   - the accuracy of fp32 dot products done as three-way bf16 splits (x = hi + mid + lo,
 //     six tile products hi·hi … mid·mid accumulated in fp32), against fp32 FMA and plain bf16,
 //     each relative to Σ|products| computed in double.
-// Built only where the compiler takes -mamx-tile -mamx-bf16 (bench/CMakeLists.txt).
+// Built only where the compiler takes -mamx-tile -mamx-bf16 -mamx-int8 (bench/CMakeLists.txt).
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/syscall.h>
@@ -49,16 +50,20 @@ bool request_tile_state() { return syscall(SYS_arch_prctl, 0x1023, 18) == 0; }
 
 double now() { return qkv::detail::now_seconds(); }
 
-// GFLOP/s of TDPBF16PS (16 × 16 × 32 multiply-adds each) on `threads` threads, 4 independent
-// accumulator tiles per thread.
+// G(FL)OP/s of TDPBF16PS (16 × 16 × 32 multiply-adds each) or TDPBUSD (16 × 16 × 64) on
+// `threads` threads, 4 independent accumulator tiles per thread. Ones in, so that the sums
+// show the products ran: every accumulator ends at calls · depth (bf16: up to fp32's rounding).
+template <bool kInt8>
 double tile_gflops(int threads) {
   constexpr long kCalls = 1 << 20;
+  constexpr int kDepth = kInt8 ? 64 : 32;
   double seconds = 0;
-#pragma omp parallel num_threads(threads) reduction(max : seconds)
+  bool summed = true;
+#pragma omp parallel num_threads(threads) reduction(max : seconds) reduction(&& : summed)
   {
     configure_tiles();
     alignas(64) static thread_local uint16_t a[16 * 32], b[16 * 32];
-    for (int i = 0; i < 16 * 32; ++i) a[i] = b[i] = 0x3f80;  // bf16 1.0
+    for (int i = 0; i < 16 * 32; ++i) a[i] = b[i] = kInt8 ? 0x0101 : 0x3f80;  // 1s: bytes or bf16
     _tile_loadd(4, a, 64);
     _tile_loadd(5, b, 64);
     _tile_loadd(6, a, 64);
@@ -70,17 +75,29 @@ double tile_gflops(int threads) {
 #pragma omp barrier
     const double t0 = now();
     for (long i = 0; i < kCalls; ++i) {
-      _tile_dpbf16ps(0, 4, 5);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 6, 5);
-      _tile_dpbf16ps(3, 6, 7);
+      if constexpr (kInt8) {
+        _tile_dpbusd(0, 4, 5);
+        _tile_dpbusd(1, 4, 7);
+        _tile_dpbusd(2, 6, 5);
+        _tile_dpbusd(3, 6, 7);
+      } else {
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 6, 5);
+        _tile_dpbf16ps(3, 6, 7);
+      }
     }
-    alignas(64) float c[16 * 16];
-    _tile_stored(0, c, 64);  // keeps the loop
-    seconds = now() - t0 + (c[0] < 0 ? 1 : 0);
+    alignas(64) uint32_t c[16 * 16];
+    _tile_stored(3, c, 64);
+    seconds = now() - t0;
+    float sum_f;
+    std::memcpy(&sum_f, &c[255], 4);
+    summed = kInt8 ? c[255] == uint32_t{kCalls} * kDepth
+                   : std::abs(sum_f - double(kCalls) * kDepth) < 1e-2 * kCalls * kDepth;
     _tile_release();
   }
-  return threads * 4.0 * kCalls * 2 * 16 * 16 * 32 / seconds / 1e9;
+  if (!summed) std::printf("  (the tile sums are not calls × depth: the loop did not run as written)\n");
+  return threads * 4.0 * kCalls * 2 * 16 * 16 * kDepth / seconds / 1e9;
 }
 
 uint16_t to_bf16(float x) {  // round to nearest even
@@ -168,11 +185,16 @@ int main() {
   const int threads = omp_get_num_procs();
   for (int t = 1; t <= threads; t = t < threads ? threads : t + 1) {
     const double fma = qkv::detail::measure_fma_peak_gflops(t);
-    const double amx = tile_gflops(t);
+    const double bf16 = tile_gflops<false>(t), int8 = tile_gflops<true>(t);
+    const double yard_bf16 = qkv::detail::measure_amx_peak_gflops(qkv::detail::AmxProduct::bf16, t);
+    const double yard_int8 = qkv::detail::measure_amx_peak_gflops(qkv::detail::AmxProduct::int8, t);
     std::printf(
-        "%d thread(s): TDPBF16PS %.0f GFLOP/s (bf16) = %.1fx the fp32 FMA peak of %.0f "
-        "GFLOP/s; with 6 products per fp32 product: %.2fx\n",
-        t, amx, amx / fma, fma, amx / fma / 6);
+        "%d thread(s): fp32 FMA peak %.0f GFLOP/s\n"
+        "  TDPBF16PS %.0f GFLOP/s = %.1fx the FMA peak (%.2fx with 6 products per fp32 product); "
+        "qkv's yardstick %.0f (ratio %.3f)\n"
+        "  TDPBUSD   %.0f GOP/s   = %.1fx the FMA peak; qkv's yardstick %.0f (ratio %.3f)\n",
+        t, fma, bf16, bf16 / fma, bf16 / fma / 6, yard_bf16, yard_bf16 / bf16, int8, int8 / fma,
+        yard_int8, yard_int8 / int8);
   }
   splits_accuracy();
 }

@@ -182,7 +182,10 @@ TEST(Units, ForcingIsCheckedAgainstTheCpu) {
   EXPECT_NE(no_bf16.find("QKV_UNITS: cannot force bf16=bf16_dot"), std::string::npos) << no_bf16;
   EXPECT_NE(no_bf16.find("AVX512-BF16"), std::string::npos) << no_bf16;
   const std::string wrong = error_of("bf16=sdot", arm(true, true));
-  EXPECT_NE(wrong.find("'sdot' is not a unit for bf16 (fma, bf16_dot)"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("'sdot' is not a unit for bf16 (fma, bf16_dot, amx)"), std::string::npos) << wrong;
+  const std::string no_amx = error_of("bf16=amx", amd_zen(25, true));
+  EXPECT_NE(no_amx.find("cannot force bf16=amx: the CPU has no AMX-BF16"), std::string::npos)
+      << no_amx;
   EXPECT_NE(error_of("fp8=fma", amd_zen(25, true)).find("unknown work 'fp8'"), std::string::npos);
   EXPECT_NE(error_of("bf16", amd_zen(25, true)).find("not work=unit"), std::string::npos);
   EXPECT_EQ(error_of("bf16=bf16_dot", amd_zen(26, true)), "");

@@ -76,6 +76,7 @@ HWY_AFTER_NAMESPACE();
 #endif
 
 #include "qkv/targets.h"
+#include "simd/amx.h"
 
 namespace qkv::detail {
 
@@ -138,6 +139,53 @@ double measure_bf16_peak_gflops(int threads, double seconds) {
   (void)threads, (void)seconds;
   return 0;
 #endif
+}
+
+// 4 × `calls` tile products of one kind, on tiles this thread configures and releases.
+template <AmxProduct kProduct>
+[[maybe_unused]] void amx_loop(int64_t calls) {
+#if defined(__x86_64__)
+  using Tiles = amx::Hardware;
+  amx::Config config;
+  for (int t = 0; t < amx::kTiles; ++t) config.tile(t, amx::kMaxRows, amx::kMaxRowBytes);
+  Tiles::configure(config);
+  alignas(64) static const uint8_t zeros[amx::kMaxRows * amx::kMaxRowBytes] = {};
+  Tiles::load<4>(zeros, 64), Tiles::load<5>(zeros, 64);
+  Tiles::load<6>(zeros, 64), Tiles::load<7>(zeros, 64);
+  Tiles::zero<0>(), Tiles::zero<1>(), Tiles::zero<2>(), Tiles::zero<3>();
+  for (int64_t i = 0; i < calls; ++i) {
+    if constexpr (kProduct == AmxProduct::bf16) {
+      Tiles::dpbf16ps<0, 4, 6>(), Tiles::dpbf16ps<1, 4, 7>();
+      Tiles::dpbf16ps<2, 5, 6>(), Tiles::dpbf16ps<3, 5, 7>();
+    } else {
+      Tiles::dpbusd<0, 4, 6>(), Tiles::dpbusd<1, 4, 7>();
+      Tiles::dpbusd<2, 5, 6>(), Tiles::dpbusd<3, 5, 7>();
+    }
+  }
+  Tiles::release();
+#else
+  (void)calls;
+#endif
+}
+
+double measure_amx_peak_gflops(AmxProduct product, int threads, double seconds) {
+  if (amx::unavailable()) return 0;
+  const int64_t chunk = 1 << 16;
+  const int depth = product == AmxProduct::bf16 ? 32 : 64;
+  const double ops_per_chunk = 4.0 * chunk * 2 * 16 * 16 * depth;
+  const auto loop = product == AmxProduct::bf16 ? amx_loop<AmxProduct::bf16>
+                                                : amx_loop<AmxProduct::int8>;
+  loop(chunk);  // warm up the clock
+  double ops = 0;
+  const double start = now_seconds();
+  while (now_seconds() - start < seconds) {
+#pragma omp parallel num_threads(threads) reduction(+ : ops)
+    {
+      loop(chunk);
+      ops += ops_per_chunk;
+    }
+  }
+  return ops / (now_seconds() - start) / 1e9;
 }
 
 HWY_EXPORT(fma_flops);

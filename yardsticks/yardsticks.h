@@ -20,6 +20,15 @@ double measure_fma_peak_gflops(int threads, double seconds = 0.2);
 // the current target has no bf16 unit.
 double measure_bf16_peak_gflops(int threads, double seconds = 0.2);
 
+// The products of Intel's AMX tiles: TDPBF16PS (bf16 pairs into fp32, 2 flops per
+// multiply-add) and TDPBUSD (u8 × s8 quads into int32, 2 ops per multiply-add).
+enum class AmxProduct { bf16, int8 };
+
+// G(FL)OP/s of `product` on AMX tiles on `threads` threads: 4 independent accumulators per
+// thread, each 16 × 16 of depth 32 (bf16) or 64 (int8) a call, operands in tiles; 0 where this
+// process may not use the tiles (qkv::amx_unavailable()).
+double measure_amx_peak_gflops(AmxProduct product, int threads, double seconds = 0.2);
+
 // GB/s of a plain vectorised read (sum) over the given buffers, one after the other, on
 // `threads` threads; the best of a few passes is kept.
 double measure_read_gbps(std::initializer_list<std::span<const float>> buffers, int threads,

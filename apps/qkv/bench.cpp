@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cli.h"
@@ -149,31 +151,31 @@ struct Timing {
   double fraction;       // median of the rounds' fractions of peak
   double read;           // median of the rounds' read-loop speeds, GB/s
   double read_fraction;  // median of the rounds' (bytes / time) / read-loop speed
-  double bf16_peak = 0;  // with bf16_units: the median bf16 dot peak, GFLOP/s
-  double bf16_fraction = 0;
+  double unit_peak = 0;  // with unit_peak: the median peak of the unit that ran, GFLOP/s
+  double unit_fraction = 0;
 };
 
 // `read_gbps()` measures the read yardstick over the `bytes` the kernel must read.
-// With `bf16_units`, the bf16 dot peak of the current target too (the kernels' bf16 unit).
+// With `unit_peak`, the peak of the unit the kernels ran on too (the bf16 dot unit, AMX tiles).
 template <typename F, typename Read>
 Timing time_against_peak(F&& f, double flops, int threads, double min_time, double bytes,
-                         Read&& read_gbps, bool bf16_units = false) {
+                         Read&& read_gbps, const std::function<double()>& unit_peak = {}) {
   f();  // warm-up
-  std::vector<double> seconds, peaks, fractions, reads, read_fractions, bf16_peaks, bf16_fractions;
+  std::vector<double> seconds, peaks, fractions, reads, read_fractions, unit_peaks, unit_fractions;
   for (int r = 0; r < kPeakRounds; ++r) {
     seconds.push_back(time_median(f, min_time / kPeakRounds, 1));
     peaks.push_back(detail::measure_fma_peak_gflops(threads));
     fractions.push_back(flops / seconds.back() / 1e9 / peaks.back());
-    if (bf16_units) {
-      bf16_peaks.push_back(detail::measure_bf16_peak_gflops(threads));
-      bf16_fractions.push_back(flops / seconds.back() / 1e9 / bf16_peaks.back());
+    if (unit_peak) {
+      unit_peaks.push_back(unit_peak());
+      unit_fractions.push_back(flops / seconds.back() / 1e9 / unit_peaks.back());
     }
     reads.push_back(read_gbps());
     read_fractions.push_back(bytes / seconds.back() / 1e9 / reads.back());
   }
   Timing t{median(seconds), median(peaks), median(fractions), median(reads),
            median(read_fractions)};
-  if (bf16_units) t.bf16_peak = median(bf16_peaks), t.bf16_fraction = median(bf16_fractions);
+  if (unit_peak) t.unit_peak = median(unit_peaks), t.unit_fraction = median(unit_fractions);
   return t;
 }
 
@@ -260,14 +262,31 @@ void bench_attention(const BenchOptions& o) {
       return detail::measure_read_gbps({bytes_of(cache->k), bytes_of(cache->v)}, threads, 0.1);
     return detail::measure_read_gbps({span_of(a.k, k), span_of(a.v, v)}, threads, 0.1);
   };
+  // The unit bf16 keys and values ran on, and its peak: AMX tiles where forced (the forward,
+  // head dims of whole 32s and value dims of whole 16s), else the bf16 dot unit of the target.
+  const bool bf16_rows = cache ? cache->kv.type == TensorType::bf16 : type == TensorType::bf16;
+  bool amx_ran = false, amx_stand_in = false;
+  for (const UnitInUse& u : units_in_use())
+    if (u.data == "bf16" && u.unit == "amx")
+      (u.why.find("stand-in") == std::string::npos ? amx_ran : amx_stand_in) = bf16_rows;
+  amx_ran = amx_ran && bf16_rows && !o.backward && D % 32 == 0 && Dv % 16 == 0 && !amx_unavailable();
+  std::function<double()> unit_peak;
+  std::string unit_name;
+  if (amx_ran) {
+    unit_peak = [&] { return detail::measure_amx_peak_gflops(detail::AmxProduct::bf16, threads); };
+    unit_name = "AMX-BF16 peak (TDPBF16PS";
+  } else if (type == TensorType::bf16 && detail::measure_bf16_peak_gflops(threads, 0.01) > 0) {
+    unit_peak = [&] { return detail::measure_bf16_peak_gflops(threads); };
+    unit_name = std::string("bf16 dot peak (") +
+                (current_target() == "neon_bf16" ? "bfdot" : "vdpbf16ps");
+  }
   const Timing timing = time_against_peak(
       [&] {
         if (cache) return attention(over_cache, cache->kv);
         attention(a);
         if (o.backward) attention_backward(a, dout_view, dq_view, dk_view, dv_view);
       },
-      flops, threads, o.min_time, kv_bytes, read_kv,
-      type == TensorType::bf16 && detail::measure_bf16_peak_gflops(threads, 0.01) > 0);
+      flops, threads, o.min_time, kv_bytes, read_kv, unit_peak);
   const double seconds = timing.seconds, peak = timing.peak;
 
   // Memory of the kernel itself, before the checks and yardsticks below add their own.
@@ -332,8 +351,12 @@ void bench_attention(const BenchOptions& o) {
       {"kv_gbps", kv_bytes / seconds / 1e9},
       {"peak_gflops", peak},
       {"fraction_of_peak", timing.fraction},
-      {"bf16_peak_gflops", timing.bf16_peak > 0 ? json(timing.bf16_peak) : json(nullptr)},
-      {"fraction_of_bf16_peak", timing.bf16_peak > 0 ? json(timing.bf16_fraction) : json(nullptr)},
+      {"bf16_peak_gflops",
+       timing.unit_peak > 0 && !amx_ran ? json(timing.unit_peak) : json(nullptr)},
+      {"fraction_of_bf16_peak",
+       timing.unit_peak > 0 && !amx_ran ? json(timing.unit_fraction) : json(nullptr)},
+      {"amx_peak_gflops", amx_ran ? json(timing.unit_peak) : json(nullptr)},
+      {"fraction_of_amx_peak", amx_ran ? json(timing.unit_fraction) : json(nullptr)},
       {"read_gbps", read_gbps},
       {"fraction_of_read", timing.read_fraction},
       {"reference_ms", reference_ms},
@@ -351,11 +374,12 @@ void bench_attention(const BenchOptions& o) {
               << "  " << seconds * 1e3 << " ms, " << gflops
               << " GFLOP/s = " << 100 * timing.fraction << "% of the measured fp32 FMA peak ("
               << peak << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n";
-    if (timing.bf16_peak > 0)
-      std::cout << "  = " << 100 * timing.bf16_fraction << "% of the measured bf16 dot peak ("
-                << timing.bf16_peak << " GFLOP/s, "
-                << (current_target() == "neon_bf16" ? "bfdot" : "vdpbf16ps")
-                << ", the unit the bf16 kernels run on)\n";
+    if (amx_stand_in)
+      std::cout << "  (on the AMX stand-in, QKV_AMX_STAND_IN: the tile kernels' numbers, an "
+                   "emulator's speed)\n";
+    if (timing.unit_peak > 0)
+      std::cout << "  = " << 100 * timing.unit_fraction << "% of the measured " << unit_name
+                << ", " << timing.unit_peak << " GFLOP/s: the unit the bf16 kernels ran on)\n";
     std::cout << (cache ? "  K and V (as stored) read at " : "  K and V read at ")
               << result["kv_gbps"].get<double>() << " GB/s = " << 100 * timing.read_fraction
               << "% of a plain read loop over the same bytes (" << read_gbps

@@ -81,6 +81,8 @@ void info(const InfoOptions& o) {
   const std::string target = current_target();
   const double peak = detail::measure_fma_peak_gflops(threads, 0.3);
   const double bf16_peak = detail::measure_bf16_peak_gflops(threads, 0.3);  // 0: no bf16 unit
+  const double amx_bf16 = detail::measure_amx_peak_gflops(detail::AmxProduct::bf16, threads, 0.3);
+  const double amx_int8 = detail::measure_amx_peak_gflops(detail::AmxProduct::int8, threads, 0.3);
   const double read = detail::measure_read_gbps(size_t{256} << 20, threads);
   json gemm = json::array();
   for (const GemmLibraryInUse& g : gemm_libraries())
@@ -113,8 +115,12 @@ void info(const InfoOptions& o) {
       {"read_gbps", read},
       {"units", units},
       {"gemm", gemm},
-      {"amx", amx_unavailable() ? json(std::string("unavailable: ") + amx_unavailable())
-                                : json("available (no kernel uses it yet)")},
+      {"amx", amx_unavailable()
+                  ? json(std::string("unavailable: ") + amx_unavailable())
+                  : json("available: attention over bf16 keys and values where forced "
+                         "(QKV_UNITS=bf16=amx); off by default")},
+      {"amx_bf16_peak_gflops", amx_bf16 > 0 ? json(amx_bf16) : json(nullptr)},
+      {"amx_int8_peak_gops", amx_int8 > 0 ? json(amx_int8) : json(nullptr)},
   };
   if (o.json) {
     std::cout << result.dump() << "\n";
@@ -145,6 +151,9 @@ void info(const InfoOptions& o) {
               << threads << " thread(s), " << target << ": " << bf16_peak
               << " GFLOP/s (measured now)\n";
   else std::cout << "bf16 dot peak: no bf16 unit in use (" << target << " widens bf16 to fp32)\n";
+  if (amx_bf16 > 0)
+    std::cout << "AMX peaks, " << threads << " thread(s): TDPBF16PS " << amx_bf16
+              << " GFLOP/s, TDPBUSD " << amx_int8 << " GOP/s (measured now)\n";
   std::cout << "read bandwidth, " << threads << " thread(s), 256 MiB: " << read
             << " GB/s (measured now)\n"
             << result.dump() << "\n";
