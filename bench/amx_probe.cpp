@@ -96,7 +96,8 @@ double tile_gflops(int threads) {
                    : std::abs(sum_f - double(kCalls) * kDepth) < 1e-2 * kCalls * kDepth;
     _tile_release();
   }
-  if (!summed) std::printf("  (the tile sums are not calls × depth: the loop did not run as written)\n");
+  if (!summed)
+    std::printf("  (the tile sums are not calls × depth: the loop did not run as written)\n");
   return threads * 4.0 * kCalls * 2 * 16 * 16 * kDepth / seconds / 1e9;
 }
 

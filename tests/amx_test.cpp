@@ -6,7 +6,6 @@
 
 #include <bit>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -19,6 +18,7 @@
 #include "qkv/number_format.h"
 #include "qkv/targets.h"
 #include "qkv/tensor.h"
+#include "qkv/threads.h"
 #include "simd/amx.h"
 #include "simd/cpu.h"
 
@@ -267,13 +267,16 @@ struct AmxCase {
 };
 
 // out (fp32) of one case on the AMX unit, on the stand-in or the instructions.
-std::vector<float> amx_attention(const AmxCase& c, bool stand_in, std::vector<float>* reference_out) {
+std::vector<float> amx_attention(const AmxCase& c, bool stand_in,
+                                 std::vector<float>* reference_out) {
   std::mt19937 rng(static_cast<uint32_t>(c.Tq * 131 + c.Tk * 7 + c.D + c.Dv + c.causal));
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<bf16> k(c.Hkv * c.Tk * c.D), v(c.Hkv * c.Tk * c.Dv);
   std::vector<float> kf(k.size()), vf(v.size());
-  for (size_t i = 0; i < k.size(); ++i) k[i] = {float_to_bf16(u(rng))}, kf[i] = bf16_to_float(k[i].bits);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = {float_to_bf16(u(rng))}, vf[i] = bf16_to_float(v[i].bits);
+  for (size_t i = 0; i < k.size(); ++i)
+    k[i] = {float_to_bf16(u(rng))}, kf[i] = bf16_to_float(k[i].bits);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = {float_to_bf16(u(rng))}, vf[i] = bf16_to_float(v[i].bits);
   Tensor qf({1, c.Hq, c.Tq, c.D}), out({1, c.Hq, c.Tq, c.Dv});
   std::vector<bf16> qb(qf.numel());
   for (int64_t i = 0; i < qf.numel(); ++i) {
@@ -309,11 +312,11 @@ std::vector<float> amx_attention(const AmxCase& c, bool stand_in, std::vector<fl
 }
 
 const AmxCase kAmxCases[] = {
-    {2, 1, 70, 77, 128, 64, false, false},     // partial query and key tiles, Dv ≠ D
-    {4, 2, 130, 200, 64, 64, true, true},      // causal, two query tiles, bf16 queries
+    {2, 1, 70, 77, 128, 64, false, false},      // partial query and key tiles, Dv ≠ D
+    {4, 2, 130, 200, 64, 64, true, true},       // causal, two query tiles, bf16 queries
     {2, 2, 65, 300, 96, 48, false, false, 40},  // a window; Dv of 3 × 16
-    {32, 8, 1, 333, 128, 128, true, false},    // decode: 4 rows per kv head
-    {8, 1, 3, 150, 64, 64, false, true},       // decode: 24 rows per kv head
+    {32, 8, 1, 333, 128, 128, true, false},     // decode: 4 rows per kv head
+    {8, 1, 3, 150, 64, 64, false, true},        // decode: 24 rows per kv head
 };
 
 TEST(AmxAttention, StandInMatchesTheReference) {
@@ -328,7 +331,6 @@ TEST(AmxAttention, StandInMatchesTheReference) {
     float worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
     EXPECT_LE(worst, 6e-3f);
-    std::printf("worst %g\n", worst);
     EXPECT_GT(worst, 0.0f) << "P is rounded to bf16 on the tiles: equal bits mean they did not run";
   }
 }
@@ -341,6 +343,114 @@ TEST(AmxAttention, InstructionsGiveTheStandInsBits) {
     ASSERT_EQ(emulated.size(), hardware.size());
     EXPECT_EQ(std::memcmp(emulated.data(), hardware.data(), 4 * emulated.size()), 0)
         << "Tq " << c.Tq << " Tk " << c.Tk << " D " << c.D;
+  }
+}
+
+// The backward on the AMX unit against the reference backward over the same bf16 values: dq,
+// dk and dv (fp32 gradients of bf16 inputs), for a causal GQA case with partial tiles, a
+// window, and a softcap. On a CPU with AMX, the instructions give the stand-in's bits too.
+struct AmxBackwardCase {
+  int64_t Hq, Hkv, T, D, Dv;
+  bool causal;
+  int window;
+  float softcap;
+};
+const AmxBackwardCase kAmxBackwardCases[] = {
+    {4, 2, 150, 64, 64, true, -1, 0},   // GQA, causal, partial query and key tiles
+    {2, 2, 70, 128, 64, false, 30, 0},  // a window: masked blocks
+    {2, 1, 90, 32, 32, false, -1, 3},   // a softcap; MQA (the key steps shared out)
+};
+
+// dq, dk, dv of one case (fp32 gradients, bf16 q, k, v, dout) on the AMX unit (stand-in or
+// instructions), and the reference's in `want` when given.
+std::vector<float> amx_backward(const AmxBackwardCase& c, bool stand_in, std::vector<float>* want) {
+  std::mt19937 rng(static_cast<uint32_t>(c.T * 17 + c.D + c.Dv));
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto bf16_tensor = [&](int64_t H, int64_t E, float size, std::vector<bf16>& bits, Tensor& f) {
+    f = Tensor({1, H, c.T, E});
+    bits.resize(f.numel());
+    for (int64_t i = 0; i < f.numel(); ++i) {
+      bits[i] = {float_to_bf16(size * u(rng))};
+      f.data()[i] = bf16_to_float(bits[i].bits);
+    }
+    return View(bits.data(), {1, H, c.T, E});
+  };
+  std::vector<bf16> qb, kb, vb, gb, ob;
+  Tensor qf, kf, vf, gf, of;
+  AttentionArgs a;
+  a.q = bf16_tensor(c.Hq, c.D, 2, qb, qf);
+  a.k = bf16_tensor(c.Hkv, c.D, 1, kb, kf);
+  a.v = bf16_tensor(c.Hkv, c.Dv, 1, vb, vf);
+  const View dout = bf16_tensor(c.Hq, c.Dv, 1, gb, gf);
+  a.mask.causal = c.causal;
+  a.mask.window_left = c.window;
+  a.softcap = c.softcap;
+  Tensor lse({1, c.Hq, c.T});
+  ob.resize(c.Hq * c.T * c.Dv);
+  a.out = View(ob.data(), {1, c.Hq, c.T, c.Dv});
+  a.lse = lse.data();
+  Tensor dq({1, c.Hq, c.T, c.D}), dk({1, c.Hkv, c.T, c.D}), dv({1, c.Hkv, c.T, c.Dv});
+  amx::set_stand_in(stand_in);
+  set_units("bf16=amx");
+  attention(a);
+  detail::kernels_reached() = 0;
+  attention_backward(a, dout, dq, dk, dv);
+  EXPECT_EQ(
+      detail::kernels_reached().load() & static_cast<uint32_t>(detail::Variant::backward_tiles_amx),
+      static_cast<uint32_t>(detail::Variant::backward_tiles_amx));
+  set_units("");
+  amx::set_stand_in(false);
+  std::vector<float> got;
+  for (const Tensor* t : {&dq, &dk, &dv}) got.insert(got.end(), t->data(), t->data() + t->numel());
+  if (want) {
+    AttentionArgs r = a;
+    Tensor rout({1, c.Hq, c.T, c.Dv});
+    r.q = View(qf), r.k = View(kf), r.v = View(vf), r.out = rout, r.lse = nullptr;
+    Tensor rq({1, c.Hq, c.T, c.D}), rk({1, c.Hkv, c.T, c.D}), rv({1, c.Hkv, c.T, c.Dv});
+    reference::attention_backward(r, View(gf), rq, rk, rv);
+    want->clear();
+    for (const Tensor* t : {&rq, &rk, &rv})
+      want->insert(want->end(), t->data(), t->data() + t->numel());
+  }
+  return got;
+}
+
+TEST(AmxAttention, BackwardOnTheStandInMatchesTheReference) {
+  for (const AmxBackwardCase& c : kAmxBackwardCases) {
+    SCOPED_TRACE("T " + std::to_string(c.T) + " D " + std::to_string(c.D));
+    std::vector<float> want;
+    const std::vector<float> got = amx_backward(c, true, &want);
+    ASSERT_EQ(got.size(), want.size());
+    // P and dS rounded to bf16 (2^-9 relative), the forward's output and lse from the tiles
+    // too, against the reference on the same bf16 inputs.
+    float worst = 0, size = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+      size = std::max(size, std::abs(want[i]));
+    }
+    EXPECT_LE(worst, 3e-3f * size) << "largest gradient " << size;  // (seen: 1e-3 · size)
+    EXPECT_GT(worst, 0.0f);
+  }
+}
+
+TEST(AmxAttention, BackwardGivesTheSameBitsForAnyThreadCount) {
+  const int threads = num_threads();
+  for (const AmxBackwardCase& c : kAmxBackwardCases) {
+    set_num_threads(1);
+    const std::vector<float> one = amx_backward(c, true, nullptr);
+    set_num_threads(3);  // (MQA and GQA at batch 1 share each query tile's key steps out)
+    const std::vector<float> three = amx_backward(c, true, nullptr);
+    EXPECT_EQ(std::memcmp(one.data(), three.data(), 4 * one.size()), 0) << "T " << c.T;
+  }
+  set_num_threads(threads);
+}
+
+TEST(AmxAttention, BackwardInstructionsGiveTheStandInsBits) {
+  if (const char* why = amx::unavailable()) GTEST_SKIP() << "no AMX here: " << why;
+  for (const AmxBackwardCase& c : kAmxBackwardCases) {
+    const std::vector<float> emulated = amx_backward(c, true, nullptr);
+    const std::vector<float> hardware = amx_backward(c, false, nullptr);
+    EXPECT_EQ(std::memcmp(emulated.data(), hardware.data(), 4 * emulated.size()), 0) << "T " << c.T;
   }
 }
 

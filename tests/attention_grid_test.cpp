@@ -256,8 +256,8 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   }
   EXPECT_EQ(detail::kernels_reached().load(), static_cast<uint32_t>(want_variant))
       << "variants reached (bits): " << detail::kernels_reached().load();
-  // Tolerance: fp32 sums of ≤ 300 terms of O(1); the bf16 dot unit and AMX round P to bf16 (an output
-  // moves by at most 2^-8 max|v|) and takes q as hi + lo (16 of its 24 bits).
+  // Tolerance: fp32 sums of ≤ 300 terms of O(1); the bf16 dot unit and AMX round P to bf16 (an
+  // output moves by at most 2^-8 max|v|) and takes q as hi + lo (16 of its 24 bits).
   const float tol = dot ? 8e-3f : 5e-5f;
   float worst = 0;
   for (int64_t i = 0; i < got.numel(); ++i)

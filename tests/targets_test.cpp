@@ -20,7 +20,7 @@ struct Width {
   int bits, registers;
 };
 const std::map<std::string, Width> kWidths = {
-    {"sse4", {128, 16}},      {"avx2", {256, 16}}, {"avx512", {512, 32}},
+    {"sse4", {128, 16}},      {"avx2", {256, 16}},        {"avx512", {512, 32}},
     {"avx512_dl", {512, 32}}, {"avx512_bf16", {512, 32}}, {"neon", {128, 32}},
     {"neon_bf16", {128, 32}}, {"sve", {256, 32}},
 };
@@ -182,7 +182,8 @@ TEST(Units, ForcingIsCheckedAgainstTheCpu) {
   EXPECT_NE(no_bf16.find("QKV_UNITS: cannot force bf16=bf16_dot"), std::string::npos) << no_bf16;
   EXPECT_NE(no_bf16.find("AVX512-BF16"), std::string::npos) << no_bf16;
   const std::string wrong = error_of("bf16=sdot", arm(true, true));
-  EXPECT_NE(wrong.find("'sdot' is not a unit for bf16 (fma, bf16_dot, amx)"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("'sdot' is not a unit for bf16 (fma, bf16_dot, amx)"), std::string::npos)
+      << wrong;
   const std::string no_amx = error_of("bf16=amx", amd_zen(25, true));
   EXPECT_NE(no_amx.find("cannot force bf16=amx: the CPU has no AMX-BF16"), std::string::npos)
       << no_amx;

@@ -173,8 +173,8 @@ double measure_amx_peak_gflops(AmxProduct product, int threads, double seconds) 
   const int64_t chunk = 1 << 16;
   const int depth = product == AmxProduct::bf16 ? 32 : 64;
   const double ops_per_chunk = 4.0 * chunk * 2 * 16 * 16 * depth;
-  const auto loop = product == AmxProduct::bf16 ? amx_loop<AmxProduct::bf16>
-                                                : amx_loop<AmxProduct::int8>;
+  const auto loop =
+      product == AmxProduct::bf16 ? amx_loop<AmxProduct::bf16> : amx_loop<AmxProduct::int8>;
   loop(chunk);  // warm up the clock
   double ops = 0;
   const double start = now_seconds();

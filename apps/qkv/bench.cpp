@@ -269,7 +269,8 @@ void bench_attention(const BenchOptions& o) {
   for (const UnitInUse& u : units_in_use())
     if (u.data == "bf16" && u.unit == "amx")
       (u.why.find("stand-in") == std::string::npos ? amx_ran : amx_stand_in) = bf16_rows;
-  amx_ran = amx_ran && bf16_rows && !o.backward && D % 32 == 0 && Dv % 16 == 0 && !amx_unavailable();
+  amx_ran =
+      amx_ran && bf16_rows && !o.backward && D % 32 == 0 && Dv % 16 == 0 && !amx_unavailable();
   std::function<double()> unit_peak;
   std::string unit_name;
   if (amx_ran) {
@@ -277,8 +278,8 @@ void bench_attention(const BenchOptions& o) {
     unit_name = "AMX-BF16 peak (TDPBF16PS";
   } else if (type == TensorType::bf16 && detail::measure_bf16_peak_gflops(threads, 0.01) > 0) {
     unit_peak = [&] { return detail::measure_bf16_peak_gflops(threads); };
-    unit_name = std::string("bf16 dot peak (") +
-                (current_target() == "neon_bf16" ? "bfdot" : "vdpbf16ps");
+    unit_name =
+        std::string("bf16 dot peak (") + (current_target() == "neon_bf16" ? "bfdot" : "vdpbf16ps");
   }
   const Timing timing = time_against_peak(
       [&] {
@@ -378,8 +379,8 @@ void bench_attention(const BenchOptions& o) {
       std::cout << "  (on the AMX stand-in, QKV_AMX_STAND_IN: the tile kernels' numbers, an "
                    "emulator's speed)\n";
     if (timing.unit_peak > 0)
-      std::cout << "  = " << 100 * timing.unit_fraction << "% of the measured " << unit_name
-                << ", " << timing.unit_peak << " GFLOP/s: the unit the bf16 kernels ran on)\n";
+      std::cout << "  = " << 100 * timing.unit_fraction << "% of the measured " << unit_name << ", "
+                << timing.unit_peak << " GFLOP/s: the unit the bf16 kernels ran on)\n";
     std::cout << (cache ? "  K and V (as stored) read at " : "  K and V read at ")
               << result["kv_gbps"].get<double>() << " GB/s = " << 100 * timing.read_fraction
               << "% of a plain read loop over the same bytes (" << read_gbps

@@ -57,6 +57,7 @@ HWY_INLINE auto bf16_bits(simd::Vf x) {
 
 template <class Tiles>
 struct AmxUnit {
+  using TileSet = Tiles;
   static constexpr bool kBf16Dot = true;       // queries as bf16 pairs (hi + lo unless bf16)
   static constexpr bool kScalesScores = true;  // queries packed unscaled, scores scaled after
   static constexpr int64_t kDepth = 32;        // bf16 values a tile row (64 bytes)
@@ -173,6 +174,25 @@ struct AmxUnit {
   static void accumulate(float* S, int64_t nk, int64_t Mq, const float* Vt, int64_t Dv,
                          const float* alpha, float* Ot, simd::PrefetchQueue* /*prefetch*/) {
     namespace hn = simd::hn;
+    const int64_t N = static_cast<int64_t>(simd::lanes());
+    const int64_t padded = pairs_in_place<NQV>(S, nk, Mq);
+    for (int64_t d = 0; d < Dv; ++d)
+      for (int v = 0; v < NQV; ++v) {
+        float* o = Ot + d * Mq + v * N;
+        hn::Store(hn::Mul(hn::Load(simd::df, o), hn::Load(simd::df, alpha + v * N)), simd::df, o);
+      }
+    columns_product<NQV>(reinterpret_cast<const uint16_t*>(Vt), reinterpret_cast<uint32_t*>(S),
+                         padded, Mq, Dv, Ot, true);
+  }
+
+  // The steps the backward's products share with these (flash_backward.cpp).
+
+  // Rows [0, nk) of S [·][Mq] (NQV query vectors) rounded to bf16 and interleaved in pairs of
+  // rows in place: word (p, q) = (S[2p][q], S[2p + 1][q]), zero past nk and in the pairs up to
+  // a whole 16. Returns those pairs' count.
+  template <int NQV>
+  static int64_t pairs_in_place(float* S, int64_t nk, int64_t Mq) {
+    namespace hn = simd::hn;
     const hn::RebindToUnsigned<simd::Df> du;
     const int64_t N = static_cast<int64_t>(simd::lanes());
     const int64_t pairs = (nk + 1) / 2, padded = (pairs + kBlock - 1) / kBlock * kBlock;
@@ -182,39 +202,43 @@ struct AmxUnit {
         auto word = hn::Zero(du);
         if (p < pairs) {
           const auto lo = bf16_bits(hn::Load(simd::df, S + 2 * p * Mq + v * N));
-          const auto hi = 2 * p + 1 < nk ? bf16_bits(hn::Load(simd::df, S + (2 * p + 1) * Mq + v * N))
-                                         : hn::Zero(du);
+          const auto hi = 2 * p + 1 < nk
+                              ? bf16_bits(hn::Load(simd::df, S + (2 * p + 1) * Mq + v * N))
+                              : hn::Zero(du);
           word = hn::Or(lo, hn::ShiftLeft<16>(hi));
         }
         hn::Store(word, du, words + p * Mq + v * N);
       }
-    for (int64_t d = 0; d < Dv; ++d)
-      for (int v = 0; v < NQV; ++v) {
-        float* o = Ot + d * Mq + v * N;
-        hn::Store(hn::Mul(hn::Load(simd::df, o), hn::Load(simd::df, alpha + v * N)), simd::df, o);
-      }
-    const auto* vt = reinterpret_cast<const uint16_t*>(Vt);
-    for (int64_t d = 0; d < Dv; d += 2 * kBlock)
+    return padded;
+  }
+
+  // C [rows][Mq] (+)= A B for NQV query vectors: A [rows][kVtKeys] bf16 (a transposed tile as
+  // pack_values leaves it, rows whole 16s), B `pairs` (whole 16s) pair rows of words, Mq apart.
+  // C is loaded first when `add`, else the sum starts from zero.
+  template <int NQV>
+  static void columns_product(const uint16_t* a, const uint32_t* b, int64_t pairs, int64_t Mq,
+                              int64_t rows, float* c, bool add) {
+    const int64_t N = static_cast<int64_t>(simd::lanes());
+    for (int64_t d = 0; d < rows; d += 2 * kBlock)
       for (int v = 0; v < NQV; v += 2) {
-        const bool dims2 = d + kBlock < Dv;
-        const auto product = [&](auto dims2_, auto vectors2) {
-          constexpr bool kDims2 = decltype(dims2_)::value, kVectors2 = decltype(vectors2)::value;
-          float* c0 = Ot + d * Mq + v * N;
-          float* c1 = Ot + (d + kBlock) * Mq + v * N;
-          load_accumulators<kDims2, kVectors2>(c0, c1, N, 4 * Mq);
-          for (int64_t p = 0; p < padded; p += kBlock) {
-            const uint16_t* a0 = vt + d * kVtKeys + 2 * p;
-            const uint32_t* b0 = words + p * Mq + v * N;
-            multiply<kDims2, kVectors2>(a0, 2 * kVtKeys, a0 + kBlock * kVtKeys, 2 * kVtKeys, b0,
+        const auto product = [&](auto rows2, auto vectors2) {
+          constexpr bool kRows2 = decltype(rows2)::value, kVectors2 = decltype(vectors2)::value;
+          float* c0 = c + d * Mq + v * N;
+          float* c1 = c + (d + kBlock) * Mq + v * N;
+          if (add) load_accumulators<kRows2, kVectors2>(c0, c1, N, 4 * Mq);
+          else zero_accumulators<kRows2, kVectors2>();
+          for (int64_t p = 0; p < pairs; p += kBlock) {
+            const uint16_t* a0 = a + d * kVtKeys + 2 * p;
+            const uint32_t* b0 = b + p * Mq + v * N;
+            multiply<kRows2, kVectors2>(a0, 2 * kVtKeys, a0 + kBlock * kVtKeys, 2 * kVtKeys, b0,
                                         b0 + N, 4 * Mq);
           }
-          store_accumulators<kDims2, kVectors2>(c0, c1, N, 4 * Mq);
+          store_accumulators<kRows2, kVectors2>(c0, c1, N, 4 * Mq);
         };
-        with_blocks(dims2, v + 1 < NQV, product);
+        with_blocks(d + kBlock < rows, v + 1 < NQV, product);
       }
   }
 
- private:
   // f(rows2, columns2) with each a std::integral_constant<bool>: whether the 2 × 2 block of
   // accumulators has its second row of tiles (A 5) and its second column (B 7).
   template <class F>
@@ -251,9 +275,8 @@ struct AmxUnit {
   // One depth-32 step of the 2 × 2 block: A rows a0, a1 (strides in bytes), B b0, b1 (rows
   // b_stride bytes apart).
   template <bool kRows2, bool kColumns2>
-  static void multiply(const uint16_t* a0, int64_t a0_stride, const uint16_t* a1,
-                       int64_t a1_stride, const uint32_t* b0, const uint32_t* b1,
-                       int64_t b_stride) {
+  static void multiply(const uint16_t* a0, int64_t a0_stride, const uint16_t* a1, int64_t a1_stride,
+                       const uint32_t* b0, const uint32_t* b1, int64_t b_stride) {
     Tiles::template load<4>(a0, a0_stride);
     Tiles::template load<6>(b0, b_stride);
     Tiles::template dpbf16ps<0, 4, 6>();

@@ -1,7 +1,7 @@
 // Query tiles packed as bf16 pairs for the tiled kernels on the bf16 units (AVX512-BF16, Arm
 // BF16; src/attention/bf16_products-inl.h), forward and backward, and on AMX tiles
-// (src/attention/amx_unit-inl.h: Xt2 only, in every pass). A tile of rows [i0, i0 + rows) of
-// a view x (Q or dO) is packed one of two ways, as the product that reads it reduces:
+// (src/attention/amx_unit-inl.h, flash_backward.cpp; in every pass). A tile of rows [i0, i0 + rows)
+// of a view x (Q or dO) is packed one of two ways, as the product that reads it reduces:
 //   over the head dim — Xt2[E/2][Mq]: word (p, r) = (x[r][2p], x[r][2p + 1]), a query a lane;
 //   over the queries  — X2[Mq/2][E_pad]: word (p, e) = (x[2p][e], x[2p + 1][e]).
 // Lanes and words past the tile's rows or past E are zero. An x that is not bf16 is packed as
@@ -40,8 +40,8 @@ void for_each_split(const View& x, int64_t b, int64_t h, int64_t i0, int64_t row
                     F&& f) {
   with_element_type(x.type, [&](auto element) {
     using T = decltype(element);
-    const T* x0 = static_cast<const T*>(x.address()) + b * x.stride[0] + h * x.stride[1] +
-                  i0 * x.stride[2];
+    const T* x0 =
+        static_cast<const T*>(x.address()) + b * x.stride[0] + h * x.stride[1] + i0 * x.stride[2];
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t e = 0; e < E; ++e) {
         const float v = simd::widen_one(x0[r * x.stride[2] + e * x.stride[3]]);
@@ -58,10 +58,11 @@ inline void pack_pairs_transposed(const View& x, int64_t b, int64_t h, int64_t i
   const int64_t pairs = E / 2;
   std::fill(to, to + (two ? 2 : 1) * pairs * Mq, 0u);
   if (x.type == TensorType::bf16 && x.stride[3] == 1) {  // pairs as they lie: words transposed
-    const auto* x0 = static_cast<const uint16_t*>(x.address()) + b * x.stride[0] +
-                     h * x.stride[1] + i0 * x.stride[2];
+    const auto* x0 = static_cast<const uint16_t*>(x.address()) + b * x.stride[0] + h * x.stride[1] +
+                     i0 * x.stride[2];
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t p = 0; p < pairs; ++p) std::memcpy(to + p * Mq + r, x0 + r * x.stride[2] + 2 * p, 4);
+      for (int64_t p = 0; p < pairs; ++p)
+        std::memcpy(to + p * Mq + r, x0 + r * x.stride[2] + 2 * p, 4);
     return;
   }
   auto* half = reinterpret_cast<uint16_t*>(to);  // word w's halves are 2w, 2w + 1
@@ -72,20 +73,18 @@ inline void pack_pairs_transposed(const View& x, int64_t b, int64_t h, int64_t i
   });
 }
 
-#endif  // QKV_KERNEL_PASS
-
-#if defined(QKV_BF16_UNITS) && QKV_KERNEL_PASS
 // X2 (pairs along the queries, rows E_pad words apart), hi at `to`, lo at to + Mq/2 · E_pad.
-inline void pack_row_pairs(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                           int64_t E, int64_t E_pad, int64_t Mq, uint32_t* to) {
+inline void pack_row_pairs(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t E,
+                           int64_t E_pad, int64_t Mq, uint32_t* to) {
   const int64_t words = Mq / 2 * E_pad;
   const bool two = packs_two(x);
   std::fill(to, to + (two ? 2 : 1) * words, 0u);
+#if defined(QKV_BF16_UNITS)
   if (!two && x.stride[3] == 1)  // bf16 rows interleaved in place
-    return simd::interleave_row_pairs(
-        static_cast<const uint16_t*>(x.address()) + b * x.stride[0] + h * x.stride[1] +
-            i0 * x.stride[2],
-        x.stride[2], rows, E, to, E_pad);
+    return simd::interleave_row_pairs(static_cast<const uint16_t*>(x.address()) + b * x.stride[0] +
+                                          h * x.stride[1] + i0 * x.stride[2],
+                                      x.stride[2], rows, E, to, E_pad);
+#endif
   auto* half = reinterpret_cast<uint16_t*>(to);
   for_each_split(x, b, h, i0, rows, E, [&](int64_t r, int64_t e, uint16_t hi, uint16_t lo) {
     const int64_t word = r / 2 * E_pad + e;
@@ -93,7 +92,7 @@ inline void pack_row_pairs(const View& x, int64_t b, int64_t h, int64_t i0, int6
     if (two) half[2 * (words + word) + r % 2] = lo;
   });
 }
-#endif  // QKV_BF16_UNITS
+#endif  // QKV_KERNEL_PASS
 
 }  // namespace tiles
 }  // namespace HWY_NAMESPACE

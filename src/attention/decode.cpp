@@ -443,9 +443,8 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
   const auto on_tiles = [&] {
     if constexpr (std::is_same_v<Src, ElementSource<simd::Bf16>>)
       return tiles::on_amx(n.D, n.Dv, [&](auto amx) {
-        each_unit(Variant::decode_tiled_amx, [](auto&&... x) {
-          decode_unit_tiled<decltype(amx)>(x...);
-        });
+        each_unit(Variant::decode_tiled_amx,
+                  [](auto&&... x) { decode_unit_tiled<decltype(amx)>(x...); });
       });
     return false;
   };

@@ -92,7 +92,9 @@ struct StepBuffers {
 };
 
 StepBuffers step_buffers(const Shape& n) {
-  const int64_t tile = kKeyTile * n.Mq, part = n.D * std::max(n.Mq, kKeyTile / 2);
+  // (The part holds a masked step's part of dQ, [D][Mq], or on the bf16 units K's rows in
+  // pairs; on AMX tiles both a part and K transposed, [D][Kt + 32] bf16.)
+  const int64_t tile = kKeyTile * n.Mq, part = n.D * (std::max(n.Mq, kKeyTile / 2) + kKeyTile);
   float* w = thread_scratch(BackwardSlot::tile, 3 * tile + part + tile / 2);
   return {w, w + tile, w + 2 * tile, w + 3 * tile,
           reinterpret_cast<uint16_t*>(w + 3 * tile + part)};
@@ -194,6 +196,8 @@ struct BackwardUnit;
 template <>
 struct BackwardUnit<false> {
   using Tile = tiles::TileUnit<false>;
+  static void begin() {}
+  static void end() {}
   static void pack(const AttentionArgs& a, const View& dout, int64_t b, int64_t h, int64_t i0,
                    int64_t rows, const Shape& n, float scale, PackedTile& p) {
     pack_rows(a.q, b, h, i0, rows, n.D, scale, p.Qt, n.Mq, p.Qr, padded(n.D));
@@ -244,6 +248,8 @@ struct BackwardUnit<false> {
 template <>
 struct BackwardUnit<true> {
   using Tile = tiles::TileUnit<true>;
+  static void begin() {}
+  static void end() {}
   static void pack(const AttentionArgs& a, const View& dout, int64_t b, int64_t h, int64_t i0,
                    int64_t rows, const Shape& n, float /*scale*/, PackedTile& p) {
     p.q_split = tiles::packs_two(a.q), p.dout_split = tiles::packs_two(dout);
@@ -308,17 +314,141 @@ struct BackwardUnit<true> {
 };
 #endif  // QKV_BF16_UNITS
 
+// The backward's products on AMX-BF16 tiles (tiles::AmxUnit, amx_unit-inl.h), where forced:
+// packed and rounded as BackwardUnit<true> does (Qt and dOt pairs along the head dims, Qr and
+// dOr pairs of query rows; P and dS rounded to bf16), each product on tiles:
+//   S = K Qt, dP = V dOt      the forward's scores (AmxUnit::scores)
+//   dV += Pᵀ dO, dK += dSᵀ Q  C [16 keys][16 dims] (dK's or dV's rows) += A [16 keys][32
+//                             queries] (P's bf16 rows) · B [16 query pairs][16 dims] (Qr, dOr)
+//   dQt (+)= Kᵀ dS            as the forward's P V: K transposed per step, dS paired in place
+// Tiles are configured per key step: with the key steps shared out, a step runs on any thread.
+template <class Tiles>
+struct AmxBackwardUnit {
+  using Tile = tiles::AmxUnit<Tiles>;
+  static constexpr int64_t kBlock = Tile::kBlock, kDepth = Tile::kDepth;
+  static void begin() { Tile::begin(); }
+  static void end() { Tile::end(); }
+  static void pack(const AttentionArgs& a, const View& dout, int64_t b, int64_t h, int64_t i0,
+                   int64_t rows, const Shape& n, float /*scale*/, PackedTile& p) {
+    p.q_split = tiles::packs_two(a.q), p.dout_split = tiles::packs_two(dout);
+    tiles::pack_pairs_transposed(a.q, b, h, i0, rows, n.D, n.Mq, words(p.Qt), p.q_split);
+    tiles::pack_pairs_transposed(dout, b, h, i0, rows, n.Dv, n.Mq, words(p.dOt), p.dout_split);
+    pack_pair_rows(a.q, b, h, i0, rows, n.D, n.Mq, p.q_split, p.Qr);
+    pack_pair_rows(dout, b, h, i0, rows, n.Dv, n.Mq, p.dout_split, p.dOr);
+  }
+  static const float* dout_row(const View& dout, const PackedTile& p, int64_t b, int64_t h,
+                               int64_t i0, int64_t r, const Shape& n) {
+    return row_f32(dout, b, h, i0 + r, n.Dv, p.dout_row);
+  }
+  // P rounded to bf16 rows [nk][Mq].
+  template <int NQV>
+  static const uint16_t* reduction_rows(const float* P, int64_t nk, int64_t Mq, uint16_t* rows16) {
+    const hn::RebindToSigned<simd::Df> di;
+    const hn::Rebind<uint16_t, decltype(di)> du16;
+    const int64_t N = static_cast<int64_t>(simd::lanes());
+    for (int64_t jj = 0; jj < nk; ++jj)
+      for (int v = 0; v < NQV; ++v)
+        hn::Store(hn::DemoteTo(
+                      du16, hn::BitCast(di, tiles::bf16_bits(hn::Load(df, P + jj * Mq + v * N)))),
+                  du16, rows16 + jj * Mq + v * N);
+    return rows16;
+  }
+  // C [keys][E_pad] += Pᵀ R over `queries` queries from q0 (R: pairs of query rows, hi then
+  // lo after Mq/2 · E_pad words when split). A last step of fewer than 32 queries, and a last
+  // block of fewer than 16 keys, go through zero-padded copies: a tile reads whole rows, and
+  // the rows past them belong to other steps.
+  static void reduce(const uint16_t* P, int64_t keys, int64_t Mq, int64_t q0, int64_t queries,
+                     const float* R, bool split, int64_t E_pad, float* C) {
+    const auto* r2 = words(R);
+    alignas(64) uint16_t a_staged[kBlock * kDepth];
+    alignas(64) float c_staged[kBlock * 2 * kBlock];
+    for (int64_t kb = 0; kb < keys; kb += kBlock) {
+      const int64_t kr = std::min(kBlock, keys - kb);
+      for (int64_t e = 0; e < E_pad; e += 2 * kBlock) {
+        const bool dims2 = e + kBlock < E_pad;
+        float* c = kr == kBlock ? C + kb * E_pad + e : c_staged;
+        const int64_t c_stride = kr == kBlock ? E_pad : 2 * kBlock;
+        if (kr < kBlock)
+          for (int64_t r = 0; r < kr; ++r)
+            std::copy_n(C + (kb + r) * E_pad + e, dims2 ? 2 * kBlock : kBlock,
+                        c_staged + r * 2 * kBlock);
+        Tile::with_blocks(false, dims2, [&](auto, auto columns2) {
+          constexpr bool kColumns2 = decltype(columns2)::value;
+          Tile::template load_accumulators<false, kColumns2>(c, nullptr, kBlock, 4 * c_stride);
+          for (int64_t s = 0; s < queries; s += kDepth) {
+            const uint16_t* a = P + kb * Mq + s;  // (P starts at query q0)
+            int64_t a_stride = 2 * Mq;
+            if (queries - s < kDepth) {  // the last queries, zero past them
+              std::fill_n(a_staged, kBlock * kDepth, uint16_t{0});
+              for (int64_t r = 0; r < kr; ++r)
+                std::copy_n(a + r * Mq, queries - s, a_staged + r * kDepth);
+              a = a_staged, a_stride = 2 * kDepth;
+            }
+            for (int part = 0; part < (split ? 2 : 1); ++part) {
+              const uint32_t* b = r2 + part * Mq / 2 * E_pad + (q0 + s) / 2 * E_pad + e;
+              Tile::template multiply<false, kColumns2>(a, a_stride, nullptr, 0, b, b + kBlock,
+                                                        4 * E_pad);
+            }
+          }
+          Tile::template store_accumulators<false, kColumns2>(c, nullptr, kBlock, 4 * c_stride);
+        });
+        if (kr < kBlock)
+          for (int64_t r = 0; r < kr; ++r)
+            std::copy_n(c_staged + r * 2 * kBlock, dims2 ? 2 * kBlock : kBlock,
+                        C + (kb + r) * E_pad + e);
+      }
+    }
+  }
+  // dQt's part Kᵀ dS: K transposed into scratch (after the part's D × Mq floats), dS paired in
+  // place; the part summed from zero over the tile (or chunk by chunk over a masked one's
+  // visible blocks) and then stored or added, as BackwardUnit<false> does: the same bits
+  // whichever way the caller takes the parts.
+  template <int NQV, class T, class Chunks>
+  static void dq(bool masked, Chunks&& chunks, float* dS, int64_t nk, int64_t Mq, const T* k,
+                 int64_t ks, int64_t D, float* scratch, float* dQt, DqPart dq) {
+    float* part = dq == DqPart::kAdd ? scratch : dQt;
+    Tile::pack_values(k, ks, nk, D, scratch + D * Mq);
+    const auto* kt = reinterpret_cast<const uint16_t*>(scratch + D * Mq);
+    if (!masked) {
+      const int64_t pairs = Tile::template pairs_in_place<NQV>(dS, nk, Mq);
+      Tile::template columns_product<NQV>(kt, words(dS), pairs, Mq, D, part, false);
+    } else {
+      const int64_t N = static_cast<int64_t>(simd::lanes());
+      std::fill(part, part + D * Mq, 0.0f);
+      chunks([&](int64_t jj, int64_t keys, int64_t v, int64_t count) {
+        simd::with_count<NQV>(static_cast<int>(count), [&](auto c) {
+          constexpr int C = decltype(c)::value;
+          float* ds = dS + jj * Mq + v * N;
+          const int64_t pairs = Tile::template pairs_in_place<C>(ds, keys, Mq);
+          Tile::template columns_product<C>(kt + jj, words(ds), pairs, Mq, D, part + v * N, true);
+        });
+      });
+    }
+    if (dq == DqPart::kAdd) add_part(dQt, part, D * Mq);
+  }
+  // X2 of x (pairs of query rows, hi then lo when split), and zeros for the 16 pair rows past
+  // them, which a reduction's last step of queries may read (its A is zero there).
+  static void pack_pair_rows(const View& x, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                             int64_t E, int64_t Mq, bool split, float* to) {
+    const int64_t E_pad = padded(E), packed = (split ? 2 : 1) * Mq / 2 * E_pad;
+    tiles::pack_row_pairs(x, b, h, i0, rows, E, E_pad, Mq, words(to));
+    std::fill(to + packed, to + packed + kBlock * E_pad, 0.0f);
+  }
+  static uint32_t* words(float* x) { return reinterpret_cast<uint32_t*>(x); }
+  static const uint32_t* words(const float* x) { return reinterpret_cast<const uint32_t*>(x); }
+};
+
 // One key tile [j0, ...) of a query tile: adds to the tile's rows of dK and dV, and delivers
 // this key tile's part of dQ, Kᵀ dS [D][Mq], into dQt as `dq` says. K and V are T, on the
 // unit that multiplies T. A masked tile computes only its visible blocks (as the forward
 // does): each product runs over the whole tile, or over the visible chunks of keys and their
 // queries.
-template <int NQV, class T>
+template <int NQV, class Unit, class T>
 void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t h,
               int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p, int64_t j0,
               const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq) {
-  using Unit = BackwardUnit<kOnUnits<T>>;
   using Tile = typename Unit::Tile;
+  Unit::begin();
   const int64_t N = static_cast<int64_t>(simd::lanes());
   const int64_t Mq = n.Mq, hkv = h / (n.Hq / n.Hkv);
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv);
@@ -373,6 +503,7 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
   // dK[j0:j1] += dS Qr;  dQ's part Kᵀ dS.
   reduce_over_queries(w.dP, p.Qr, p.q_split, Dp, dK);
   Unit::template dq<NQV>(masked, chunks, w.dP, nk, Mq, k0 + j0 * ks, ks, n.D, w.dq_part, dQt, dq);
+  Unit::end();
 }
 
 // Row (b, h, j) of `to` ← scale · from[0, E), rounded to `to`'s type.
@@ -396,7 +527,7 @@ inline constexpr int64_t kKeyTilesPerBatch = 64;
 // One query tile: its key steps (spread over the threads when `split_keys`), then
 // dq ← scale · (Σ over key tiles, in key order, of their dQt)ᵀ. The sum's order does not
 // depend on which thread ran which step, nor on the batching: the same bits either way.
-template <int NQV, class T>
+template <int NQV, class Unit, class T>
 void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, const Shape& n,
                 const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0, int64_t rows,
                 bool split_keys, PackedTile& p, float* dQt, float* dK, float* dV) {
@@ -410,7 +541,6 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
   }
 
   // Pack the tile: transposed for the score-shaped products, row-major for the reductions.
-  using Unit = BackwardUnit<kOnUnits<T>>;
   Unit::pack(a, dout, b, h, i0, rows, n, scale, p);
   for (int64_t r = 0; r < Mq; ++r) {
     const bool real = r < rows;
@@ -424,8 +554,8 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
 
   const int64_t first = tm.lo / kKeyTile, count = (tm.hi - 1) / kKeyTile + 1 - first;
   auto step = [&](int64_t k, float* part, DqPart dq) {
-    key_step<NQV, T>(a, rule, n, b, h, i0, rows, tm, p, (first + k) * kKeyTile, step_buffers(n), dK,
-                     dV, part, dq);
+    key_step<NQV, Unit, T>(a, rule, n, b, h, i0, rows, tm, p, (first + k) * kKeyTile,
+                           step_buffers(n), dK, dV, part, dq);
   };
   if (!split_keys) {  // each step adds its part to the sum in turn
     for (int64_t k = 0; k < count; ++k) step(k, dQt, k == 0 ? DqPart::kFirst : DqPart::kAdd);
@@ -476,14 +606,16 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   // one after another with the key tiles of each query tile spread over the threads instead,
   // so that no thread idles through a whole unit. Same arithmetic either way.
   const int64_t units = n.B * n.Hkv, whole_rounds = units - units % num_threads();
-  auto unit = [&](auto element, int64_t u, bool split_keys) {
+  auto unit = [&](auto element, auto on, int64_t u, bool split_keys) {
     using T = decltype(element);
+    using Unit = decltype(on);
     const int64_t b = u / n.Hkv, hkv = u % n.Hkv;
     PackedTile p;
     p.Qt = thread_scratch(BackwardSlot::q_tiles, n.D * Mq);
-    p.Qr = thread_scratch(BackwardSlot::q_rows, Mq * Dp);
+    // (Qr and dOr with 16 rows of zeros past them for the AMX unit's last step of queries.)
+    p.Qr = thread_scratch(BackwardSlot::q_rows, (Mq + 32) * Dp);
     p.dOt = thread_scratch(BackwardSlot::dout_tiles, n.Dv * Mq);
-    p.dOr = thread_scratch(BackwardSlot::dout_rows, Mq * Dvp);
+    p.dOr = thread_scratch(BackwardSlot::dout_rows, (Mq + 32) * Dvp);
     p.lse = thread_scratch(BackwardSlot::lse, 2 * Mq + n.D * Mq + 2 * Dvp);
     p.Di = p.lse + Mq;
     float* dQt = p.Di + Mq;
@@ -496,8 +628,8 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
       for (int64_t t = 0; t < tiles_q; ++t) {
         const int64_t i0 = t * Mq, rows = std::min(Mq, n.Tq - i0);
         simd::with_count<kQueryVectors>(static_cast<int>((rows + N - 1) / N), [&](auto c) {
-          query_tile<decltype(c)::value, T>(a, rule, scale, n, dout, dq, b, h, i0, rows, split_keys,
-                                            p, dQt, dK, dV);
+          query_tile<decltype(c)::value, Unit, T>(a, rule, scale, n, dout, dq, b, h, i0, rows,
+                                                  split_keys, p, dQt, dK, dV);
         });
       }
     for (int64_t j = 0; j < n.Tk; ++j) {
@@ -505,12 +637,23 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
       store_row(dV + j * Dvp, 1.0f, n.Dv, dv, b, hkv, j);
     }
   };
-  auto run = [&](auto element) {
+  auto run_on = [&](auto element, auto on) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-    for (int64_t u = 0; u < whole_rounds; ++u) unit(element, u, false);
-    for (int64_t u = whole_rounds; u < units; ++u) unit(element, u, true);
+    for (int64_t u = 0; u < whole_rounds; ++u) unit(element, on, u, false);
+    for (int64_t u = whole_rounds; u < units; ++u) unit(element, on, u, true);
   };
-  tiles::with_element_type(a.k.type, run);
+  tiles::with_element_type(a.k.type, [&](auto element) {
+    using T = decltype(element);
+    // (dP = V dOt multiplies over the value dim: whole 32s there too.)
+    if constexpr (std::is_same_v<T, simd::Bf16>)
+      if (n.Dv % 32 == 0 && n.Dv <= tiles::AmxUnit<amx::Emulated>::kMostHeadDim &&
+          tiles::on_amx(n.D, n.Dv, [&](auto amx) {
+            reached(Variant::backward_tiles_amx);
+            run_on(element, AmxBackwardUnit<typename decltype(amx)::TileSet>{});
+          }))
+        return;
+    run_on(element, BackwardUnit<kOnUnits<T>>{});
+  });
 }
 
 }  // namespace HWY_NAMESPACE

@@ -22,6 +22,7 @@ enum class Variant : uint32_t {
   decode_keys_in_lanes = 1u << 6,
   forward_tiles_amx = 1u << 7,
   decode_tiled_amx = 1u << 8,
+  backward_tiles_amx = 1u << 9,
 };
 std::atomic<uint32_t>& kernels_reached();
 inline void reached(Variant v) {

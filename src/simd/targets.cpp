@@ -250,12 +250,12 @@ std::vector<UnitInUse> units_in_use() {
   const simd::UnitChoice bf16 = simd::unit_for(Work::bf16);
   const bool registry_agrees = (bf16.unit == Unit::bf16_dot) == simd::bf16_units();
   if (bf16.unit == Unit::amx)
-    out.push_back({"bf16", "amx",
-                   std::string(amx::stand_in() ? "forced, on the stand-in (QKV_AMX_STAND_IN)"
-                                               : "forced") +
-                       ": attention over bf16 keys and values on AMX-BF16 tiles (head dims of "
-                       "whole 32s, value dims of whole 16s; the rest, the backward and the "
-                       "linear layers widened to fp32)"});
+    out.push_back(
+        {"bf16", "amx",
+         std::string(amx::stand_in() ? "forced, on the stand-in (QKV_AMX_STAND_IN)" : "forced") +
+             ": attention over bf16 keys and values on AMX-BF16 tiles (head dims of "
+             "whole 32s, value dims of whole 16s; the rest, the backward and the "
+             "linear layers widened to fp32)"});
   else if (simd::bf16_units())
     out.push_back(
         {"bf16", "bf16_dot", registry_agrees ? bf16.why : "target " + target + " forced"});
