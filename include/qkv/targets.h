@@ -53,7 +53,7 @@ std::vector<UnitInUse> weight_units();
 // Whether this process may use Intel AMX tiles: nullptr, or why not (the CPU lacks AMX-BF16
 // and AMX-INT8, or Linux refused the tile state; QKV_AMX_REFUSE=1 acts as a refusal). The
 // tiles run only where forced (QKV_UNITS=bf16=amx, set_units("bf16=amx")): attention over
-// bf16 keys and values, forward and decode. `qkv info` prints this.
+// bf16 keys and values: the forward, decoding and the backward. `qkv info` prints this.
 const char* amx_unavailable();
 // The CPU as the table reads it: vendor, family, model and the product features it has, e.g.
 // "AuthenticAMD family 25 model 17: avx512 avx512_bf16 avx512_vnni".

@@ -32,6 +32,7 @@
 
 #include "attention/bf16_packing-inl.h"
 #include "attention/tiles-inl.h"
+#include "qkv/error.h"
 #include "qkv/tensor.h"
 #include "simd/amx.h"
 #include "simd/cpu.h"
@@ -175,14 +176,14 @@ struct AmxUnit {
                          const float* alpha, float* Ot, simd::PrefetchQueue* /*prefetch*/) {
     namespace hn = simd::hn;
     const int64_t N = static_cast<int64_t>(simd::lanes());
-    const int64_t padded = pairs_in_place<NQV>(S, nk, Mq);
+    pairs_in_place<NQV>(S, nk, Mq);
     for (int64_t d = 0; d < Dv; ++d)
       for (int v = 0; v < NQV; ++v) {
         float* o = Ot + d * Mq + v * N;
         hn::Store(hn::Mul(hn::Load(simd::df, o), hn::Load(simd::df, alpha + v * N)), simd::df, o);
       }
-    columns_product<NQV>(reinterpret_cast<const uint16_t*>(Vt), reinterpret_cast<uint32_t*>(S),
-                         padded, Mq, Dv, Ot, true);
+    columns_product<NQV>(reinterpret_cast<const uint16_t*>(Vt), reinterpret_cast<uint32_t*>(S), nk,
+                         Mq, Dv, Ot, true);
   }
 
   // The steps the backward's products share with these (flash_backward.cpp).
@@ -212,30 +213,43 @@ struct AmxUnit {
     return padded;
   }
 
-  // C [rows][Mq] (+)= A B for NQV query vectors: A [rows][kVtKeys] bf16 (a transposed tile as
-  // pack_values leaves it, rows whole 16s), B `pairs` (whole 16s) pair rows of words, Mq apart.
-  // C is loaded first when `add`, else the sum starts from zero.
+  // C [rows][Mq] (+)= A B over `keys` keys for NQV query vectors: A [rows][kVtKeys] bf16 (a
+  // transposed tile as pack_values leaves it, rows whole 16s), B the keys' pair rows of words
+  // (Mq apart, zero up to a whole 16 pairs: pairs_in_place). C is loaded first when `add`, else
+  // the sum starts from zero. A last step reaching past the keys reads A through a copy that is
+  // zero past them: the columns there may be keys hidden from these queries, and 0 · Inf is
+  // NaN.
   template <int NQV>
-  static void columns_product(const uint16_t* a, const uint32_t* b, int64_t pairs, int64_t Mq,
+  static void columns_product(const uint16_t* a, const uint32_t* b, int64_t keys, int64_t Mq,
                               int64_t rows, float* c, bool add) {
     const int64_t N = static_cast<int64_t>(simd::lanes());
+    const int64_t pairs = ((keys + 1) / 2 + kBlock - 1) / kBlock * kBlock;
+    alignas(64) uint16_t staged[2 * kBlock * kDepth];
     for (int64_t d = 0; d < rows; d += 2 * kBlock)
       for (int v = 0; v < NQV; v += 2) {
-        const auto product = [&](auto rows2, auto vectors2) {
-          constexpr bool kRows2 = decltype(rows2)::value, kVectors2 = decltype(vectors2)::value;
+        const bool rows2 = d + kBlock < rows;
+        const auto product = [&](auto rows2_, auto vectors2) {
+          constexpr bool kRows2 = decltype(rows2_)::value, kVectors2 = decltype(vectors2)::value;
           float* c0 = c + d * Mq + v * N;
           float* c1 = c + (d + kBlock) * Mq + v * N;
           if (add) load_accumulators<kRows2, kVectors2>(c0, c1, N, 4 * Mq);
           else zero_accumulators<kRows2, kVectors2>();
           for (int64_t p = 0; p < pairs; p += kBlock) {
             const uint16_t* a0 = a + d * kVtKeys + 2 * p;
+            int64_t a_stride = 2 * kVtKeys;
+            if (2 * p + kDepth > keys) {
+              std::fill_n(staged, 2 * kBlock * kDepth, uint16_t{0});
+              for (int64_t r = 0; r < (rows2 ? 2 : 1) * kBlock; ++r)
+                std::copy_n(a0 + r * kVtKeys, keys - 2 * p, staged + r * kDepth);
+              a0 = staged, a_stride = 2 * kDepth;
+            }
             const uint32_t* b0 = b + p * Mq + v * N;
-            multiply<kRows2, kVectors2>(a0, 2 * kVtKeys, a0 + kBlock * kVtKeys, 2 * kVtKeys, b0,
+            multiply<kRows2, kVectors2>(a0, a_stride, a0 + kBlock * (a_stride / 2), a_stride, b0,
                                         b0 + N, 4 * Mq);
           }
           store_accumulators<kRows2, kVectors2>(c0, c1, N, 4 * Mq);
         };
-        with_blocks(d + kBlock < rows, v + 1 < NQV, product);
+        with_blocks(rows2, v + 1 < NQV, product);
       }
   }
 
@@ -298,13 +312,16 @@ struct AmxUnit {
 template <class F>
 bool on_amx(int64_t D, int64_t Dv, F&& f) {
   if (::qkv::simd::unit_of(::qkv::simd::Work::bf16) != ::qkv::simd::Unit::amx) return false;
-  if (!AmxUnit<amx::Emulated>::fits(D, Dv)) return false;
-#if defined(__x86_64__)
+  // (A tile row holds at most 16 fp32 lanes: wider vectors, as SVE may have, do not fit.)
+  if (!AmxUnit<amx::Emulated>::fits(D, Dv) || simd::lanes() > 16) return false;
   if (!amx::stand_in()) {
+    // (Forced on the stand-in, then the stand-in switched off: never a fault.)
+    if (const char* why = amx::unavailable()) fail("attention on AMX tiles: ", why);
+#if defined(__x86_64__)
     f(AmxUnit<amx::Hardware>{});
     return true;
-  }
 #endif
+  }
   f(AmxUnit<amx::Emulated>{});
   return true;
 }

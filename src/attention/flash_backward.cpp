@@ -360,21 +360,23 @@ struct AmxBackwardUnit {
   static void reduce(const uint16_t* P, int64_t keys, int64_t Mq, int64_t q0, int64_t queries,
                      const float* R, bool split, int64_t E_pad, float* C) {
     const auto* r2 = words(R);
+    // An accumulator tile is 16 keys × N dims (the tiles' columns are the target's lanes).
+    const int64_t N = static_cast<int64_t>(simd::lanes());
     alignas(64) uint16_t a_staged[kBlock * kDepth];
-    alignas(64) float c_staged[kBlock * 2 * kBlock];
+    alignas(64) float c_staged[kBlock * 2 * kBlock];  // N ≤ 16
     for (int64_t kb = 0; kb < keys; kb += kBlock) {
       const int64_t kr = std::min(kBlock, keys - kb);
-      for (int64_t e = 0; e < E_pad; e += 2 * kBlock) {
-        const bool dims2 = e + kBlock < E_pad;
+      for (int64_t e = 0; e < E_pad; e += 2 * N) {
+        const bool dims2 = e + N < E_pad;
+        const int64_t width = dims2 ? 2 * N : N;
         float* c = kr == kBlock ? C + kb * E_pad + e : c_staged;
-        const int64_t c_stride = kr == kBlock ? E_pad : 2 * kBlock;
+        const int64_t c_stride = kr == kBlock ? E_pad : 2 * N;
         if (kr < kBlock)
           for (int64_t r = 0; r < kr; ++r)
-            std::copy_n(C + (kb + r) * E_pad + e, dims2 ? 2 * kBlock : kBlock,
-                        c_staged + r * 2 * kBlock);
+            std::copy_n(C + (kb + r) * E_pad + e, width, c_staged + r * 2 * N);
         Tile::with_blocks(false, dims2, [&](auto, auto columns2) {
           constexpr bool kColumns2 = decltype(columns2)::value;
-          Tile::template load_accumulators<false, kColumns2>(c, nullptr, kBlock, 4 * c_stride);
+          Tile::template load_accumulators<false, kColumns2>(c, nullptr, N, 4 * c_stride);
           for (int64_t s = 0; s < queries; s += kDepth) {
             const uint16_t* a = P + kb * Mq + s;  // (P starts at query q0)
             int64_t a_stride = 2 * Mq;
@@ -386,16 +388,15 @@ struct AmxBackwardUnit {
             }
             for (int part = 0; part < (split ? 2 : 1); ++part) {
               const uint32_t* b = r2 + part * Mq / 2 * E_pad + (q0 + s) / 2 * E_pad + e;
-              Tile::template multiply<false, kColumns2>(a, a_stride, nullptr, 0, b, b + kBlock,
+              Tile::template multiply<false, kColumns2>(a, a_stride, nullptr, 0, b, b + N,
                                                         4 * E_pad);
             }
           }
-          Tile::template store_accumulators<false, kColumns2>(c, nullptr, kBlock, 4 * c_stride);
+          Tile::template store_accumulators<false, kColumns2>(c, nullptr, N, 4 * c_stride);
         });
         if (kr < kBlock)
           for (int64_t r = 0; r < kr; ++r)
-            std::copy_n(c_staged + r * 2 * kBlock, dims2 ? 2 * kBlock : kBlock,
-                        C + (kb + r) * E_pad + e);
+            std::copy_n(c_staged + r * 2 * N, width, C + (kb + r) * E_pad + e);
       }
     }
   }
@@ -410,8 +411,8 @@ struct AmxBackwardUnit {
     Tile::pack_values(k, ks, nk, D, scratch + D * Mq);
     const auto* kt = reinterpret_cast<const uint16_t*>(scratch + D * Mq);
     if (!masked) {
-      const int64_t pairs = Tile::template pairs_in_place<NQV>(dS, nk, Mq);
-      Tile::template columns_product<NQV>(kt, words(dS), pairs, Mq, D, part, false);
+      Tile::template pairs_in_place<NQV>(dS, nk, Mq);
+      Tile::template columns_product<NQV>(kt, words(dS), nk, Mq, D, part, false);
     } else {
       const int64_t N = static_cast<int64_t>(simd::lanes());
       std::fill(part, part + D * Mq, 0.0f);
@@ -419,8 +420,8 @@ struct AmxBackwardUnit {
         simd::with_count<NQV>(static_cast<int>(count), [&](auto c) {
           constexpr int C = decltype(c)::value;
           float* ds = dS + jj * Mq + v * N;
-          const int64_t pairs = Tile::template pairs_in_place<C>(ds, keys, Mq);
-          Tile::template columns_product<C>(kt + jj, words(ds), pairs, Mq, D, part + v * N, true);
+          Tile::template pairs_in_place<C>(ds, keys, Mq);
+          Tile::template columns_product<C>(kt + jj, words(ds), keys, Mq, D, part + v * N, true);
         });
       });
     }

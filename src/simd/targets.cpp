@@ -253,9 +253,9 @@ std::vector<UnitInUse> units_in_use() {
     out.push_back(
         {"bf16", "amx",
          std::string(amx::stand_in() ? "forced, on the stand-in (QKV_AMX_STAND_IN)" : "forced") +
-             ": attention over bf16 keys and values on AMX-BF16 tiles (head dims of "
-             "whole 32s, value dims of whole 16s; the rest, the backward and the "
-             "linear layers widened to fp32)"});
+             ": attention over bf16 keys and values on AMX-BF16 tiles, forward and "
+             "backward (head dims of whole 32s, value dims of whole 16s, 32s for the "
+             "backward; other shapes and the linear layers as without it)"});
   else if (simd::bf16_units())
     out.push_back(
         {"bf16", "bf16_dot", registry_agrees ? bf16.why : "target " + target + " forced"});
