@@ -43,7 +43,17 @@ namespace qkv::detail {
 namespace HWY_NAMESPACE {
 namespace tiles {
 
-#if QKV_KERNEL_PASS
+// The unit is compiled for x86-64's AVX2 and AVX-512 targets only: a CPU with AMX runs the
+// AVX-512 ones, and the stand-in's tests run under both vector widths. Elsewhere (SSE4, Arm)
+// on_amx says no and attention keeps its other units.
+#undef QKV_AMX_UNIT
+#if QKV_KERNEL_PASS && HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define QKV_AMX_UNIT 1
+#else
+#define QKV_AMX_UNIT 0
+#endif
+
+#if QKV_AMX_UNIT
 // The bf16 bits of x rounded to nearest even, in the low half of each 32-bit lane (NaN stays
 // NaN: its quiet bit is set before rounding can carry it into the exponent).
 HWY_INLINE auto bf16_bits(simd::Vf x) {
@@ -306,11 +316,17 @@ struct AmxUnit {
   }
 };
 
+#endif  // QKV_AMX_UNIT
+
 // f(AmxUnit<Tiles>{}) when the registry gives bf16 to AMX (QKV_UNITS=bf16=amx) and the dims
 // fit: on the stand-in where amx::stand_in() says so, else on the instructions. False when
 // not (the caller runs its other unit).
 template <class F>
 bool on_amx(int64_t D, int64_t Dv, F&& f) {
+#if !QKV_AMX_UNIT
+  (void)D, (void)Dv, (void)f;
+  return false;
+#else
   if (::qkv::simd::unit_of(::qkv::simd::Work::bf16) != ::qkv::simd::Unit::amx) return false;
   // (A tile row holds at most 16 fp32 lanes: wider vectors, as SVE may have, do not fit.)
   if (!AmxUnit<amx::Emulated>::fits(D, Dv) || simd::lanes() > 16) return false;
@@ -324,8 +340,8 @@ bool on_amx(int64_t D, int64_t Dv, F&& f) {
   }
   f(AmxUnit<amx::Emulated>{});
   return true;
+#endif
 }
-#endif  // QKV_KERNEL_PASS
 
 }  // namespace tiles
 }  // namespace HWY_NAMESPACE

@@ -314,6 +314,7 @@ struct BackwardUnit<true> {
 };
 #endif  // QKV_BF16_UNITS
 
+#if QKV_AMX_UNIT
 // The backward's products on AMX-BF16 tiles (tiles::AmxUnit, amx_unit-inl.h), where forced:
 // packed and rounded as BackwardUnit<true> does (Qt and dOt pairs along the head dims, Qr and
 // dOr pairs of query rows; P and dS rounded to bf16), each product on tiles:
@@ -438,6 +439,7 @@ struct AmxBackwardUnit {
   static uint32_t* words(float* x) { return reinterpret_cast<uint32_t*>(x); }
   static const uint32_t* words(const float* x) { return reinterpret_cast<const uint32_t*>(x); }
 };
+#endif  // QKV_AMX_UNIT
 
 // One key tile [j0, ...) of a query tile: adds to the tile's rows of dK and dV, and delivers
 // this key tile's part of dQ, Kᵀ dS [D][Mq], into dQt as `dq` says. K and V are T, on the
@@ -645,6 +647,7 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   };
   tiles::with_element_type(a.k.type, [&](auto element) {
     using T = decltype(element);
+#if QKV_AMX_UNIT
     // (dP = V dOt multiplies over the value dim: whole 32s there too.)
     if constexpr (std::is_same_v<T, simd::Bf16>)
       if (n.Dv % 32 == 0 && n.Dv <= tiles::AmxUnit<amx::Emulated>::kMostHeadDim &&
@@ -653,6 +656,7 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
             run_on(element, AmxBackwardUnit<typename decltype(amx)::TileSet>{});
           }))
         return;
+#endif
     run_on(element, BackwardUnit<kOnUnits<T>>{});
   });
 }
