@@ -506,13 +506,16 @@ TEST(AmxAttention, BackwardInstructionsGiveTheStandInsBits) {
 TEST(AmxAttention, OffUnlessForced) {
   // No rule of the registry chooses AMX: it is forced or it does not run.
   EXPECT_NE(simd::unit_for(simd::Work::bf16).unit, simd::Unit::amx);
+  EXPECT_NE(simd::unit_for(simd::Work::int8).unit, simd::Unit::amx);
   amx::set_stand_in(false);
   if (const char* why = amx::unavailable()) {
-    try {
-      set_units("bf16=amx");
-      FAIL() << "forcing AMX on a CPU without it was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("amx"), std::string::npos) << e.what();
+    for (const char* spec : {"bf16=amx", "int8=amx"}) {
+      try {
+        set_units(spec);
+        FAIL() << "forcing " << spec << " on a CPU without AMX was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("amx"), std::string::npos) << e.what();
+      }
     }
     (void)why;
   }

@@ -16,6 +16,8 @@
 #include "qkv/number_format.h"
 #include "qkv/targets.h"
 #include "quant/int8.h"
+#include "simd/amx.h"
+#include "simd/cpu.h"
 #include "quant/product_kernels.h"
 
 namespace qkv {
@@ -166,12 +168,13 @@ void weight_block(TensorType type, const uint8_t* row, int64_t b, int32_t* qw, f
 // sum the kernels form is an integer below 2^24, so the output is the integer product itself,
 // bit for bit, whatever the order of the additions: the block sums of the integer kernels
 // against this scalar one.
-static void integer_products_are_exact() {
+// (Ms: the activation rows; 16 or more reach a forced AMX unit.)
+static void integer_products_are_exact(std::initializer_list<int64_t> Ms = {1, 3}) {
   std::mt19937 rng(21);
   std::uniform_int_distribution<int> value(-127, 127), byte(0, 255);
   for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1})
     for (int64_t K : {32, 96, 1024})
-      for (int64_t M : {1, 3}) {
+      for (int64_t M : Ms) {
         const int64_t N = 41;  // a chunk, then 4-row steps and single rows
         const int64_t rb = quant::row_bytes(type, K);
         std::vector<uint8_t> w(N * rb);
@@ -211,12 +214,12 @@ static void integer_products_are_exact() {
 // The same for the K-quants (Q4_K, Q6_K) with d = dmin = 1 and small integer scales, the
 // weights read by the reference dequantizer. The activations are small but for each block's
 // ±127, so that every sum stays below 2^24.
-static void k_quant_products_are_exact() {
+static void k_quant_products_are_exact(std::initializer_list<int64_t> Ms = {1, 3}) {
   std::mt19937 rng(24);
   std::uniform_int_distribution<int> value(-7, 7), byte(0, 255);
   for (TensorType type : {TensorType::q4_k, TensorType::q6_k})
     for (int64_t K : {256, 512})
-      for (int64_t M : {1, 3}) {
+      for (int64_t M : Ms) {
         const int64_t N = 41;
         const int64_t rb = quant::row_bytes(type, K);
         std::vector<uint8_t> w(N * rb);
@@ -432,6 +435,136 @@ TEST(QuantInt8, RepackedWeightsGiveTheSameBits) {
             << "M=" << M;
       }
     }
+}
+
+// ---- The AMX-INT8 unit (forced), on the stand-in -------------------------------------------
+
+// Whether this target compiles the AMX-INT8 unit (x86-64's AVX2 and AVX-512 targets).
+bool target_has_amx_int8() {
+  const std::string target = current_target();
+  return target == "avx2" || target.rfind("avx512", 0) == 0;
+}
+
+// f() with int8=amx forced on the stand-in; the table and the instructions again after.
+template <class F>
+void on_amx_int8(F&& f) {
+  amx::set_stand_in(true);
+  simd::force_unit(simd::Work::int8, simd::Unit::amx);
+  try {
+    f();
+  } catch (...) {
+    simd::force_unit(simd::Work::int8, std::nullopt);
+    amx::set_stand_in(false);
+    throw;
+  }
+  simd::force_unit(simd::Work::int8, std::nullopt);
+  amx::set_stand_in(false);
+}
+
+// Scale-1 weights and integer activations: the tiles' block sums, offsets taken back and mins
+// added, are the integer products themselves.
+TEST(QuantAmxInt8, IntegerProductsAreExact) {
+  if (!target_has_amx_int8()) GTEST_SKIP() << "AMX-INT8 is compiled for AVX2 and AVX-512 only";
+  on_amx_int8([] {
+    integer_products_are_exact({16, 33});
+    k_quant_products_are_exact({16, 33});
+  });
+}
+
+// Real scales, every int8 format, a prompt of 16 rows and one of 45 (a partial group of 32),
+// 70 weight rows (a partial chunk of 32): the unit reached, the float64 product within the
+// activations' rounding, the vector unit's output within fp32 rounding (the same integer
+// block sums, added in another order), the same bits for 1 and 3 threads; 15 rows stay on
+// the vector unit.
+TEST(QuantAmxInt8, StandInMatchesTheVectorUnitAndTheReference) {
+  if (!target_has_amx_int8()) GTEST_SKIP() << "AMX-INT8 is compiled for AVX2 and AVX-512 only";
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal;
+  const int64_t K = 512, N = 70;
+  for (TensorType type :
+       {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k}) {
+    const std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
+    const quant::Matrix m = quant::matrix("w", type, bytes.data(), N, K);
+    std::vector<float> w(N * K);
+    quant::dequantize_rows(m, 0, N, w.data());
+    for (int64_t M : {15, 16, 45}) {
+      SCOPED_TRACE(testing::Message() << to_string(type) << " M " << M);
+      std::vector<float> x(M * K), vector(M * N), tiles(M * N), one(M * N);
+      for (float& v : x) v = normal(rng);
+      const View xv(x.data(), {M, K});
+      quant::linear_forward(View(vector.data(), {M, N}), xv, {m}, nullptr, quant::Matmul::int8);
+      const quant::ProductKernel beneath = quant::product_kernel(type, quant::Matmul::int8, M);
+      on_amx_int8([&] {
+        quant::kernels_reached() = 0;
+        quant::linear_forward(View(tiles.data(), {M, N}), xv, {m}, nullptr, quant::Matmul::int8);
+        const auto want = M >= quant::kAmxMinRows ? quant::ProductKernel::int8_amx : beneath;
+        EXPECT_EQ(quant::kernels_reached().load(), static_cast<uint32_t>(want));
+        const int threads = num_threads();
+        set_num_threads(threads == 1 ? 3 : 1);
+        quant::linear_forward(View(one.data(), {M, N}), xv, {m}, nullptr, quant::Matmul::int8);
+        set_num_threads(threads);
+      });
+      EXPECT_EQ(std::memcmp(tiles.data(), one.data(), 4 * tiles.size()), 0) << "threads";
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t n = 0; n < N; ++n) {
+          double want = 0, size = 0, bound = 0;
+          for (int64_t b = 0; b < K / 32; ++b) {
+            int8_t q[32];
+            float d;
+            q8_block(&x[i * K + b * 32], q, d);
+            for (int j = 0; j < 32; ++j) {
+              const double wj = w[n * K + b * 32 + j], xj = x[i * K + b * 32 + j];
+              want += wj * xj, size += std::abs(wj * xj), bound += std::abs(wj) * d / 2;
+            }
+          }
+          ASSERT_NEAR(tiles[i * N + n], want, bound + 1e-5 * size + 1e-5)
+              << "row " << i << " output " << n;
+          ASSERT_NEAR(tiles[i * N + n], vector[i * N + n], 2e-6 * size + 1e-6)
+              << "row " << i << " output " << n;
+        }
+    }
+  }
+}
+
+// A block with an inf or NaN makes its row's outputs NaN on the tiles too.
+TEST(QuantAmxInt8, NonFiniteActivationsGiveNaN) {
+  if (!target_has_amx_int8()) GTEST_SKIP() << "AMX-INT8 is compiled for AVX2 and AVX-512 only";
+  std::mt19937 rng(42);
+  const std::vector<uint8_t> bytes = random_blocks(TensorType::q4_0, 8, 64, rng);
+  const quant::Matrix m = quant::matrix("w", TensorType::q4_0, bytes.data(), 8, 64);
+  const int64_t M = 20;
+  std::vector<float> x(M * 64, 0.5f), y(M * 8);
+  x[3 * 64 + 40] = NAN, x[17 * 64 + 2] = INFINITY;
+  on_amx_int8([&] {
+    quant::linear_forward(View(y.data(), {M, 8}), View(x.data(), {M, 64}), {m}, nullptr,
+                          quant::Matmul::int8);
+  });
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t n = 0; n < 8; ++n)
+      EXPECT_EQ(std::isnan(y[i * 8 + n]), i == 3 || i == 17) << "row " << i << " output " << n;
+}
+
+// The instructions give the stand-in's bits (on a CPU with AMX-INT8 only).
+TEST(QuantAmxInt8, InstructionsGiveTheStandInsBits) {
+  if (!target_has_amx_int8()) GTEST_SKIP() << "AMX-INT8 is compiled for AVX2 and AVX-512 only";
+  if (const char* why = amx::unavailable()) GTEST_SKIP() << "no AMX here: " << why;
+  std::mt19937 rng(43);
+  std::normal_distribution<float> normal;
+  const int64_t K = 256, N = 45, M = 37;
+  for (TensorType type :
+       {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k, TensorType::q6_k}) {
+    const std::vector<uint8_t> bytes = random_blocks(type, N, K, rng);
+    const quant::Matrix m = quant::matrix("w", type, bytes.data(), N, K);
+    std::vector<float> x(M * K), emulated(M * N), hardware(M * N);
+    for (float& v : x) v = normal(rng);
+    const View xv(x.data(), {M, K});
+    on_amx_int8([&] {
+      quant::linear_forward(View(emulated.data(), {M, N}), xv, {m}, nullptr, quant::Matmul::int8);
+      amx::set_stand_in(false);
+      quant::linear_forward(View(hardware.data(), {M, N}), xv, {m}, nullptr, quant::Matmul::int8);
+    });
+    EXPECT_EQ(std::memcmp(emulated.data(), hardware.data(), 4 * M * N), 0) << to_string(type);
+  }
 }
 
 TEST(QuantInt8, ModesByNameAndNonFiniteActivations) {

@@ -14,7 +14,10 @@
 #include "qkv/error.h"
 #include "qkv/gguf.h"
 #include "qkv/io.h"
+#include "qkv/targets.h"
 #include "qkv/tokenizer.h"
+#include "simd/amx.h"
+#include "simd/cpu.h"
 
 namespace qkv {
 namespace {
@@ -234,6 +237,61 @@ TEST(SmolLM2Int8, GreedyTextIsLlamaCppsUpToItsTies) {
     identical += i == want.size();
   }
   EXPECT_GE(identical, 1) << "no continuation is llama.cpp's throughout";
+}
+
+// Teacher-forced: each prompt and llama.cpp's 32 tokens in one prefill (at least 16 rows, so a
+// forced AMX-INT8 unit multiplies them), on the vector unit and on the tiles' stand-in: at every
+// position the best logit is llama.cpp's next token, or parts from it where llama.cpp's two
+// best were closer than its own error there.
+TEST(SmolLM2Int8, TeacherForcedPrefillOnEachUnitIsLlamaCppsUpToItsTies) {
+  const std::string target = current_target();
+  if (target != "avx2" && target.rfind("avx512", 0) != 0)
+    GTEST_SKIP() << "AMX-INT8 is compiled for x86-64's AVX2 and AVX-512 targets only";
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the stand-in's 250 prefill tokens take minutes under ASan (quant_test runs it "
+                  "there on small products)";
+#endif
+  std::ifstream in(std::string(QKV_GOLDEN_DIR) + "/../data/smollm2_llama_greedy.json");
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  const std::unique_ptr<Model> model = load_gguf(smollm2());
+  model->set_matmul(quant::Matmul::int8);
+  const int64_t V = model->config().vocab_size;
+  std::vector<std::vector<int32_t>> chosen[2];
+  for (const bool tiles : {false, true}) {
+    SCOPED_TRACE(tiles ? "AMX-INT8 stand-in" : "vector unit");
+    amx::set_stand_in(tiles);
+    simd::force_unit(simd::Work::int8, tiles ? std::optional(simd::Unit::amx) : std::nullopt);
+    for (const nlohmann::json& c : golden["cases"]) {
+      const std::vector<int32_t> ids = c["ids"];
+      const std::vector<int32_t> want = c["greedy"];
+      const std::vector<double> gaps = c["gaps"], errors = c["errors"];
+      std::vector<int32_t> seq = ids;
+      seq.insert(seq.end(), want.begin(), want.end() - 1);
+      const auto T = static_cast<int64_t>(seq.size());
+      KVCache cache(model->config(), {.max_seq = T});
+      const View logits = model->forward_cached(cache, seq.data(), 1, T, nullptr, true);
+      std::vector<int32_t>& got = chosen[tiles].emplace_back();
+      for (size_t i = 0; i < want.size(); ++i) {
+        const float* row = logits.data + (ids.size() - 1 + i) * V;
+        got.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
+        if (got.back() != want[i])
+          EXPECT_LE(gaps[i], errors[i]) << c["text"] << ": position " << i << " chose "
+                                        << got.back() << ", llama.cpp " << want[i]
+                                        << " by a margin of " << gaps[i];
+      }
+    }
+  }
+  simd::force_unit(simd::Work::int8, std::nullopt);
+  amx::set_stand_in(false);
+  size_t same = 0, all = 0;
+  for (size_t k = 0; k < chosen[0].size(); ++k) {
+    for (size_t i = 0; i < chosen[0][k].size(); ++i) {
+      same += chosen[0][k][i] == chosen[1][k][i];
+      ++all;
+    }
+  }
+  std::printf("teacher-forced: the tiles chose the vector unit's token at %zu of %zu positions\n",
+              same, all);
 }
 
 // The real model, greedy, in a conversation: the second question only makes sense with the

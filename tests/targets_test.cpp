@@ -187,6 +187,14 @@ TEST(Units, ForcingIsCheckedAgainstTheCpu) {
   const std::string no_amx = error_of("bf16=amx", amd_zen(25, true));
   EXPECT_NE(no_amx.find("cannot force bf16=amx: the CPU has no AMX-BF16"), std::string::npos)
       << no_amx;
+#if defined(__x86_64__)
+  const std::string no_amx_int8 = error_of("int8=amx", amd_zen(25, true));
+  EXPECT_NE(no_amx_int8.find("cannot force int8=amx: the CPU has no AMX-INT8"), std::string::npos)
+      << no_amx_int8;
+  simd::CpuFeatures bf16_tiles_only = intel_emerald_rapids();
+  bf16_tiles_only.amx_int8 = false;
+  EXPECT_NE(error_of("int8=amx", bf16_tiles_only).find("no AMX-INT8"), std::string::npos);
+#endif
   EXPECT_NE(error_of("fp8=fma", amd_zen(25, true)).find("unknown work 'fp8'"), std::string::npos);
   EXPECT_NE(error_of("bf16", amd_zen(25, true)).find("not work=unit"), std::string::npos);
   EXPECT_EQ(error_of("bf16=bf16_dot", amd_zen(26, true)), "");

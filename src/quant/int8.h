@@ -7,8 +7,16 @@
 
 namespace qkv::quant::int8 {
 
-// Whether the AVX2 target's products use AVX-VNNI (the VEX vpdpbusd).
-inline bool avx_vnni() { return simd::unit_of(simd::Work::int8) == simd::Unit::avx_vnni; }
+// Whether the AVX2 target's products use AVX-VNNI (the VEX vpdpbusd): forced, or beneath a
+// forced AMX (which multiplies prompts only) where the CPU has it.
+inline bool avx_vnni() {
+  const simd::Unit unit = simd::unit_of(simd::Work::int8);
+  return unit == simd::Unit::avx_vnni ||
+         (unit == simd::Unit::amx && simd::cpu_features().avx_vnni);
+}
+
+// Whether int8 products of prompts (quant::kAmxMinRows rows or more) run on AMX-INT8 tiles.
+inline bool amx_prompts() { return simd::unit_of(simd::Work::int8) == simd::Unit::amx; }
 
 // Whether AArch64's products use the dot product extension (sdot).
 inline bool dot_product_extension() {

@@ -26,6 +26,7 @@
 #include "qkv/quant.h"
 #include "qkv/targets.h"
 #include "qkv/threads.h"
+#include "simd/amx.h"
 #include "simd/dispatch.h"
 #include "simd/simd-inl.h"
 #include "util/parallel.h"
@@ -33,6 +34,7 @@
 #include "simd/blocks-inl.h"
 #include "simd/half-inl.h"
 #include "quant/int8-inl.h"
+#include "quant/amx_int8-inl.h"
 #include "quant/k_quants.h"
 #include "quant/product_kernels.h"
 
@@ -317,6 +319,7 @@ bool takes_int8(TensorType t) {
 // The kernel of weights of type t in `mode` for `rows` activation rows (linear_forward's choice).
 ProductKernel kernel_for(TensorType t, Matmul mode, int64_t rows) {
   if (mode == Matmul::int8 && takes_int8(t)) {
+    if (amx_int8::runs(rows)) return ProductKernel::int8_amx;
     switch (t) {
       case TensorType::q8_0:
         return int8::int8_kernel<TensorType::q8_0>();
@@ -390,11 +393,29 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   float* scratch = ::qkv::detail::team_scratch(::qkv::detail::QuantSlot::block_sums,
                                                int8 ? M * int8::floats_per_row(K) : nb + 1);
   float* xsum = scratch;
+  // AMX-INT8 (a prompt, forced): the quantized rows again, 32 at a time as its tiles read them.
+  const bool amx = int8 && amx_int8::runs(M);
+  float* tokens = nullptr;
+  (void)tokens, (void)amx;
+#if QKV_AMX_INT8
+  const int64_t groups = (M + amx_int8::kTokens - 1) / amx_int8::kTokens;
+  if (amx) {
+    amx_int8::check_tiles();
+    tokens = ::qkv::detail::team_scratch(::qkv::detail::QuantSlot::amx_tokens,
+                                         groups * amx_int8::group_floats(K));
+  }
+#endif
   if (int8) {
     // (A prompt's rows in parallel: one thread quantizing 478 rows took ~6% of a prefill.)
     ::qkv::detail::parallel_for(M, M > 1 ? num_threads() : 1, [&](int64_t i) {
       int8::quantize_row(xd + i * ldx, K, scratch + i * int8::floats_per_row(K));
     });
+#if QKV_AMX_INT8
+    if (amx)
+      ::qkv::detail::parallel_for(groups, num_threads(), [&](int64_t g) {
+        amx_int8::pack_tokens(scratch, M, K, g, tokens + g * amx_int8::group_floats(K));
+      });
+#endif
   } else if (M == 1 && std::any_of(parts.begin(), parts.end(), [](const Matrix& p) {
                return p.type == TensorType::q4_1 || p.type == TensorType::q4_k;
              })) {
@@ -412,7 +433,11 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
     locate(c, m, row0, n, col0);
     float* out = y.data + col0;
     if (int8 && takes_int8(m->type)) {
-      int8_range_of(*m, row0, row0 + n, M, scratch, out, ldy);
+#if QKV_AMX_INT8
+      if (amx) amx_int8::range_of(*m, row0, n, M, tokens, out + row0, ldy);
+      else
+#endif
+        int8_range_of(*m, row0, row0 + n, M, scratch, out, ldy);
     } else if (M == 1 && fused(m->type)) {
       dot_range_of(*m, row0, row0 + n, xd, xsum, out);
     } else {
@@ -461,6 +486,9 @@ constexpr KernelName kKernelNames[] = {
     {ProductKernel::int8_sdot, "sdot", "activations to int8 blocks; Arm's sdot"},
     {ProductKernel::int8_int16, "int16",
      "activations to int8 blocks; bytes widened to int16 pairs"},
+    {ProductKernel::int8_amx, "amx",
+     "activations to int8 blocks; AMX-INT8 tiles (TDPBUSD), 32 weight rows by 32 prompt rows, "
+     "each block's sums scaled in fp32"},
 };
 const KernelName& named(ProductKernel k) {
   for (const KernelName& n : kKernelNames)
@@ -498,6 +526,13 @@ std::vector<UnitInUse> weight_units() {
     const ProductKernel int8 = quant::product_kernel(t, Matmul::int8, 1);
     if (int8 != ProductKernel::rows_widened)
       out.push_back({name + ", int8", quant::unit_name(int8), quant::kernel_why(int8)});
+    const ProductKernel prompts = quant::product_kernel(t, Matmul::int8, quant::kAmxMinRows);
+    if (prompts != int8)
+      out.push_back({name + ", int8, " + std::to_string(quant::kAmxMinRows) + "+ rows",
+                     quant::unit_name(prompts),
+                     std::string(amx::stand_in() ? "forced, on the stand-in (QKV_AMX_STAND_IN): "
+                                                 : "forced: ") +
+                         quant::kernel_why(prompts)});
   }
   return out;
 }

@@ -18,10 +18,15 @@ enum class ProductKernel : uint32_t {
   int8_vpmaddubsw = 1u << 4,  // int8: vpmaddubsw + vpmaddwd (256-bit; SSE4 in 128-bit halves)
   int8_sdot = 1u << 5,        // int8: Arm's dot product instructions
   int8_int16 = 1u << 6,       // int8: bytes widened to int16 pairs (portable)
+  int8_amx = 1u << 7,         // int8, kAmxMinRows rows or more: AMX-INT8 tiles (TDPBUSD)
 };
 
+// The fewest activation rows the AMX-INT8 unit multiplies (one B tile of 16); fewer stay on
+// the vector unit beneath it, where streaming the weights bounds the time.
+inline constexpr int64_t kAmxMinRows = 16;
+
 // The unit's name as `qkv info` and QKV_UNITS say it: fma, vpdpbusd, avx_vnni, vpmaddubsw,
-// sdot, int16.
+// sdot, int16, amx.
 const char* unit_name(ProductKernel k);
 // One line on what the kernel does.
 const char* kernel_why(ProductKernel k);

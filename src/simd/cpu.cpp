@@ -73,7 +73,7 @@ CpuFeatures read_cpu_features() {
 #if QKV_CPU_ARM
 constexpr Unit kInt8Units[] = {Unit::sdot, Unit::int16};
 #else
-constexpr Unit kInt8Units[] = {Unit::avx_vnni, Unit::vpmaddubsw};
+constexpr Unit kInt8Units[] = {Unit::avx_vnni, Unit::vpmaddubsw, Unit::amx};
 #endif
 bool multiplies(Unit unit, Work work) {
   if (work == Work::bf16) return unit == Unit::bf16_dot || unit == Unit::fma || unit == Unit::amx;
@@ -82,8 +82,8 @@ bool multiplies(Unit unit, Work work) {
   return false;
 }
 
-// Whether a CPU with `f` (and this build) has the unit; else why not.
-const char* lacks(Unit unit, const CpuFeatures& f, bool bf16_kernels) {
+// Whether a CPU with `f` (and this build) has the unit for `work`; else why not.
+const char* lacks(Unit unit, Work work, const CpuFeatures& f, bool bf16_kernels) {
   switch (unit) {
     case Unit::bf16_dot:
       if (!f.avx512_bf16 && !f.arm_bf16) return "the CPU has no AVX512-BF16 or Arm BF16";
@@ -94,7 +94,10 @@ const char* lacks(Unit unit, const CpuFeatures& f, bool bf16_kernels) {
       return f.arm_dotprod ? nullptr : "the CPU has no Arm dot product extension";
     case Unit::amx:  // the stand-in runs anywhere; the tiles need the CPU and Linux's grant
       if (amx::stand_in()) return nullptr;
-      if (!f.amx_bf16) return "the CPU has no AMX-BF16 (QKV_AMX_STAND_IN=1 runs the stand-in)";
+      if (work == Work::bf16 && !f.amx_bf16)
+        return "the CPU has no AMX-BF16 (QKV_AMX_STAND_IN=1 runs the stand-in)";
+      if (work == Work::int8 && !f.amx_int8)
+        return "the CPU has no AMX-INT8 (QKV_AMX_STAND_IN=1 runs the stand-in)";
       return amx::unavailable();
     default:
       return nullptr;
@@ -167,7 +170,7 @@ const char* name_of(Unit unit) { return kUnitNames[static_cast<int>(unit)]; }
 UnitChoice choose_unit(Work work, const CpuFeatures& f, bool bf16_kernels) {
   for (const Rule& r : kRules)
     if (r.work == work && multiplies(r.unit, work) && (!*r.vendor || f.vendor == r.vendor) &&
-        !lacks(r.unit, f, bf16_kernels))
+        !lacks(r.unit, work, f, bf16_kernels))
       return {r.unit, r.why};
   return {Unit::fma, "no rule"};  // (not reached: each work's last rule fits every CPU)
 }
@@ -194,7 +197,7 @@ std::vector<std::pair<Work, Unit>> parse_units(const std::string& spec, const Cp
     check(u < static_cast<int>(std::size(kUnitNames)) && multiplies(static_cast<Unit>(u), work),
           where, ": '", unit_name, "' is not a unit for ", work_name, " (", choices_for(work), ")");
     const Unit unit = static_cast<Unit>(u);
-    if (const char* why = lacks(unit, f, bf16_kernels))
+    if (const char* why = lacks(unit, work, f, bf16_kernels))
       fail(where, ": cannot force ", work_name, "=", unit_name, ": ", why);
     out.emplace_back(work, unit);
   }

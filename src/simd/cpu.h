@@ -32,10 +32,11 @@ enum class Work { bf16, int8 };
 // The product units. fma: widen to fp32, fused multiply-add; bf16_dot: pairs of bf16 into fp32
 // (vdpbf16ps, bfdot); avx_vnni: u8 × s8 quads into int32 on 256-bit vectors (VEX vpdpbusd);
 // vpmaddubsw: the same through vpmaddubsw + vpmaddwd; sdot: s8 quads on Arm; int16: bytes
-// widened to int16 pairs (Highway's ReorderWidenMulAccumulate); amx: Intel's AMX-BF16 tiles
-// (TDPBF16PS; src/simd/amx.h), or their stand-in where amx::stand_in() says so. No rule
-// chooses amx: it runs only where forced (QKV_UNITS=bf16=amx) until its tests have passed on a
-// CPU with AMX.
+// widened to int16 pairs (Highway's ReorderWidenMulAccumulate); amx: Intel's AMX tiles
+// (src/simd/amx.h): for bf16 TDPBF16PS, for int8 (x86-64) TDPBUSD on prompts' weight products
+// with the vector unit the table chooses beneath it for fewer rows; or their stand-in where
+// amx::stand_in() says so. No rule chooses amx: it runs only where forced (QKV_UNITS=bf16=amx,
+// int8=amx) until its tests have passed on a CPU with AMX.
 enum class Unit { fma, bf16_dot, avx_vnni, vpmaddubsw, sdot, int16, amx };
 
 const char* name_of(Work work);

@@ -41,8 +41,15 @@ inline constexpr int kAttentionSlots = static_cast<int>(ForwardSlot::end) >
 // Attention over a cache: the visible keys and values gathered as fp32, the queries and outputs
 // of a rotated cache (src/attention/stored.cpp).
 enum class StoredSlot { keys = kAttentionSlots, values, rotated_queries, rotated_out, end };
-// Products with block-format weights (src/quant/matmul.cpp).
-enum class QuantSlot { block_sums = static_cast<int>(StoredSlot::end), tile, end };
+// Products with block-format weights (src/quant/matmul.cpp; the AMX-INT8 unit's tokens and
+// weight chunk, src/quant/amx_int8-inl.h).
+enum class QuantSlot {
+  block_sums = static_cast<int>(StoredSlot::end),
+  tile,
+  amx_tokens,
+  amx_chunk,
+  end
+};
 // Ring attention (src/dist/ring_attention.cpp), kept across the attention calls it makes.
 enum class RingSlot {
   block0 = static_cast<int>(QuantSlot::end),
