@@ -227,9 +227,9 @@ TEST(SmolLM2Int8, GreedyTextIsLlamaCppsUpToItsTies) {
       const int32_t got =
           static_cast<int32_t>(std::max_element(logits.data, logits.data + V) - logits.data);
       if (got != want[i]) {
-        EXPECT_LE(gaps[i], errors[i]) << c["text"] << ": token " << i << " is " << got
-                                      << ", llama.cpp's " << want[i] << " by a margin of "
-                                      << gaps[i] << " (its error there: " << errors[i] << ")";
+        EXPECT_LE(gaps[i], errors[i])
+            << c["text"] << ": token " << i << " is " << got << ", llama.cpp's " << want[i]
+            << " by a margin of " << gaps[i] << " (its error there: " << errors[i] << ")";
         break;
       }
       logits = model->forward_cached(cache, &got, 1, 1);
@@ -275,9 +275,9 @@ TEST(SmolLM2Int8, TeacherForcedPrefillOnEachUnitIsLlamaCppsUpToItsTies) {
         const float* row = logits.data + (ids.size() - 1 + i) * V;
         got.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
         if (got.back() != want[i])
-          EXPECT_LE(gaps[i], errors[i]) << c["text"] << ": position " << i << " chose "
-                                        << got.back() << ", llama.cpp " << want[i]
-                                        << " by a margin of " << gaps[i];
+          EXPECT_LE(gaps[i], errors[i])
+              << c["text"] << ": position " << i << " chose " << got.back() << ", llama.cpp "
+              << want[i] << " by a margin of " << gaps[i];
       }
     }
   }

@@ -120,6 +120,19 @@ void bench_generate(const BenchGenerateOptions& o) {
                       {"prefill_gflops", prefill_flops / prefill * 1e-9},
                       {"peak_gflops", peak},
                       {"prefill_fraction_of_peak", prefill_flops / prefill * 1e-9 / peak}};
+  // A prompt's int8 products forced onto AMX-INT8 tiles: their TDPBUSD peak too (0 where the
+  // tiles cannot run: the stand-in).
+  const std::vector<UnitInUse> weights = weight_units();
+  const bool amx_prompts = o.matmul == "int8" && o.prompt >= 16 &&
+                           std::any_of(weights.begin(), weights.end(),
+                                       [](const UnitInUse& u) { return u.unit == "amx"; });
+  const double amx_peak =
+      amx_prompts ? detail::measure_amx_peak_gflops(detail::AmxProduct::int8, threads) : 0;
+  if (amx_prompts) r["prefill_int8_unit"] = "amx";
+  if (amx_peak > 0) {
+    r["amx_int8_peak_gops"] = amx_peak;
+    r["prefill_fraction_of_amx_int8_peak"] = prefill_flops / prefill * 1e-9 / amx_peak;
+  }
   if (!o.json)
     std::cout << "model " << o.model << ": " << short_count(m.num_params()) << " parameters, "
               << threads << " thread(s), " << o.cache << " cache (rotation " << rotation << "), "
@@ -129,6 +142,13 @@ void bench_generate(const BenchGenerateOptions& o) {
               << prefill_flops / prefill * 1e-9
               << " GFLOP/s = " << 100 * prefill_flops / prefill * 1e-9 / peak << "% of the " << peak
               << " GFLOP/s FMA peak\n";
+  if (!o.json && amx_prompts) {
+    std::cout << "  int8 products on AMX-INT8 tiles";
+    if (amx_peak > 0)
+      std::cout << ": " << 100 * prefill_flops / prefill * 1e-9 / amx_peak << "% of the "
+                << amx_peak << " GOP/s TDPBUSD peak\n";
+    else std::cout << ", on the stand-in\n";
+  }
 
   // Decode at each cache length: fill the cache to that length, then time `decode` tokens.
   nlohmann::json decode = nlohmann::json::array();

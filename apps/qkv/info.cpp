@@ -1,6 +1,7 @@
 // `qkv info`: the machine as qkv sees it — CPU, cores, caches, the SIMD targets compiled in,
 // the one in use, and the two yardsticks measured now (the fp32 FMA peak and the read
 // bandwidth). The first thing to paste into a bug report.
+#include <algorithm>
 #include <omp.h>
 
 #include <fstream>
@@ -117,8 +118,9 @@ void info(const InfoOptions& o) {
       {"gemm", gemm},
       {"amx", amx_unavailable()
                   ? json(std::string("unavailable: ") + amx_unavailable())
-                  : json("available: attention over bf16 keys and values where forced "
-                         "(QKV_UNITS=bf16=amx); off by default")},
+                  : json("available: attention over bf16 keys and values "
+                         "(QKV_UNITS=bf16=amx) and prompts' int8 weight products (int8=amx) "
+                         "where forced; off by default")},
       {"amx_bf16_peak_gflops", amx_bf16 > 0 ? json(amx_bf16) : json(nullptr)},
       {"amx_int8_peak_gops", amx_int8 > 0 ? json(amx_int8) : json(nullptr)},
   };
@@ -136,9 +138,11 @@ void info(const InfoOptions& o) {
             << joined(supported_targets()) << "\n          in use: " << target << " ("
             << target_vector_bits() << "-bit vectors, " << target_vector_registers()
             << " registers)\nunits:    (QKV_UNITS=bf16=fma,… forces)\n";
+  size_t width = 22;  // the data's column: its longest name and a space
+  for (const UnitInUse& u : all_units) width = std::max(width, u.data.size() + 1);
   for (const UnitInUse& u : all_units)
-    std::cout << "  " << std::left << std::setw(22) << u.data << std::setw(11) << u.unit << u.why
-              << "\n";
+    std::cout << "  " << std::left << std::setw(static_cast<int>(width)) << u.data << std::setw(11)
+              << u.unit << u.why << "\n";
   std::cout << "gemm:     (QKV_GEMM=openblas or onednn forces the fp32 library)\n";
   for (const GemmLibraryInUse& g : gemm_libraries())
     std::cout << "  " << std::left << std::setw(6) << g.products << g.library << " " << g.version

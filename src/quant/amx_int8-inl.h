@@ -95,7 +95,8 @@ struct Tokens {
 inline int64_t group_floats(int64_t K) { return 8 * K + 2 * K + 2 * K; }
 inline Tokens tokens_at(const float* base, int64_t K) {
   const float* d = base + 8 * K;
-  return {reinterpret_cast<const uint8_t*>(base), d, d + K, reinterpret_cast<const int32_t*>(d + 2 * K)};
+  return {reinterpret_cast<const uint8_t*>(base), d, d + K,
+          reinterpret_cast<const int32_t*>(d + 2 * K)};
 }
 
 // Group g of the M rows quantized at `rows` (int8::floats_per_row(K) floats apart) into `out`.
@@ -212,8 +213,8 @@ void chunk_product(const float* chunk, int64_t K, const float* tokens, int64_t M
   const Chunk w = chunk_at<T>(const_cast<float*>(chunk), K);
   amx::Config config;
   for (int t = 0; t < 4; ++t) config.tile(t, kTile, 64);  // C: 16 rows × 16 int32
-  config.tile(4, kTile, S).tile(5, kTile, S);              // A: 16 rows × S bytes
-  config.tile(6, S / 4, 64).tile(7, S / 4, 64);            // B: S/4 quads × 16 tokens
+  config.tile(4, kTile, S).tile(5, kTile, S);             // A: 16 rows × S bytes
+  config.tile(6, S / 4, 64).tile(7, S / 4, 64);           // B: S/4 quads × 16 tokens
   Tiles::configure(config);
   alignas(64) int32_t c[kRows * kTokens];
   alignas(64) float acc[kRows * kTokens];

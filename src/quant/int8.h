@@ -11,16 +11,13 @@ namespace qkv::quant::int8 {
 // forced AMX (which multiplies prompts only) where the CPU has it.
 inline bool avx_vnni() {
   const simd::Unit unit = simd::unit_of(simd::Work::int8);
-  return unit == simd::Unit::avx_vnni ||
-         (unit == simd::Unit::amx && simd::cpu_features().avx_vnni);
+  return unit == simd::Unit::avx_vnni || (unit == simd::Unit::amx && simd::cpu_features().avx_vnni);
 }
 
 // Whether int8 products of prompts (quant::kAmxMinRows rows or more) run on AMX-INT8 tiles.
 inline bool amx_prompts() { return simd::unit_of(simd::Work::int8) == simd::Unit::amx; }
 
 // Whether AArch64's products use the dot product extension (sdot).
-inline bool dot_product_extension() {
-  return simd::unit_of(simd::Work::int8) == simd::Unit::sdot;
-}
+inline bool dot_product_extension() { return simd::unit_of(simd::Work::int8) == simd::Unit::sdot; }
 
 }  // namespace qkv::quant::int8

@@ -13,15 +13,15 @@
 namespace qkv::simd {
 
 struct CpuFeatures {
-  std::string vendor;  // CPUID's vendor ("GenuineIntel", "AuthenticAMD"), or "arm"
+  std::string vendor;         // CPUID's vendor ("GenuineIntel", "AuthenticAMD"), or "arm"
   int family = 0, model = 0;  // CPUID's, extended fields added in (x86-64)
   bool avx512 = false;        // AVX-512 F, BW, DQ, VL, and the OS saves the zmm registers
   bool avx512_bf16 = false;   // vdpbf16ps (beside avx512)
   bool avx512_vnni = false;   // 512-bit vpdpbusd (beside avx512)
   bool avx_vnni = false;      // the VEX vpdpbusd on 256-bit vectors
   bool amx_bf16 = false, amx_int8 = false;  // AMX tiles, and the OS saves their state (XCR0)
-  bool arm_bf16 = false;     // bfdot (HWCAP2_BF16)
-  bool arm_dotprod = false;  // sdot / udot (HWCAP_ASIMDDP)
+  bool arm_bf16 = false;                    // bfdot (HWCAP2_BF16)
+  bool arm_dotprod = false;                 // sdot / udot (HWCAP_ASIMDDP)
 };
 
 // This CPU's features, read once.
