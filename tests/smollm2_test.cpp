@@ -274,10 +274,11 @@ TEST(SmolLM2Int8, TeacherForcedPrefillOnEachUnitIsLlamaCppsUpToItsTies) {
       for (size_t i = 0; i < want.size(); ++i) {
         const float* row = logits.data + (ids.size() - 1 + i) * V;
         got.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
-        if (got.back() != want[i])
+        if (got.back() != want[i]) {
           EXPECT_LE(gaps[i], errors[i])
               << c["text"] << ": position " << i << " chose " << got.back() << ", llama.cpp "
               << want[i] << " by a margin of " << gaps[i];
+        }
       }
     }
   }
