@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "qkv/error.h"
 #include "qkv/number_format.h"
 #include "qkv/quant.h"
+#include "qkv/targets.h"
+#include "attention/kernels.h"
 
 namespace qkv {
 namespace {
@@ -126,6 +129,7 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
               .dim_v = D,
               .length = L,
               .slots = c.slots,
+              .scores = CacheScores::exact,
               .rotation = c.rotation};
   if (c.fresh) kv.fresh_k = fk, kv.fresh_v = fv;
   std::vector<float> slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
@@ -136,6 +140,38 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   a.mask.window_left = c.window;
   if (c.alibi) a.mask.alibi = slopes.data();
   attention(a, kv);
+  // Blocks again with int8 scores (the default): each score moves by at most what rounding
+  // the scaled (and rotated) query to int8 blocks moves it, δ = Σ_b d_b / 2 · Σ_b |k| (k as
+  // stored), so the output by at most (e^2δ − 1) max |v| and the log-sum-exp by δ.
+  Tensor out8({1, Hq, c.Tq, D});
+  std::vector<float> lse8(Hq * c.Tq);
+  double delta = 0, vmax = 0;
+  if (blocks) {
+    StoredKV kv8 = kv;
+    kv8.scores = CacheScores::int8;
+    AttentionArgs a8 = a;
+    a8.out = out8, a8.lse = lse8.data();
+    attention(a8, kv8);
+    const double scale = 1 / std::sqrt(static_cast<double>(D));
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t t = 0; t < c.Tq; ++t) {
+        std::vector<float> qr(D);
+        for (int64_t d = 0; d < D; ++d) qr[d] = q.view()(0, h, t, d);
+        if (c.rotation) hadamard_rotate(qr.data(), D, c.rotation);
+        for (int64_t p = 0; p < L; ++p) {
+          double bound = 0;
+          for (int64_t b = 0; b < D / 32; ++b) {
+            double amax = 0, ksum = 0;
+            for (int64_t i = 32 * b; i < 32 * (b + 1); ++i)
+              amax = std::max(amax, scale * std::abs(qr[i])),
+              ksum += std::abs(k.view()(0, h / (Hq / Hkv), p, i));
+            bound += amax / 127 / 2 * ksum;
+          }
+          delta = std::max(delta, bound);
+        }
+      }
+    for (int64_t i = 0; i < v.numel(); ++i) vmax = std::max(vmax, std::abs(double(v.data()[i])));
+  }
 
   // The rows attention sees: those stored, rotated back (H is its own inverse).
   for (Tensor* t : {&k, &v})
@@ -147,6 +183,12 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   for (int64_t i = 0; i < out.numel(); ++i)
     ASSERT_NEAR(out.data()[i], expected.data()[i], 2e-5) << "element " << i;
   for (int64_t i = 0; i < Hq * c.Tq; ++i) ASSERT_NEAR(lse[i], expected_lse[i], 2e-5) << "row " << i;
+  if (!blocks) return;
+  for (int64_t i = 0; i < out.numel(); ++i)
+    ASSERT_NEAR(out8.data()[i], expected.data()[i], std::expm1(2 * delta) * vmax + 2e-5)
+        << "int8 scores, element " << i;
+  for (int64_t i = 0; i < Hq * c.Tq; ++i)
+    ASSERT_NEAR(lse8[i], expected_lse[i], delta + 2e-5) << "int8 scores, row " << i;
 }
 
 std::vector<StoredCase> stored_cases() {
@@ -197,6 +239,74 @@ std::vector<StoredCase> stored_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Storage, StoredAttention, ::testing::ValuesIn(stored_cases()),
                          [](const auto& info) { return name_of(info.param); });
+
+// Int8 scores (CacheScores::int8, decoding): the reference over the query as the kernel
+// rounds it (scaled, per 32-block: d = max|x| / 127, x · (1 / d) to nearest) gives the same
+// result within fp32 rounding: the integer block sums times the two scales are exactly the
+// products of the rounded query with the stored keys. Keys past a whole 16 (37 positions),
+// several chunks (300), 4 and 12 rows per key/value head, D 64 and 128. Where the CPU has no
+// byte dot product the scores are exact, and that is what is checked.
+TEST(StoredAttentionInt8Scores, AreTheReferenceOverTheRoundedQuery) {
+  const int64_t Hq = 8, Hkv = 2;
+  int reached = 0, runs = 0;
+  for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1})
+    for (int64_t D : {64, 128})
+      for (int64_t L : {37, 300})
+        for (int64_t Tq : {1, 3}) {
+          SCOPED_TRACE(testing::Message()
+                       << to_string(type) << " D " << D << " L " << L << " Tq " << Tq);
+          std::mt19937 rng(static_cast<unsigned>(D + L + Tq));
+          std::normal_distribution<float> normal;
+          Tensor k({1, Hkv, L, D}), v({1, Hkv, L, D}), q({1, Hq, Tq, D}), rounded({1, Hq, Tq, D});
+          for (int64_t i = 0; i < q.numel(); ++i) q.data()[i] = normal(rng);
+          std::vector<uint8_t> kq, vq;
+          for (Tensor* t : {&k, &v})
+            for (int64_t r = 0; r < Hkv * L; ++r) {
+              float* row = t->data() + r * D;
+              for (int64_t d = 0; d < D; ++d) row[d] = normal(rng);
+              const auto bytes = quant::quantize(type, row, D);
+              quant::dequantize(type, bytes.data(), D, row);
+              (t == &k ? kq : vq).insert((t == &k ? kq : vq).end(), bytes.begin(), bytes.end());
+            }
+          const float scale = 1 / std::sqrt(static_cast<float>(D));
+          for (int64_t row = 0; row < Hq * Tq; ++row)
+            for (int64_t b = 0; b < D / 32; ++b) {
+              float x[32], amax = 0;
+              for (int i = 0; i < 32; ++i)
+                x[i] = q.data()[row * D + 32 * b + i] * scale,
+                amax = std::max(amax, std::abs(x[i]));
+              const float d = amax / 127, inverse = d != 0 ? 1 / d : 0;
+              for (int i = 0; i < 32; ++i)
+                rounded.data()[row * D + 32 * b + i] = d * std::nearbyint(x[i] * inverse) / scale;
+            }
+          const StoredKV kv{.type = type,
+                            .k = kq.data(),
+                            .v = vq.data(),
+                            .batch_stride = Hkv * L * D,
+                            .head_stride = L * D,
+                            .row_stride = D,
+                            .heads = Hkv,
+                            .dim_k = D,
+                            .dim_v = D,
+                            .length = L};
+          Tensor out({1, Hq, Tq, D}), expected({1, Hq, Tq, D});
+          AttentionArgs a{.q = q, .out = out};
+          a.mask.causal = true;
+          detail::kernels_reached() = 0;
+          attention(a, kv);
+          const bool int8 = (detail::kernels_reached().load() &
+                             static_cast<uint32_t>(detail::Variant::decode_rows_int8)) != 0;
+          reached += int8, ++runs;
+          AttentionArgs r = a;
+          r.q = int8 ? rounded : q, r.k = k, r.v = v, r.out = expected;
+          reference::attention(r);
+          for (int64_t i = 0; i < out.numel(); ++i)
+            ASSERT_NEAR(out.data()[i], expected.data()[i], 2e-5)
+                << (int8 ? "int8" : "exact") << " scores, element " << i;
+        }
+  std::printf("int8 scores ran in %d of %d cases on target %s\n", reached, runs,
+              current_target().c_str());
+}
 
 // The mistakes a caller can make get errors that name them.
 // A bf16 query and output (a bf16 model's attention) against q8_0 blocks, one query

@@ -110,6 +110,18 @@ void validate_backward(const AttentionArgs& args, const View& dout, const View& 
 // interface; attention refuses a value it does not know.
 enum class KvLayout { rows };
 
+// How few decoding queries (the split-KV kernel's rows, fewer than 16 per key/value head)
+// meet keys stored in 32-value blocks (q8_0, q4_0, q4_1); other types, and the tiled kernels,
+// are exact either way:
+//   int8   each query rounded to int8 per 32-block (d = max|q| / 127, to nearest, as the int8
+//          weight products round activations), its products with the keys' integers summed as
+//          integers on the CPU's byte dot product (AVX512-VNNI, AVX-VNNI; where there is none,
+//          exact), the two blocks' scales applied once per block: a score moves by at most
+//          Σ_b d_q,b / 2 · Σ |k| over block b, about 1/250 of the block's largest product
+//   exact  every key value widened to fp32 (the scores of the dequantized rows, within fp32
+//          rounding)
+enum class CacheScores { int8, exact };
+
 // Keys and values as a cache stores them: positions 0 … length − 1 of B sequences, each a row
 // of `type` elements, one of kv_row_types(): f32, bf16 or f16, or q8_0, q4_0 or q4_1 (ggml's
 // 32-value blocks with an fp16 scale, q4_1 with an fp16 offset too, include/qkv/number_format.h:
@@ -129,6 +141,7 @@ struct StoredKV {
   int64_t length = 0;  // positions so far, the queries' included
   int64_t slots = 0;   // 0: not a ring
   KvLayout layout = KvLayout::rows;
+  CacheScores scores = CacheScores::int8;  // (block formats: see CacheScores)
   // Optional [B, Hkv, n, D] and [B, Hkv, n, Dv] (any type): the keys and values of the last n
   // positions, given here rather than stored (a ring that storing them would overrun while
   // earlier queries still see what they overwrite). Read as `type` rounds them.

@@ -61,6 +61,9 @@ struct KVCacheOptions {
   CacheType type = CacheType::f32;
   CacheRotation rotation = CacheRotation::automatic;
   bool ring = false;  // keep only the last window + 1 positions (the model needs a window)
+  // How decoding queries meet q8_0, q4_0 and q4_1 keys (StoredKV::scores, include/qkv/
+  // attention.h): int8 (the query rounded to int8 blocks, integer dot products) or exact.
+  CacheScores scores = CacheScores::int8;
 };
 
 class KVCache {
@@ -77,6 +80,7 @@ class KVCache {
   CacheType type() const { return type_; }
   // The block of the rotation its rows are stored with (StoredKV::rotation); 0: none.
   int64_t rotation() const { return rotation_; }
+  CacheScores scores() const { return scores_; }
   int64_t bytes() const;  // memory held for keys and values
 
   // Positions sequence `seq` has seen so far (its next token goes at this position).
@@ -116,6 +120,7 @@ class KVCache {
   int64_t batch_, layers_, kv_heads_, d_head_, slots_, max_seq_, rotation_;
   bool ring_;
   CacheType type_;
+  CacheScores scores_;
   Tensor k_, v_;  // [layers, batch, kv_heads, slots, d_head] elements, packed into floats
   std::vector<int64_t> length_;
 };

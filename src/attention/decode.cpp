@@ -47,6 +47,7 @@
 #include "attention/block_rows-inl.h"
 #include "attention/decode_rows-inl.h"
 #include "attention/decode_units-inl.h"
+#include "attention/decode_int8-inl.h"
 #include "attention/tile_units-inl.h"
 
 #if QKV_KERNEL_PASS
@@ -453,7 +454,12 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
       if constexpr (kElements) decode_unit_keys_in_lanes(x...);
     });
   else if (on_tiles()) {
-  } else if (n.R >= kTiledDecodeMinRows)
+  } else if (!kElements && kInt8Scores && KR.int8_scores && n.R < kTiledDecodeMinRows &&
+             int8_scores_available())
+    each_unit(Variant::decode_rows_int8, [](auto&&... x) {
+      if constexpr (!kElements && kInt8Scores) decode_unit_rows<RowsOnInt8<Src::kFormat>>(x...);
+    });
+  else if (n.R >= kTiledDecodeMinRows)
     each_unit(Tiles::kBf16Dot ? Variant::decode_tiled_bf16_dot : Variant::decode_tiled,
               [](auto&&... x) { decode_unit_tiled<Tiles>(x...); });
   else if (kRowsOnBf16Dot && fits_units(n.D, n.Dv, n.R))

@@ -306,6 +306,7 @@ struct ElementSource {
 
 template <TensorType kType>
 struct BlockSource {
+  static constexpr TensorType kFormat = kType;
   using Ptr = const uint8_t*;
   using TileElement = float;  // blocks are widened into the thread's scratch for tiles
   KvRows rows;

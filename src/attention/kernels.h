@@ -23,6 +23,7 @@ enum class Variant : uint32_t {
   forward_tiles_amx = 1u << 7,
   decode_tiled_amx = 1u << 8,
   backward_tiles_amx = 1u << 9,
+  decode_rows_int8 = 1u << 10,
 };
 std::atomic<uint32_t>& kernels_reached();
 inline void reached(Variant v) {

@@ -23,6 +23,7 @@ struct KvRows {
   int64_t slots =
       0;  // a ring of this many slots (0: none): row j lives in slot (first + j) % slots
   int64_t unit_values = 1, unit_bytes = 4;  // an element, or a block of 32 values and its bytes
+  bool int8_scores = false;  // blocks: decoding may round the queries to int8 (CacheScores::int8)
 
   bool in_blocks() const { return unit_values > 1; }
   int64_t slot(int64_t j) const { return slots > 0 ? (first + j) % slots : j; }

@@ -37,6 +37,7 @@ detail::KvRows stored_rows(const StoredKV& kv, const void* p, int64_t first, int
   detail::KvRows r = detail::kv_rows(kv.type, p, kv.batch_stride, kv.head_stride, kv.row_stride,
                                      kv.heads, kv.length - first, dim);
   r.first = first, r.slots = kv.slots, r.layout = kv.layout;
+  r.int8_scores = in_blocks(kv.type) && kv.scores == CacheScores::int8;
   return r;
 }
 

@@ -100,7 +100,8 @@ KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
                     ? rotation_block(config.d_head)
                     : 0),
       ring_(o.ring),
-      type_(o.type) {
+      type_(o.type),
+      scores_(o.scores) {
   validate(config);
   check(o.batch >= 1, "kv cache: batch must be >= 1, got ", o.batch);
   check(o.max_seq >= 0, "kv cache: max_seq must be >= 0 (0 = the model's context), got ",
@@ -205,6 +206,7 @@ StoredKV KVCache::stored(int64_t layer, int64_t seq, int64_t length) const {
   kv.length = length;
   kv.slots = ring_ ? slots_ : 0;
   kv.rotation = rotation_;
+  kv.scores = scores_;
   return kv;
 }
 

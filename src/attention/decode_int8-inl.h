@@ -1,0 +1,299 @@
+// Split-KV decoding's rows kernel with integer Q·K over 32-value blocks (q8_0, q4_0, q4_1
+// caches read with CacheScores::int8): RowsOnInt8, the unit decode_unit_rows (decode.cpp)
+// runs for fewer than 16 rows per key/value head where the CPU has a byte dot product
+// (AVX512-VNNI on the 512-bit targets, AVX-VNNI on AVX2).
+//
+// Each query row is rounded to int8 per 32-block as the weight products round activations
+// (quant/int8-inl.h: d = max|q| / 127, q to nearest), once per unit. The keys' integers then
+// meet it 16 keys at a time (8 on AVX2): a block of 16 key rows is transposed in registers
+// into 8 vectors whose lane i holds 4 bytes of key i, so one vpdpbusd adds 4 products of each
+// of 16 keys with the same 4 query bytes (broadcast), and a block's 8 instructions leave each
+// key's integer block sum in its own lane: no sum across lanes. Each block's scales are
+// applied once per row and 16 keys: (sum − offset · Σq) · d_k · d_q, plus Q4_1's m_k · d_q Σq.
+// The offset makes the keys unsigned for vpdpbusd (Q8_0's bytes +128, Q4_0's nibbles are
+// their value + 8) and is taken back in integers. The error is the query's rounding alone:
+// |Δs| ≤ Σ_b d_q,b / 2 · Σ |k| over the block. P·V stays the FMA one (BlockSource).
+// Per target, like src/simd/simd-inl.h.
+#if defined(QKV_ATTENTION_DECODE_INT8_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_ATTENTION_DECODE_INT8_INL_H_
+#undef QKV_ATTENTION_DECODE_INT8_INL_H_
+#else
+#define QKV_ATTENTION_DECODE_INT8_INL_H_
+#endif
+
+#include <cstdint>
+#include <cstring>
+
+#include <hwy/highway.h>
+
+#include "attention/decode_rows-inl.h"
+#include "quant/int8-inl.h"
+#include "simd/cpu.h"
+#include "util/scratch.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::detail {
+namespace HWY_NAMESPACE {
+namespace decoding {
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+inline constexpr bool kInt8Scores = true;
+namespace int8 = ::qkv::quant::HWY_NAMESPACE::int8;
+
+#if HWY_TARGET <= HWY_AVX3
+// 512 bits: 16 keys a panel, AVX512-VNNI's vpdpbusd (written out: Highway 1.0.3's options name
+// no AVX512-VNNI target, and the bf16 units' pass is AVX3 with AVX512-BF16 added).
+struct Panel16 {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int kKeys = 16;
+  static bool available() { return ::qkv::simd::cpu_features().avx512_vnni; }
+  static HWY_INLINE I dpbusd(I acc, I u, I s) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+  }
+  static HWY_INLINE I broadcast(const int8_t* q) {
+    int32_t v;
+    std::memcpy(&v, q, 4);
+    return _mm512_set1_epi32(v);
+  }
+  // Q8_0: 32 data bytes of each key (rows[j] + 2) as P[t] (dword t of each key), keys in lanes
+  // in the order kLanes says (two 8 × 8 transposes in the 256-bit halves, then 128-bit lanes
+  // gathered from both: one shuffle per vector fewer than the natural order).
+  static constexpr int kLanes[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+  static HWY_INLINE void panel32(const uint8_t* const* rows, I* P) {
+    I z[8], t[8], u[8];
+    for (int a = 0; a < 8; ++a)
+      z[a] = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[a]))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[a + 8])), 1);
+    for (int a = 0; a < 8; a += 2)
+      t[a] = _mm512_unpacklo_epi32(z[a], z[a + 1]),
+      t[a + 1] = _mm512_unpackhi_epi32(z[a], z[a + 1]);
+    for (int g = 0; g < 8; g += 4) {
+      u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]),
+      u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+      u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+      u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int m = 0; m < 4; ++m) {
+      P[m] = _mm512_shuffle_i32x4(u[m], u[4 + m], _MM_SHUFFLE(2, 0, 2, 0));
+      P[4 + m] = _mm512_shuffle_i32x4(u[m], u[4 + m], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+  }
+  // Q4: 16 bytes of nibbles of each key as P[t] (values 4t … 4t + 3), keys in natural order.
+  static HWY_INLINE void panel16(const uint8_t* const* rows, I* P) {
+    I z[4];
+    for (int a = 0; a < 4; ++a) {
+      I v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[a])));
+      for (int l = 1; l < 4; ++l)
+        v = _mm512_inserti32x4(
+            v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[4 * l + a])), l);
+      z[a] = v;
+    }
+    const I t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const I t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    const I w[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                    _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+    const I low = _mm512_set1_epi8(15);
+    for (int c = 0; c < 4; ++c)
+      P[c] = _mm512_and_si512(w[c], low),
+      P[4 + c] = _mm512_and_si512(_mm512_srli_epi16(w[c], 4), low);
+  }
+  static HWY_INLINE I flip(I x) { return _mm512_xor_si512(x, _mm512_set1_epi8(char(0x80))); }
+  static HWY_INLINE I sub(I x, int32_t v) { return _mm512_sub_epi32(x, _mm512_set1_epi32(v)); }
+  static HWY_INLINE I zero() { return _mm512_setzero_si512(); }
+  static HWY_INLINE F fzero() { return _mm512_setzero_ps(); }
+  static HWY_INLINE F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static HWY_INLINE F mul(F a, float b) { return _mm512_mul_ps(a, _mm512_set1_ps(b)); }
+  static HWY_INLINE F to_float(I x) { return _mm512_cvtepi32_ps(x); }
+  static HWY_INLINE F set(float x) { return _mm512_set1_ps(x); }
+  // The fp16 at byte `shift` / 8 of the 32-bit words at each key's rows[j] (the block's d, or
+  // Q4_1's m with shift 16), as floats.
+  static HWY_INLINE F halves(const uint8_t* const* rows, int shift) {
+    alignas(64) int32_t w[16];
+    for (int j = 0; j < 16; ++j) std::memcpy(&w[j], rows[j], 4);
+    const I words = _mm512_srli_epi32(_mm512_load_si512(w), shift);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+  }
+  static HWY_INLINE void store(F x, float* to, bool natural) {
+    if (!natural) {
+      const I back = _mm512_loadu_si512(kLanes);  // (the order is its own inverse)
+      x = _mm512_permutexvar_ps(back, x);
+    }
+    _mm512_storeu_ps(to, x);
+  }
+};
+using Panel = Panel16;
+#else
+// 256 bits: 8 keys a panel, AVX-VNNI's VEX vpdpbusd.
+struct Panel8 {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int kKeys = 8;
+  static bool available() { return ::qkv::simd::cpu_features().avx_vnni; }
+  static HWY_INLINE I dpbusd(I acc, I u, I s) {
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+  }
+  static HWY_INLINE I broadcast(const int8_t* q) {
+    int32_t v;
+    std::memcpy(&v, q, 4);
+    return _mm256_set1_epi32(v);
+  }
+  static constexpr int kLanes[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  static HWY_INLINE void panel32(const uint8_t* const* rows, I* P) {
+    I z[8], t[8], u[8];
+    for (int a = 0; a < 8; ++a)
+      z[a] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[a]));
+    for (int a = 0; a < 8; a += 2)
+      t[a] = _mm256_unpacklo_epi32(z[a], z[a + 1]),
+      t[a + 1] = _mm256_unpackhi_epi32(z[a], z[a + 1]);
+    for (int g = 0; g < 8; g += 4) {
+      u[g] = _mm256_unpacklo_epi64(t[g], t[g + 2]),
+      u[g + 1] = _mm256_unpackhi_epi64(t[g], t[g + 2]);
+      u[g + 2] = _mm256_unpacklo_epi64(t[g + 1], t[g + 3]);
+      u[g + 3] = _mm256_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int m = 0; m < 4; ++m) {
+      P[m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20);
+      P[4 + m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);
+    }
+  }
+  static HWY_INLINE void panel16(const uint8_t* const* rows, I* P) {
+    I z[4];
+    for (int a = 0; a < 4; ++a)
+      z[a] = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[a]))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[4 + a])), 1);
+    const I t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    const I t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    const I w[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                    _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+    const I low = _mm256_set1_epi8(15);
+    for (int c = 0; c < 4; ++c)
+      P[c] = _mm256_and_si256(w[c], low),
+      P[4 + c] = _mm256_and_si256(_mm256_srli_epi16(w[c], 4), low);
+  }
+  static HWY_INLINE I flip(I x) { return _mm256_xor_si256(x, _mm256_set1_epi8(char(0x80))); }
+  static HWY_INLINE I sub(I x, int32_t v) { return _mm256_sub_epi32(x, _mm256_set1_epi32(v)); }
+  static HWY_INLINE I zero() { return _mm256_setzero_si256(); }
+  static HWY_INLINE F fzero() { return _mm256_setzero_ps(); }
+  static HWY_INLINE F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static HWY_INLINE F mul(F a, float b) { return _mm256_mul_ps(a, _mm256_set1_ps(b)); }
+  static HWY_INLINE F to_float(I x) { return _mm256_cvtepi32_ps(x); }
+  static HWY_INLINE F set(float x) { return _mm256_set1_ps(x); }
+  static HWY_INLINE F halves(const uint8_t* const* rows, int shift) {
+    alignas(32) int32_t w[8];
+    for (int j = 0; j < 8; ++j) std::memcpy(&w[j], rows[j], 4);
+    const I words = _mm256_and_si256(
+        _mm256_srli_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(w)), shift),
+        _mm256_set1_epi32(0xFFFF));
+    const __m128i h =
+        _mm_packus_epi32(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+    return _mm256_cvtph_ps(h);
+  }
+  static HWY_INLINE void store(F x, float* to, bool) { _mm256_storeu_ps(to, x); }
+};
+using Panel = Panel8;
+#endif
+
+// Whether integer Q·K runs here (the CPU has the dot product this target's panel uses).
+inline bool int8_scores_available() { return Panel::available(); }
+
+// The rows unit with integer Q·K over blocks of kType, P·V on the FMAs.
+template <TensorType kType>
+struct RowsOnInt8 {
+  static constexpr bool kScalesScores = false;  // the queries arrive scaled
+  static constexpr int64_t kBytes = kBlockBytes<kType>;
+  // What the unsigned key bytes are above their values (taken back as offset · Σq).
+  static constexpr int32_t kOffset = kType == TensorType::q8_0   ? 128
+                                     : kType == TensorType::q4_0 ? 8
+                                                                 : 0;
+  static int64_t paired(const BlockSource<kType>&) { return 0; }
+  const float* rows = nullptr;    // the query rows rounded to int8 (int8::Row), per_row apart
+  const int32_t* sums = nullptr;  // [R][blocks]: each block's Σ q
+  int64_t per_row = 0, D = 0;
+
+  void prepare(const BlockSource<kType>&, const float* q, int64_t R, int64_t dim, bool, int64_t) {
+    D = dim, per_row = int8::floats_per_row(D);
+    const int64_t blocks = D / kBlockValues;
+    float* buf = thread_scratch(ForwardSlot::q_tiles, R * (per_row + blocks));
+    auto* isum = reinterpret_cast<int32_t*>(buf + R * per_row);
+    for (int64_t r = 0; r < R; ++r) {
+      int8::quantize_row(q + r * D, D, buf + r * per_row);
+      const int8::Row x = int8::row_at(buf + r * per_row, D);
+      for (int64_t b = 0; b < blocks; ++b) {
+        int32_t sum = 0;
+        for (int64_t i = 0; i < kBlockValues; ++i) sum += x.q[b * kBlockValues + i];
+        isum[r * blocks + b] = sum;
+      }
+    }
+    rows = buf, sums = isum;
+  }
+
+  // s[r · stride + jj] ← q_r · k_jj for the R rows and nk ≤ lanes keys from k.
+  void scores(const BlockSource<kType>& K, const float*, int64_t R, const uint8_t* k, int64_t nk,
+              int64_t ahead_rows, float, float* s, int64_t stride) {
+    constexpr int L = Panel::kKeys;
+    static const uint8_t kZeros[kBytes] = {};
+    const int64_t ks = K.step, blocks = D / kBlockValues;
+    for (int64_t j = 0; j < ahead_rows; ++j)
+      BlockSource<kType>::ask(k + (kPrefetchRows + j) * ks, ks, K.bytes);
+    // Keys past nk read a zero block (d = 0). The Q8_0 panel of Panel16 puts key kLanes[i] in
+    // lane i, so its scales are read in that order and its scores put back at the end.
+    constexpr bool kPermuted = kType == TensorType::q8_0;
+    const uint8_t* key[L];
+    for (int j = 0; j < L; ++j) key[j] = j < nk ? k + j * ks : nullptr;
+    typename Panel::F out[kTiledDecodeMinRows];
+    for (int64_t r = 0; r < R; ++r) out[r] = Panel::fzero();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t *at[L], *data[L], *lane_at[L];
+      for (int j = 0; j < L; ++j) {
+        at[j] = key[j] ? key[j] + b * kBytes : kZeros;
+        data[j] = at[j] + kDataOffset<kType>;
+      }
+      for (int i = 0; i < L; ++i) lane_at[i] = at[kPermuted ? Panel::kLanes[i] : i];
+      typename Panel::I P[8];
+      if constexpr (kType == TensorType::q8_0) {
+        Panel::panel32(data, P);
+        for (int t = 0; t < 8; ++t) P[t] = Panel::flip(P[t]);
+      } else {
+        Panel::panel16(data, P);
+      }
+      const typename Panel::F dk = Panel::halves(lane_at, 0);
+      [[maybe_unused]] typename Panel::F mk;
+      if constexpr (kHasMin<kType>) mk = Panel::halves(lane_at, 16);
+      for (int64_t r = 0; r < R; ++r) {
+        const int8::Row x = int8::row_at(rows + r * per_row, D);
+        const int8_t* qb = x.q + b * kBlockValues;
+        typename Panel::I sum = Panel::zero();
+        for (int t = 0; t < 8; ++t) sum = Panel::dpbusd(sum, P[t], Panel::broadcast(qb + 4 * t));
+        if constexpr (kOffset != 0) sum = Panel::sub(sum, kOffset * sums[r * blocks + b]);
+        out[r] = Panel::fma(Panel::to_float(sum), Panel::mul(dk, x.d[b]), out[r]);
+        if constexpr (kHasMin<kType>) out[r] = Panel::fma(mk, Panel::set(x.sums[b]), out[r]);
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) Panel::store(out[r], s + r * stride, !kPermuted || L == 8);
+  }
+
+  void probabilities(const float*, int64_t, int64_t) {}
+  void values(const BlockSource<kType>& V, const float* s, int64_t stride, int64_t j, int64_t nk,
+              const uint8_t* v, int64_t ahead_rows, int64_t R, float* const* o) {
+    V.value_rows(s, stride, j, nk, v, ahead_rows, R, o);
+  }
+  void finish(const BlockSource<kType>&, float* const*, int64_t) {}
+};
+#else
+inline constexpr bool kInt8Scores = false;
+inline bool int8_scores_available() { return false; }
+template <TensorType kType>
+struct RowsOnInt8;  // (x86 from AVX2 only)
+#endif
+
+}  // namespace decoding
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
