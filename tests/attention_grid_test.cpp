@@ -25,6 +25,7 @@
 #include "qkv/targets.h"
 #include "qkv/tensor.h"
 #include "simd/amx.h"
+#include "simd/cpu.h"
 
 namespace qkv {
 namespace {
@@ -103,6 +104,15 @@ Stored store(TensorType type, const std::vector<float>& x, int64_t D) {
   return s;
 }
 
+// Whether the target in use has the byte dot product int8 scores run on: AVX512-VNNI on the
+// AVX-512 targets, AVX-VNNI on AVX2 (written from the targets' instruction sets).
+bool byte_dot_here() {
+  const std::string target = current_target();
+  const simd::CpuFeatures& f = simd::cpu_features();
+  if (target.rfind("avx512", 0) == 0) return f.avx512_vnni;
+  return target == "avx2" && f.avx_vnni;
+}
+
 // Whether the bf16 dot unit multiplies bf16 data now (the unit forced, and the target allows it).
 bool bf16_dot_in_use() {
   for (const UnitInUse& u : units_in_use())
@@ -131,6 +141,12 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
     ++outcome.skipped["a block format is read through a cache (StoredKV), not a view"];
     return;
   }
+  const bool int8 = unit == "int8";  // CacheScores::int8 (the "fma" unit reads blocks exactly)
+  if (int8 && !blocks) {
+    ++outcome.skipped["int8 scores multiply q8_0, q4_0 and q4_1 keys only"];
+    return;
+  }
+  if (int8 && source == Source::view) return;  // (counted above, under the fma unit)
   if (unit == "amx" && format != TensorType::bf16) {
     ++outcome.skipped["amx multiplies bf16 rows only (other rows run as with fma)"];
     return;
@@ -140,7 +156,7 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
     return;
   }
   try {
-    set_units("bf16=" + unit);
+    set_units(int8 ? "" : "bf16=" + unit);
   } catch (const Error&) {
     ++outcome.skipped["the CPU (or build) has no " + unit + " unit"];
     return;
@@ -216,11 +232,29 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
                       .dim_k = D,
                       .dim_v = D,
                       .length = Tk,
-                      .slots = source == Source::ring ? slots : 0};
+                      .slots = source == Source::ring ? slots : 0,
+                      .scores = int8 ? CacheScores::int8 : CacheScores::exact};
     attention(args, kv);
+  }
+  // Int8 scores run where few rows decode and the CPU has this target's byte dot product: the
+  // reference then takes the query as they round it (scaled, per 32-block: d = max|x| / 127,
+  // x · (1 / d) to nearest), whose products with the keys they compute exactly.
+  const bool int8_ran = int8 && driver == Driver::decode_rows && byte_dot_here();
+  Tensor rounded({1, Hq, Tq, D});
+  if (int8_ran) {
+    const float scale = 1 / std::sqrt(static_cast<float>(D));
+    for (int64_t b = 0; b < q.numel() / 32; ++b) {
+      float x[32], amax = 0;
+      for (int i = 0; i < 32; ++i)
+        x[i] = q.data()[32 * b + i] * scale, amax = std::max(amax, std::abs(x[i]));
+      const float d = amax / 127, inverse = d != 0 ? 1 / d : 0;
+      for (int i = 0; i < 32; ++i)
+        rounded.data()[32 * b + i] = d * std::nearbyint(x[i] * inverse) / scale;
+    }
   }
   // The reference over the positions in order.
   AttentionArgs ref = args;
+  if (int8_ran) ref.q = rounded;
   ref.k = View(kp.data(), {1, Hkv, Tk, D});
   ref.v = View(vp.data(), {1, Hkv, Tk, D});
   ref.out = want;
@@ -239,9 +273,10 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
                            : Variant::forward_tiles;
       break;
     case Driver::decode_rows:  // (AMX decodes any number of rows on tiles)
-      want_variant = amx   ? Variant::decode_tiled_amx
-                     : dot ? Variant::decode_rows_bf16_dot
-                           : Variant::decode_rows;
+      want_variant = amx        ? Variant::decode_tiled_amx
+                     : dot      ? Variant::decode_rows_bf16_dot
+                     : int8_ran ? Variant::decode_rows_int8
+                                : Variant::decode_rows;
       break;
     case Driver::decode_tiled:
       want_variant = amx   ? Variant::decode_tiled_amx
@@ -280,7 +315,7 @@ TEST_P(KernelGrid, EveryFormatSourceUnitAndOptionMatchesTheReference) {
   Outcome outcome;
   for (TensorType format : kv_row_types())
     for (Source source : {Source::view, Source::cache, Source::ring})
-      for (const char* unit : {"fma", "bf16_dot", "amx"})
+      for (const char* unit : {"fma", "bf16_dot", "amx", "int8"})
         for (Option option :
              {Option::plain, Option::causal, Option::window, Option::alibi, Option::softcap})
           run_case(driver, format, source, unit, option, outcome);

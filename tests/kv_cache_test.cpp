@@ -268,7 +268,8 @@ TEST(KVCache, BlockCachesAgreeAcrossKernelsRingsAndBatches) {
     Model m(c, 12);
     const auto tokens = tokens_of(40, 6, V);
     const CacheRotation off = CacheRotation::off;
-    KVCache one(c, {.max_seq = 40, .type = type, .rotation = off});
+    const CacheScores exact = CacheScores::exact;  // (int8 scores: attention_stored_test)
+    KVCache one(c, {.max_seq = 40, .type = type, .rotation = off, .scores = exact});
     const View all = m.forward_cached(one, tokens.data(), 1, 40, nullptr, true);
     const std::vector<float> expected(all.data, all.data + 40 * V);
     one.reset();
@@ -277,7 +278,8 @@ TEST(KVCache, BlockCachesAgreeAcrossKernelsRingsAndBatches) {
       EXPECT_LE(relative_error(expected, t, m.forward_cached(one, &tokens[t], 1, 1), 0, V), 2e-4)
           << cache_type_name(type) << " one token, position " << t;
     for (int64_t chunk : {1, 7}) {
-      KVCache ring(c, {.max_seq = 64, .type = type, .rotation = off, .ring = true});
+      KVCache ring(c,
+                   {.max_seq = 64, .type = type, .rotation = off, .ring = true, .scores = exact});
       for (int64_t done = 0; done < 40; done += chunk) {
         const int64_t n = std::min<int64_t>(chunk, 40 - done);
         const View l = m.forward_cached(ring, &tokens[done], 1, n, nullptr, true);
@@ -287,7 +289,7 @@ TEST(KVCache, BlockCachesAgreeAcrossKernelsRingsAndBatches) {
       }
     }
     // Three sequences in one cache: the first is `tokens`, the others shorter prefixes of it.
-    KVCache batch(c, {.batch = 3, .max_seq = 40, .type = type, .rotation = off});
+    KVCache batch(c, {.batch = 3, .max_seq = 40, .type = type, .rotation = off, .scores = exact});
     const int64_t prompt[3] = {12, 5, 9};
     for (int64_t s = 0; s < 3; ++s) m.forward_cached(batch, tokens.data(), 1, prompt[s], &s);
     batch.reset(1);  // forgotten, then run again: the same rows again
