@@ -249,61 +249,65 @@ INSTANTIATE_TEST_SUITE_P(Storage, StoredAttention, ::testing::ValuesIn(stored_ca
 TEST(StoredAttentionInt8Scores, AreTheReferenceOverTheRoundedQuery) {
   const int64_t Hq = 8, Hkv = 2;
   int reached = 0, runs = 0;
-  for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1})
-    for (int64_t D : {64, 128})
-      for (int64_t L : {37, 300})
-        for (int64_t Tq : {1, 3}) {
-          SCOPED_TRACE(testing::Message()
-                       << to_string(type) << " D " << D << " L " << L << " Tq " << Tq);
-          std::mt19937 rng(static_cast<unsigned>(D + L + Tq));
-          std::normal_distribution<float> normal;
-          Tensor k({1, Hkv, L, D}), v({1, Hkv, L, D}), q({1, Hq, Tq, D}), rounded({1, Hq, Tq, D});
-          for (int64_t i = 0; i < q.numel(); ++i) q.data()[i] = normal(rng);
-          std::vector<uint8_t> kq, vq;
-          for (Tensor* t : {&k, &v})
-            for (int64_t r = 0; r < Hkv * L; ++r) {
-              float* row = t->data() + r * D;
-              for (int64_t d = 0; d < D; ++d) row[d] = normal(rng);
-              const auto bytes = quant::quantize(type, row, D);
-              quant::dequantize(type, bytes.data(), D, row);
-              (t == &k ? kq : vq).insert((t == &k ? kq : vq).end(), bytes.begin(), bytes.end());
-            }
-          const float scale = 1 / std::sqrt(static_cast<float>(D));
-          for (int64_t row = 0; row < Hq * Tq; ++row)
-            for (int64_t b = 0; b < D / 32; ++b) {
-              float x[32], amax = 0;
-              for (int i = 0; i < 32; ++i)
-                x[i] = q.data()[row * D + 32 * b + i] * scale,
-                amax = std::max(amax, std::abs(x[i]));
-              const float d = amax / 127, inverse = d != 0 ? 1 / d : 0;
-              for (int i = 0; i < 32; ++i)
-                rounded.data()[row * D + 32 * b + i] = d * std::nearbyint(x[i] * inverse) / scale;
-            }
-          const StoredKV kv{.type = type,
-                            .k = kq.data(),
-                            .v = vq.data(),
-                            .batch_stride = Hkv * L * D,
-                            .head_stride = L * D,
-                            .row_stride = D,
-                            .heads = Hkv,
-                            .dim_k = D,
-                            .dim_v = D,
-                            .length = L};
-          Tensor out({1, Hq, Tq, D}), expected({1, Hq, Tq, D});
-          AttentionArgs a{.q = q, .out = out};
-          a.mask.causal = true;
-          detail::kernels_reached() = 0;
-          attention(a, kv);
-          const bool int8 = (detail::kernels_reached().load() &
-                             static_cast<uint32_t>(detail::Variant::decode_rows_int8)) != 0;
-          reached += int8, ++runs;
-          AttentionArgs r = a;
-          r.q = int8 ? rounded : q, r.k = k, r.v = v, r.out = expected;
-          reference::attention(r);
-          for (int64_t i = 0; i < out.numel(); ++i)
-            ASSERT_NEAR(out.data()[i], expected.data()[i], 2e-5)
-                << (int8 ? "int8" : "exact") << " scores, element " << i;
-        }
+  // Both byte products: vpdpbusd where the CPU has it, and vpmaddubsw + vpmaddwd forced.
+  for (const char* units : {"", "int8=vpmaddubsw"})
+    for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1})
+      for (int64_t D : {64, 128})
+        for (int64_t L : {37, 300})
+          for (int64_t Tq : {1, 3}) {
+            SCOPED_TRACE(testing::Message() << to_string(type) << " D " << D << " L " << L
+                                            << " Tq " << Tq << " units '" << units << "'");
+            set_units(units);
+            std::mt19937 rng(static_cast<unsigned>(D + L + Tq));
+            std::normal_distribution<float> normal;
+            Tensor k({1, Hkv, L, D}), v({1, Hkv, L, D}), q({1, Hq, Tq, D}), rounded({1, Hq, Tq, D});
+            for (int64_t i = 0; i < q.numel(); ++i) q.data()[i] = normal(rng);
+            std::vector<uint8_t> kq, vq;
+            for (Tensor* t : {&k, &v})
+              for (int64_t r = 0; r < Hkv * L; ++r) {
+                float* row = t->data() + r * D;
+                for (int64_t d = 0; d < D; ++d) row[d] = normal(rng);
+                const auto bytes = quant::quantize(type, row, D);
+                quant::dequantize(type, bytes.data(), D, row);
+                (t == &k ? kq : vq).insert((t == &k ? kq : vq).end(), bytes.begin(), bytes.end());
+              }
+            const float scale = 1 / std::sqrt(static_cast<float>(D));
+            for (int64_t row = 0; row < Hq * Tq; ++row)
+              for (int64_t b = 0; b < D / 32; ++b) {
+                float x[32], amax = 0;
+                for (int i = 0; i < 32; ++i)
+                  x[i] = q.data()[row * D + 32 * b + i] * scale,
+                  amax = std::max(amax, std::abs(x[i]));
+                const float d = amax / 127, inverse = d != 0 ? 1 / d : 0;
+                for (int i = 0; i < 32; ++i)
+                  rounded.data()[row * D + 32 * b + i] = d * std::nearbyint(x[i] * inverse) / scale;
+              }
+            const StoredKV kv{.type = type,
+                              .k = kq.data(),
+                              .v = vq.data(),
+                              .batch_stride = Hkv * L * D,
+                              .head_stride = L * D,
+                              .row_stride = D,
+                              .heads = Hkv,
+                              .dim_k = D,
+                              .dim_v = D,
+                              .length = L};
+            Tensor out({1, Hq, Tq, D}), expected({1, Hq, Tq, D});
+            AttentionArgs a{.q = q, .out = out};
+            a.mask.causal = true;
+            detail::kernels_reached() = 0;
+            attention(a, kv);
+            const bool int8 = (detail::kernels_reached().load() &
+                               static_cast<uint32_t>(detail::Variant::decode_rows_int8)) != 0;
+            reached += int8, ++runs;
+            AttentionArgs r = a;
+            r.q = int8 ? rounded : q, r.k = k, r.v = v, r.out = expected;
+            reference::attention(r);
+            for (int64_t i = 0; i < out.numel(); ++i)
+              ASSERT_NEAR(out.data()[i], expected.data()[i], 2e-5)
+                  << (int8 ? "int8" : "exact") << " scores, element " << i;
+          }
+  set_units("");
   std::printf("int8 scores ran in %d of %d cases on target %s\n", reached, runs,
               current_target().c_str());
 }

@@ -38,6 +38,7 @@ struct BenchOptions {
   std::string dtype = "fp32";  // of q, k, v, out (and the gradients)
   std::string cache;           // K and V stored as a cache of this type (cache_type_names())
   std::string cache_rotation = "auto";  // and rotated (CacheRotation)
+  std::string cache_scores = "int8";    // and read by decoding (CacheScores)
 };
 
 // K and V [B, Hkv, T, D] (fp32, contiguous) stored as a key/value cache of `type` stores them
@@ -213,7 +214,17 @@ void bench_attention(const BenchOptions& o) {
     cache = std::make_unique<CacheStorage>(
         k, v, cache_element_type(t),
         cache_rotates(t, cache_rotation(o.cache_rotation)) ? rotation_block(D) : 0);
+    cache->kv.scores = cache_scores(o.cache_scores);
   }
+  // The unit a block cache's scores run on (units_in_use: int8 scores on the target's byte
+  // products where up to 4 queries decode with fewer than 16 rows per key/value head, else
+  // widened); "exact" widens them all.
+  std::string cache_unit;
+  const bool rows_decode = Tq <= 4 && Tq * (Hq / Hkv) < 16;
+  if (cache)
+    for (const UnitInUse& u : units_in_use())
+      if (u.data == o.cache + " cache")
+        cache_unit = o.cache_scores == "exact" || !rows_decode ? "fma" : u.unit;
   std::vector<std::unique_ptr<Storage16>> storage16;
   auto typed = [&](const Tensor& t) {
     if (type == TensorType::f32) return view(t);
@@ -343,6 +354,8 @@ void bench_attention(const BenchOptions& o) {
       {"dtype", o.dtype},
       {"cache", o.cache.empty() ? json(nullptr) : json(o.cache)},
       {"cache_rotation", cache ? json(cache->kv.rotation > 0 ? "on" : "off") : json(nullptr)},
+      {"cache_scores", cache ? json(o.cache_scores) : json(nullptr)},
+      {"cache_unit", cache_unit.empty() ? json(nullptr) : json(cache_unit)},
       {"backward", o.backward},
       {"threads", threads},
       {"target", current_target()},
@@ -369,7 +382,8 @@ void bench_attention(const BenchOptions& o) {
               << " Hq=" << Hq << " Hkv=" << Hkv << " Tq=" << Tq << " Tk=" << Tk << " D=" << D
               << (o.causal ? " causal" : "") << " " << o.dtype
               << (cache ? ", " + o.cache + " cache (rotation " +
-                              std::string(cache->kv.rotation > 0 ? "on" : "off") + ")"
+                              std::string(cache->kv.rotation > 0 ? "on" : "off") + ", " +
+                              o.cache_scores + " scores on " + cache_unit + ")"
                         : std::string())
               << ", " << threads << " thread(s), SIMD target " << current_target() << "\n"
               << "  " << seconds * 1e3 << " ms, " << gflops
@@ -442,6 +456,7 @@ void add_bench(CLI::App& app) {
                    "qkv::attention over the storage (needs --dim-v equal to --dim); the read "
                    "loop reads the stored bytes");
   add_cache_rotation_option(*cmd, o->cache_rotation);
+  add_cache_scores_option(*cmd, o->cache_scores);
   cmd->add_flag("--json", o->json, "Print only the JSON result line");
   cmd->callback([o] { bench_attention(*o); });
 }

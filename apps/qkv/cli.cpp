@@ -49,6 +49,18 @@ void add_cache_rotation_option(CLI::App& cmd, std::string& rotation) {
       ->capture_default_str();
 }
 
+void add_cache_scores_option(CLI::App& cmd, std::string& scores) {
+  cmd.add_option("--cache-scores", scores,
+                 "How decoding queries meet q8_0, q4_0 and q4_1 keys: int8 (each query rounded "
+                 "to int8 blocks, integer dot products) or exact (every key widened to fp32)")
+      ->check(CLI::IsMember({"int8", "exact"}))
+      ->capture_default_str();
+}
+
+CacheScores cache_scores(const std::string& name) {
+  return name == "exact" ? CacheScores::exact : CacheScores::int8;
+}
+
 const char* rotation_state(const std::string& cache, const std::string& rotation) {
   return cache_rotates(cache_type(cache), cache_rotation(rotation)) ? "on" : "off";
 }

@@ -16,10 +16,10 @@ namespace qkv::cli {
 namespace {
 
 struct PerplexityCliOptions {
-  std::string model, text, matmul = "exact", cache = "f32", rotation = "auto";
+  std::string model, text, matmul = "exact", cache = "f32", rotation = "auto", scores = "int8";
   int64_t ctx = 512;
   int threads = 0;
-  bool json = false;
+  bool json = false, decode = false;
 };
 
 void run_perplexity(const PerplexityCliOptions& o) {
@@ -31,8 +31,9 @@ void run_perplexity(const PerplexityCliOptions& o) {
   set_matmul(*f.model, o.matmul);
   const Tokenizer& tok = *f.tokenizer;
   const std::vector<int32_t> tokens = tok.encode(text);
-  const PerplexityResult r = perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1,
-                                        cache_type(o.cache), cache_rotation(o.rotation));
+  const PerplexityResult r =
+      perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1, cache_type(o.cache),
+                 cache_rotation(o.rotation), cache_scores(o.scores), o.decode);
   const char* rotation = rotation_state(o.cache, o.rotation);
   nlohmann::json j = {{"model", o.model},           {"text", o.text},
                       {"tokens", tokens.size()},    {"ctx", r.ctx},
@@ -40,6 +41,7 @@ void run_perplexity(const PerplexityCliOptions& o) {
                       {"perplexity", r.perplexity}, {"nll", r.nll},
                       {"nll_stderr", r.nll_stderr}, {"matmul", o.matmul},
                       {"cache", o.cache},           {"cache_rotation", rotation},
+                      {"cache_scores", o.scores},   {"decode", o.decode},
                       {"threads", num_threads()},   {"target", current_target()},
                       {"seconds", r.seconds},       {"chunk_perplexity", r.chunk_perplexity}};
   if (o.json) {
@@ -48,7 +50,8 @@ void run_perplexity(const PerplexityCliOptions& o) {
   }
   std::cout << o.text << ": " << tokens.size() << " tokens, " << r.chunks << " chunks of " << r.ctx
             << ", " << r.scored << " scored (" << o.matmul << " matmul, " << o.cache
-            << " cache, rotation " << rotation << ")\n";
+            << " cache, rotation " << rotation << ", " << o.scores << " scores"
+            << (o.decode ? ", decoded a token at a time" : "") << ")\n";
   for (size_t k = 0; k < r.chunk_perplexity.size(); ++k)
     std::cout << "[" << k + 1 << "]" << r.chunk_perplexity[k]
               << (k + 1 < r.chunk_perplexity.size() ? "," : "\n");
@@ -70,6 +73,10 @@ void add_perplexity(CLI::App& app) {
   add_matmul_option(*cmd, o->matmul);
   add_cache_option(*cmd, o->cache, "KV cache storage");
   add_cache_rotation_option(*cmd, o->rotation);
+  add_cache_scores_option(*cmd, o->scores);
+  cmd->add_flag("--decode", o->decode,
+                "Score one token at a time through the cache (the decoding kernels) after a "
+                "prefill of each chunk's first half, instead of each chunk at once");
   add_threads_option(*cmd, o->threads);
   cmd->add_flag("--json", o->json, "One JSON line");
   cmd->callback([o] { run_perplexity(*o); });

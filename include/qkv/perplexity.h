@@ -28,11 +28,15 @@ struct PerplexityResult {
 // chunk (Tokenizer::adds_bos), or −1 to keep the text's own first token; cache: how the KV
 // cache stores each chunk's keys and values (what a quantized cache costs in quality shows
 // as the perplexity's rise over the f32 cache's); rotation: whether it rotates its rows
-// (KVCacheOptions::rotation).
+// (KVCacheOptions::rotation); scores: how decoding queries meet a block cache's keys
+// (KVCacheOptions::scores); decode: feed each chunk's scored positions one token at a time
+// through the cache (the split-KV decoding kernels, as generation runs them) after a prefill
+// of its first half, instead of the whole chunk at once (the tiled forward).
 // Throws qkv::Error when ctx is below 4 or above the model's context, or the text has fewer
 // than ctx tokens (not one chunk).
 PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, int64_t ctx,
                             int32_t bos, CacheType cache = CacheType::f32,
-                            CacheRotation rotation = CacheRotation::automatic);
+                            CacheRotation rotation = CacheRotation::automatic,
+                            CacheScores scores = CacheScores::int8, bool decode = false);
 
 }  // namespace qkv

@@ -457,7 +457,10 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
   } else if (!kElements && kInt8Scores && KR.int8_scores && n.R < kTiledDecodeMinRows &&
              int8_scores_available())
     each_unit(Variant::decode_rows_int8, [](auto&&... x) {
-      if constexpr (!kElements && kInt8Scores) decode_unit_rows<RowsOnInt8<Src::kFormat>>(x...);
+      if constexpr (!kElements && kInt8Scores) {
+        if (int8_scores_vnni()) decode_unit_rows<RowsOnInt8<Src::kFormat, true>>(x...);
+        else decode_unit_rows<RowsOnInt8<Src::kFormat, false>>(x...);
+      }
     });
   else if (n.R >= kTiledDecodeMinRows)
     each_unit(Tiles::kBf16Dot ? Variant::decode_tiled_bf16_dot : Variant::decode_tiled,

@@ -1,7 +1,8 @@
 // Split-KV decoding's rows kernel with integer Q·K over 32-value blocks (q8_0, q4_0, q4_1
 // caches read with CacheScores::int8): RowsOnInt8, the unit decode_unit_rows (decode.cpp)
-// runs for fewer than 16 rows per key/value head where the CPU has a byte dot product
-// (AVX512-VNNI on the 512-bit targets, AVX-VNNI on AVX2).
+// runs for fewer than 16 rows per key/value head on x86-64 from AVX2, with vpdpbusd where the
+// CPU has it (AVX512-VNNI on the 512-bit targets, AVX-VNNI on AVX2), else vpmaddubsw +
+// vpmaddwd.
 //
 // Each query row is rounded to int8 per 32-block as the weight products round activations
 // (quant/int8-inl.h: d = max|q| / 127, q to nearest), once per unit. The keys' integers then
@@ -47,10 +48,20 @@ struct Panel16 {
   using I = __m512i;
   using F = __m512;
   static constexpr int kKeys = 16;
-  static bool available() { return ::qkv::simd::cpu_features().avx512_vnni; }
+  static bool vnni() { return ::qkv::simd::int8_scores_vnni(true); }
   static HWY_INLINE I dpbusd(I acc, I u, I s) {
     asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
     return acc;
+  }
+  // The same sums without VNNI: vpmaddubsw + vpmaddwd (|u| ≤ 128 for no int16 saturation).
+  static HWY_INLINE I pair_dot(I acc, I u, I s) {
+    return _mm512_add_epi32(acc,
+                            _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+  }
+  static HWY_INLINE I abs(I x) { return _mm512_abs_epi8(x); }
+  // s negated where w is negative (where w is 0 the product is 0 either way).
+  static HWY_INLINE I sign(I s, I w) {
+    return _mm512_mask_sub_epi8(s, _mm512_movepi8_mask(w), _mm512_setzero_si512(), s);
   }
   static HWY_INLINE I broadcast(const int8_t* q) {
     int32_t v;
@@ -131,11 +142,17 @@ struct Panel8 {
   using I = __m256i;
   using F = __m256;
   static constexpr int kKeys = 8;
-  static bool available() { return ::qkv::simd::cpu_features().avx_vnni; }
+  static bool vnni() { return ::qkv::simd::int8_scores_vnni(false); }
   static HWY_INLINE I dpbusd(I acc, I u, I s) {
     asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
     return acc;
   }
+  static HWY_INLINE I pair_dot(I acc, I u, I s) {
+    return _mm256_add_epi32(acc,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+  }
+  static HWY_INLINE I abs(I x) { return _mm256_abs_epi8(x); }
+  static HWY_INLINE I sign(I s, I w) { return _mm256_sign_epi8(s, w); }
   static HWY_INLINE I broadcast(const int8_t* q) {
     int32_t v;
     std::memcpy(&v, q, 4);
@@ -198,16 +215,20 @@ struct Panel8 {
 using Panel = Panel8;
 #endif
 
-// Whether integer Q·K runs here (the CPU has the dot product this target's panel uses).
-inline bool int8_scores_available() { return Panel::available(); }
+// Whether integer Q·K runs here: every x86 target from AVX2 has a byte product, vpdpbusd where
+// the CPU has it (kVnni), else vpmaddubsw + vpmaddwd.
+inline bool int8_scores_available() { return true; }
+inline bool int8_scores_vnni() { return Panel::vnni(); }
 
-// The rows unit with integer Q·K over blocks of kType, P·V on the FMAs.
-template <TensorType kType>
+// The rows unit with integer Q·K over blocks of kType, P·V on the FMAs. Without VNNI, Q8_0's
+// keys stay signed: their magnitudes times the query bytes with the keys' signs (at most
+// 128 · 127 a product, which vpmaddubsw's int16 pairs hold).
+template <TensorType kType, bool kVnni>
 struct RowsOnInt8 {
   static constexpr bool kScalesScores = false;  // the queries arrive scaled
   static constexpr int64_t kBytes = kBlockBytes<kType>;
   // What the unsigned key bytes are above their values (taken back as offset · Σq).
-  static constexpr int32_t kOffset = kType == TensorType::q8_0   ? 128
+  static constexpr int32_t kOffset = kType == TensorType::q8_0   ? (kVnni ? 128 : 0)
                                      : kType == TensorType::q4_0 ? 8
                                                                  : 0;
   static int64_t paired(const BlockSource<kType>&) { return 0; }
@@ -255,9 +276,13 @@ struct RowsOnInt8 {
       }
       for (int i = 0; i < L; ++i) lane_at[i] = at[kPermuted ? Panel::kLanes[i] : i];
       typename Panel::I P[8];
+      [[maybe_unused]] typename Panel::I signs[8];
       if constexpr (kType == TensorType::q8_0) {
         Panel::panel32(data, P);
-        for (int t = 0; t < 8; ++t) P[t] = Panel::flip(P[t]);
+        for (int t = 0; t < 8; ++t) {
+          if constexpr (kVnni) P[t] = Panel::flip(P[t]);
+          else signs[t] = P[t], P[t] = Panel::abs(P[t]);
+        }
       } else {
         Panel::panel16(data, P);
       }
@@ -268,7 +293,13 @@ struct RowsOnInt8 {
         const int8::Row x = int8::row_at(rows + r * per_row, D);
         const int8_t* qb = x.q + b * kBlockValues;
         typename Panel::I sum = Panel::zero();
-        for (int t = 0; t < 8; ++t) sum = Panel::dpbusd(sum, P[t], Panel::broadcast(qb + 4 * t));
+        for (int t = 0; t < 8; ++t) {
+          const typename Panel::I x = Panel::broadcast(qb + 4 * t);
+          if constexpr (kVnni) sum = Panel::dpbusd(sum, P[t], x);
+          else if constexpr (kType == TensorType::q8_0)
+            sum = Panel::pair_dot(sum, P[t], Panel::sign(x, signs[t]));
+          else sum = Panel::pair_dot(sum, P[t], x);
+        }
         if constexpr (kOffset != 0) sum = Panel::sub(sum, kOffset * sums[r * blocks + b]);
         out[r] = Panel::fma(Panel::to_float(sum), Panel::mul(dk, x.d[b]), out[r]);
         if constexpr (kHasMin<kType>) out[r] = Panel::fma(mk, Panel::set(x.sums[b]), out[r]);
@@ -287,7 +318,8 @@ struct RowsOnInt8 {
 #else
 inline constexpr bool kInt8Scores = false;
 inline bool int8_scores_available() { return false; }
-template <TensorType kType>
+inline bool int8_scores_vnni() { return false; }
+template <TensorType kType, bool kVnni>
 struct RowsOnInt8;  // (x86 from AVX2 only)
 #endif
 

@@ -10,7 +10,8 @@
 namespace qkv {
 
 PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, int64_t ctx,
-                            int32_t bos, CacheType storage, CacheRotation rotation) {
+                            int32_t bos, CacheType storage, CacheRotation rotation,
+                            CacheScores scores, bool decode) {
   const ModelConfig& c = model.config();
   check(ctx >= 4 && ctx <= c.context, "perplexity: --ctx ", ctx,
         " must be from 4 to the model's context of ", c.context);
@@ -20,7 +21,9 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, in
   r.ctx = ctx;
   r.chunks = n / ctx;
   const int64_t first = ctx / 2, V = c.vocab_size;
-  KVCache cache(c, {.batch = 1, .max_seq = ctx, .type = storage, .rotation = rotation});
+  KVCache cache(
+      c, {.batch = 1, .max_seq = ctx, .type = storage, .rotation = rotation, .scores = scores});
+  std::vector<float> decoded;  // (decode: the scored positions' logits, a row each)
   std::vector<int32_t> chunk(ctx);
   double sum = 0, sum_sq = 0;  // of the scored tokens' negative log-likelihoods
   const double t0 = now_seconds();
@@ -28,9 +31,19 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, in
     std::copy(tokens.begin() + k * ctx, tokens.begin() + (k + 1) * ctx, chunk.begin());
     if (bos >= 0) chunk[0] = bos;
     cache.reset();
-    const View logits = model.forward_cached(cache, chunk.data(), 1, ctx, nullptr, true);
+    View logits;
+    if (decode) {
+      model.forward_cached(cache, chunk.data(), 1, first);
+      decoded.resize((ctx - 1 - first) * V);
+      for (int64_t j = first; j + 1 < ctx; ++j) {
+        const View step = model.forward_cached(cache, &chunk[j], 1, 1);
+        std::copy(step.data, step.data + V, decoded.data() + (j - first) * V);
+      }
+    } else {
+      logits = model.forward_cached(cache, chunk.data(), 1, ctx, nullptr, true);
+    }
     for (int64_t j = first; j + 1 < ctx; ++j) {
-      const float* z = &logits(j, 0);
+      const float* z = decode ? decoded.data() + (j - first) * V : &logits(j, 0);
       const float zmax = *std::max_element(z, z + V);
       double total = 0;
       for (int64_t v = 0; v < V; ++v) total += std::exp(static_cast<double>(z[v]) - zmax);

@@ -218,6 +218,15 @@ UnitChoice unit_for(Work work) {
   return choose_unit(work, cpu_features(), kBf16Kernels);
 }
 
+std::optional<Unit> forced_unit_of(Work work) { return forced_unit(work); }
+
+bool int8_scores_vnni(bool wide) {
+  const CpuFeatures& f = cpu_features();
+  if (wide) return f.avx512_vnni && forced_unit(Work::int8) != Unit::vpmaddubsw;
+  const Unit unit = unit_of(Work::int8);
+  return unit == Unit::avx_vnni || (unit == Unit::amx && f.avx_vnni);
+}
+
 Unit unit_of(Work work) {
   static const Unit table[kWorks] = {choose_unit(Work::bf16, cpu_features(), kBf16Kernels).unit,
                                      choose_unit(Work::int8, cpu_features(), kBf16Kernels).unit};

@@ -263,8 +263,21 @@ std::vector<UnitInUse> units_in_use() {
     out.push_back(
         {"bf16", "fma", registry_agrees ? bf16.why : "target " + target + ": widened to fp32"});
   out.push_back({"f16", "fma", "widened to fp32 (no f16 dot unit is used)"});
+  // Block caches: decoding's scores on the x86 targets' byte products (CacheScores::int8).
+  const bool wide = target.rfind("avx512", 0) == 0, byte_products = wide || target == "avx2";
+  const bool vnni = byte_products && simd::int8_scores_vnni(wide);
   for (const char* cache : {"q8_0 cache", "q4_0 cache", "q4_1 cache"})
-    out.push_back({cache, "fma", "blocks widened to fp32 in registers, one scale per block"});
+    out.push_back(
+        {cache,
+         !byte_products ? "fma"
+         : vnni         ? (wide ? "vpdpbusd" : "avx_vnni")
+                        : "vpmaddubsw",
+         byte_products
+             ? "decoding's scores (--cache-scores int8, the default): the query rounded to int8 "
+               "blocks, a panel of " +
+                   std::string(wide ? "16" : "8") +
+                   " keys a byte product; values and the tiled kernels widened to fp32"
+             : "blocks widened to fp32 in registers, one scale per block"});
   return out;
 }
 
