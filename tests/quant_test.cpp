@@ -526,6 +526,23 @@ TEST(QuantAmxInt8, StandInMatchesTheVectorUnitAndTheReference) {
   }
 }
 
+// `qkv info`'s list names the tiles for the five int8 formats' prompts where they are forced,
+// and nowhere else.
+TEST(QuantAmxInt8, InfoNamesTheTilesOnlyWhereForced) {
+  if (!target_has_amx_int8()) GTEST_SKIP() << "AMX-INT8 is compiled for AVX2 and AVX-512 only";
+  const auto amx_lines = [] {
+    std::vector<std::string> lines;
+    for (const UnitInUse& u : weight_units())
+      if (u.unit == std::string("amx")) lines.push_back(u.data);
+    return lines;
+  };
+  EXPECT_TRUE(amx_lines().empty());
+  std::vector<std::string> forced;
+  on_amx_int8([&] { forced = amx_lines(); });
+  ASSERT_EQ(forced.size(), 5u);
+  for (const std::string& line : forced) EXPECT_NE(line.find(", int8, 16+ rows"), std::string::npos);
+}
+
 // A block with an inf or NaN makes its row's outputs NaN on the tiles too.
 TEST(QuantAmxInt8, NonFiniteActivationsGiveNaN) {
   if (!target_has_amx_int8()) GTEST_SKIP() << "AMX-INT8 is compiled for AVX2 and AVX-512 only";

@@ -527,7 +527,7 @@ std::vector<UnitInUse> weight_units() {
     if (int8 != ProductKernel::rows_widened)
       out.push_back({name + ", int8", quant::unit_name(int8), quant::kernel_why(int8)});
     const ProductKernel prompts = quant::product_kernel(t, Matmul::int8, quant::kAmxMinRows);
-    if (prompts != int8)
+    if (prompts == ProductKernel::int8_amx)
       out.push_back({name + ", int8, " + std::to_string(quant::kAmxMinRows) + "+ rows",
                      quant::unit_name(prompts),
                      std::string(amx::stand_in() ? "forced, on the stand-in (QKV_AMX_STAND_IN): "
