@@ -25,6 +25,7 @@
 #include "qkv/targets.h"
 #include "qkv/tensor.h"
 #include "simd/amx.h"
+#include "int8_query.h"
 
 namespace qkv {
 namespace {
@@ -238,17 +239,9 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   // x · (1 / d) to nearest), whose products with the keys they compute exactly.
   const bool int8_ran = int8 && driver == Driver::decode_rows && byte_dot_here();
   Tensor rounded({1, Hq, Tq, D});
-  if (int8_ran) {
-    const float scale = 1 / std::sqrt(static_cast<float>(D));
-    for (int64_t b = 0; b < q.numel() / 32; ++b) {
-      float x[32], amax = 0;
-      for (int i = 0; i < 32; ++i)
-        x[i] = q.data()[32 * b + i] * scale, amax = std::max(amax, std::abs(x[i]));
-      const float d = amax / 127, inverse = d != 0 ? 1 / d : 0;
-      for (int i = 0; i < 32; ++i)
-        rounded.data()[32 * b + i] = d * std::nearbyint(x[i] * inverse) / scale;
-    }
-  }
+  if (int8_ran)
+    testing::round_query_like_int8_scores(q.data(), q.numel(), 1 / std::sqrt(float(D)),
+                                          rounded.data());
   // The reference over the positions in order.
   AttentionArgs ref = args;
   if (int8_ran) ref.q = rounded;

@@ -17,6 +17,7 @@
 #include "qkv/number_format.h"
 #include "qkv/quant.h"
 #include "qkv/targets.h"
+#include "int8_query.h"
 #include "attention/kernels.h"
 
 namespace qkv {
@@ -255,8 +256,8 @@ TEST(StoredAttentionInt8Scores, AreTheReferenceOverTheRoundedQuery) {
       for (int64_t D : {64, 128})
         for (int64_t L : {37, 300})
           for (int64_t Tq : {1, 3}) {
-            SCOPED_TRACE(testing::Message() << to_string(type) << " D " << D << " L " << L
-                                            << " Tq " << Tq << " units '" << units << "'");
+            SCOPED_TRACE(::testing::Message() << to_string(type) << " D " << D << " L " << L
+                                              << " Tq " << Tq << " units '" << units << "'");
             set_units(units);
             std::mt19937 rng(static_cast<unsigned>(D + L + Tq));
             std::normal_distribution<float> normal;
@@ -272,16 +273,7 @@ TEST(StoredAttentionInt8Scores, AreTheReferenceOverTheRoundedQuery) {
                 (t == &k ? kq : vq).insert((t == &k ? kq : vq).end(), bytes.begin(), bytes.end());
               }
             const float scale = 1 / std::sqrt(static_cast<float>(D));
-            for (int64_t row = 0; row < Hq * Tq; ++row)
-              for (int64_t b = 0; b < D / 32; ++b) {
-                float x[32], amax = 0;
-                for (int i = 0; i < 32; ++i)
-                  x[i] = q.data()[row * D + 32 * b + i] * scale,
-                  amax = std::max(amax, std::abs(x[i]));
-                const float d = amax / 127, inverse = d != 0 ? 1 / d : 0;
-                for (int i = 0; i < 32; ++i)
-                  rounded.data()[row * D + 32 * b + i] = d * std::nearbyint(x[i] * inverse) / scale;
-              }
+            testing::round_query_like_int8_scores(q.data(), q.numel(), scale, rounded.data());
             const StoredKV kv{.type = type,
                               .k = kq.data(),
                               .v = vq.data(),
