@@ -94,14 +94,15 @@ struct Panel16 {
   }
   // Q4: 16 bytes of nibbles of each key as P[t] (values 4t … 4t + 3), keys in natural order.
   static HWY_INLINE void panel16(const uint8_t* const* rows, I* P) {
+    const auto row = [&](int i) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i]));
+    };
     I z[4];
-    for (int a = 0; a < 4; ++a) {
-      I v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[a])));
-      for (int l = 1; l < 4; ++l)
-        v = _mm512_inserti32x4(
-            v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[4 * l + a])), l);
-      z[a] = v;
-    }
+    for (int a = 0; a < 4; ++a)  // (immediates written out: unoptimized builds need them so)
+      z[a] = _mm512_inserti32x4(
+          _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(row(a)), row(4 + a), 1),
+                             row(8 + a), 2),
+          row(12 + a), 3);
     const I t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
     const I t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
     const I w[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
