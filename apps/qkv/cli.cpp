@@ -38,6 +38,7 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
   cmd.add_option("--seed", f.seed, "Random seed (default: from the clock)");
   add_cache_option(cmd, f.cache, "KV cache storage");
   add_cache_rotation_option(cmd, f.cache_rotation);
+  add_cache_scores_option(cmd, f.cache_scores);
 }
 
 void add_cache_rotation_option(CLI::App& cmd, std::string& rotation) {
@@ -81,7 +82,8 @@ Sampling sampling_of(const SamplingFlags& f) {
              : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   return {{.temperature = f.temperature, .top_k = f.top_k, .top_p = f.top_p, .seed = seed},
           cache_type(f.cache),
-          cache_rotation(f.cache_rotation)};
+          cache_rotation(f.cache_rotation),
+          cache_scores(f.cache_scores)};
 }
 
 int run(int argc, const char* const* argv) {

@@ -57,7 +57,7 @@ struct SamplingFlags {
   float temperature = 1.0f, top_p = 0.9f;
   int64_t top_k = 0;
   uint64_t seed = 0;
-  std::string cache = "f32", cache_rotation = "auto";
+  std::string cache = "f32", cache_rotation = "auto", cache_scores = "int8";
 };
 void add_sampling_flags(CLI::App& cmd, SamplingFlags& flags);
 // The flags as options: the seed drawn from the clock when none was given, --cache checked.
@@ -65,6 +65,7 @@ struct Sampling {
   SamplingOptions options;
   CacheType cache;
   CacheRotation cache_rotation;
+  CacheScores cache_scores;
 };
 Sampling sampling_of(const SamplingFlags& flags);
 

@@ -31,7 +31,8 @@ void run_generate(const GenerateCliOptions& o) {
   GenerateOptions g{.steps = o.steps,
                     .sampling = sampling.options,
                     .cache = sampling.cache,
-                    .cache_rotation = sampling.cache_rotation};
+                    .cache_rotation = sampling.cache_rotation,
+                    .cache_scores = sampling.cache_scores};
   g.stop_tokens = stop_tokens(f);
 
   // run.c's -n: positions in all, the prompt included. A prompt that fills them is echoed and

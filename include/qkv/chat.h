@@ -32,6 +32,7 @@ struct ChatOptions {
   int64_t context = 0;       // positions the cache holds, all turns together; 0 = the model's
   CacheType cache = CacheType::f32;
   CacheRotation cache_rotation = CacheRotation::automatic;  // (KVCacheOptions::rotation)
+  CacheScores cache_scores = CacheScores::int8;             // (KVCacheOptions::scores)
 };
 
 struct ChatTurnStats {

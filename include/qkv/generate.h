@@ -47,6 +47,7 @@ struct GenerateOptions {
   std::vector<int32_t> stop_tokens;  // generation ends when one is drawn (it is not emitted)
   CacheType cache = CacheType::f32;
   CacheRotation cache_rotation = CacheRotation::automatic;  // (KVCacheOptions::rotation)
+  CacheScores cache_scores = CacheScores::int8;             // (KVCacheOptions::scores)
 };
 
 struct GenerateStats {

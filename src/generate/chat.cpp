@@ -44,10 +44,11 @@ Chat::Chat(Model& model, const Tokenizer& tokenizer, ChatFormat, const ChatOptio
 Chat::~Chat() = default;
 
 void Chat::reset() {
-  cache_ = std::make_unique<KVCache>(
-      model_->config(),
-      KVCacheOptions{
-          .max_seq = context_, .type = options_.cache, .rotation = options_.cache_rotation});
+  cache_ = std::make_unique<KVCache>(model_->config(),
+                                     KVCacheOptions{.max_seq = context_,
+                                                    .type = options_.cache,
+                                                    .rotation = options_.cache_rotation,
+                                                    .scores = options_.cache_scores});
   pending_.clear();
   run_.clear();
   if (tokenizer_->adds_bos()) pending_.push_back(tokenizer_->bos());

@@ -103,7 +103,8 @@ int32_t Generator::next() {
     cache_ = std::make_unique<KVCache>(c, KVCacheOptions{.max_seq = steps_,
                                                          .type = options_.cache,
                                                          .rotation = options_.cache_rotation,
-                                                         .ring = c.window > 0});
+                                                         .ring = c.window > 0,
+                                                         .scores = options_.cache_scores});
     const double t0 = now_seconds();
     logits_ = model_->forward_cached(*cache_, tokens_.data(), 1, prompt_positions_);
     prefill_seconds_ = now_seconds() - t0;
