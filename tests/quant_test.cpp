@@ -143,6 +143,25 @@ void q8_block(const float* x, int8_t* q, float& d) {
   for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(std::nearbyint(d != 0 ? x[j] / d : 0));
 }
 
+// The float64 product of activation row x with weight row w (K values), the sum of the
+// terms' magnitudes, and how far rounding x to int8 blocks may move it: Σ_j |w_j| · d_b / 2.
+struct Float64Product {
+  double value = 0, size = 0, bound = 0;
+};
+Float64Product float64_product(const float* x, const float* w, int64_t K) {
+  Float64Product p;
+  for (int64_t b = 0; b < K / 32; ++b) {
+    int8_t q[32];
+    float d;
+    q8_block(&x[b * 32], q, d);
+    for (int j = 0; j < 32; ++j) {
+      const double wj = w[b * 32 + j], xj = x[b * 32 + j];
+      p.value += wj * xj, p.size += std::abs(wj * xj), p.bound += std::abs(wj) * d / 2;
+    }
+  }
+  return p;
+}
+
 // Block b of a weight row as integers and scales: w_j = dw · qw_j + mw.
 void weight_block(TensorType type, const uint8_t* row, int64_t b, int32_t* qw, float& dw,
                   float& mw) {
@@ -377,19 +396,8 @@ TEST(QuantKernels, EveryFormatModeRowsAndUnitReachItsKernel) {
                             static_cast<uint32_t>(quant::ProductKernel::int8_vpdpbusd);
           for (int64_t i = 0; i < M; ++i)
             for (int64_t n = 0; n < N; ++n) {
-              double want_y = 0, size = 0, bound = 0;
-              for (int64_t b = 0; b < K / 32; ++b) {
-                int8_t q[32];
-                float d;
-                q8_block(&x[i * K + b * 32], q, d);
-                for (int j = 0; j < 32; ++j) {
-                  const double wj = w[n * K + b * 32 + j], xj = x[i * K + b * 32 + j];
-                  want_y += wj * xj;
-                  size += std::abs(wj * xj);
-                  bound += std::abs(wj) * d / 2;
-                }
-              }
-              ASSERT_NEAR(y[i * N + n], want_y, (int8 ? bound : 0) + 1e-5 * size + 1e-5)
+              const Float64Product p = float64_product(&x[i * K], &w[n * K], K);
+              ASSERT_NEAR(y[i * N + n], p.value, (int8 ? p.bound : 0) + 1e-5 * p.size + 1e-5)
                   << "row " << i << " output " << n;
             }
           ++ran;
@@ -507,19 +515,10 @@ TEST(QuantAmxInt8, StandInMatchesTheVectorUnitAndTheReference) {
       EXPECT_EQ(std::memcmp(tiles.data(), one.data(), 4 * tiles.size()), 0) << "threads";
       for (int64_t i = 0; i < M; ++i)
         for (int64_t n = 0; n < N; ++n) {
-          double want = 0, size = 0, bound = 0;
-          for (int64_t b = 0; b < K / 32; ++b) {
-            int8_t q[32];
-            float d;
-            q8_block(&x[i * K + b * 32], q, d);
-            for (int j = 0; j < 32; ++j) {
-              const double wj = w[n * K + b * 32 + j], xj = x[i * K + b * 32 + j];
-              want += wj * xj, size += std::abs(wj * xj), bound += std::abs(wj) * d / 2;
-            }
-          }
-          ASSERT_NEAR(tiles[i * N + n], want, bound + 1e-5 * size + 1e-5)
+          const Float64Product p = float64_product(&x[i * K], &w[n * K], K);
+          ASSERT_NEAR(tiles[i * N + n], p.value, p.bound + 1e-5 * p.size + 1e-5)
               << "row " << i << " output " << n;
-          ASSERT_NEAR(tiles[i * N + n], vector[i * N + n], 2e-6 * size + 1e-6)
+          ASSERT_NEAR(tiles[i * N + n], vector[i * N + n], 2e-6 * p.size + 1e-6)
               << "row " << i << " output " << n;
         }
     }
@@ -540,7 +539,8 @@ TEST(QuantAmxInt8, InfoNamesTheTilesOnlyWhereForced) {
   std::vector<std::string> forced;
   on_amx_int8([&] { forced = amx_lines(); });
   ASSERT_EQ(forced.size(), 5u);
-  for (const std::string& line : forced) EXPECT_NE(line.find(", int8, 16+ rows"), std::string::npos);
+  for (const std::string& line : forced)
+    EXPECT_NE(line.find(", int8, 16+ rows"), std::string::npos);
 }
 
 // A block with an inf or NaN makes its row's outputs NaN on the tiles too.

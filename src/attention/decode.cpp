@@ -454,8 +454,7 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
       if constexpr (kElements) decode_unit_keys_in_lanes(x...);
     });
   else if (on_tiles()) {
-  } else if (!kElements && kInt8Scores && KR.int8_scores && n.R < kTiledDecodeMinRows &&
-             int8_scores_available())
+  } else if (!kElements && kInt8Scores && KR.int8_scores && n.R < kTiledDecodeMinRows)
     each_unit(Variant::decode_rows_int8, [](auto&&... x) {
       if constexpr (!kElements && kInt8Scores) {
         if (int8_scores_vnni()) decode_unit_rows<RowsOnInt8<Src::kFormat, true>>(x...);

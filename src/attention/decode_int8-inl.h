@@ -72,6 +72,7 @@ struct Panel16 {
   // in the order kLanes says (two 8 × 8 transposes in the 256-bit halves, then 128-bit lanes
   // gathered from both: one shuffle per vector fewer than the natural order).
   static constexpr int kLanes[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+  static constexpr bool kPermutesQ8 = true;
   static HWY_INLINE void panel32(const uint8_t* const* rows, I* P) {
     I z[8], t[8], u[8];
     for (int a = 0; a < 8; ++a)
@@ -160,6 +161,7 @@ struct Panel8 {
     return _mm256_set1_epi32(v);
   }
   static constexpr int kLanes[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  static constexpr bool kPermutesQ8 = false;
   static HWY_INLINE void panel32(const uint8_t* const* rows, I* P) {
     I z[8], t[8], u[8];
     for (int a = 0; a < 8; ++a)
@@ -216,9 +218,8 @@ struct Panel8 {
 using Panel = Panel8;
 #endif
 
-// Whether integer Q·K runs here: every x86 target from AVX2 has a byte product, vpdpbusd where
-// the CPU has it (kVnni), else vpmaddubsw + vpmaddwd.
-inline bool int8_scores_available() { return true; }
+// Integer Q·K runs on every x86 target from AVX2: vpdpbusd where the CPU has it (kVnni), else
+// vpmaddubsw + vpmaddwd.
 inline bool int8_scores_vnni() { return Panel::vnni(); }
 
 // The rows unit with integer Q·K over blocks of kType, P·V on the FMAs. Without VNNI, Q8_0's
@@ -264,7 +265,7 @@ struct RowsOnInt8 {
       BlockSource<kType>::ask(k + (kPrefetchRows + j) * ks, ks, K.bytes);
     // Keys past nk read a zero block (d = 0). The Q8_0 panel of Panel16 puts key kLanes[i] in
     // lane i, so its scales are read in that order and its scores put back at the end.
-    constexpr bool kPermuted = kType == TensorType::q8_0;
+    constexpr bool kPermuted = kType == TensorType::q8_0 && Panel::kPermutesQ8;
     const uint8_t* key[L];
     for (int j = 0; j < L; ++j) key[j] = j < nk ? k + j * ks : nullptr;
     typename Panel::F out[kTiledDecodeMinRows];
@@ -295,18 +296,18 @@ struct RowsOnInt8 {
         const int8_t* qb = x.q + b * kBlockValues;
         typename Panel::I sum = Panel::zero();
         for (int t = 0; t < 8; ++t) {
-          const typename Panel::I x = Panel::broadcast(qb + 4 * t);
-          if constexpr (kVnni) sum = Panel::dpbusd(sum, P[t], x);
+          const typename Panel::I quad = Panel::broadcast(qb + 4 * t);
+          if constexpr (kVnni) sum = Panel::dpbusd(sum, P[t], quad);
           else if constexpr (kType == TensorType::q8_0)
-            sum = Panel::pair_dot(sum, P[t], Panel::sign(x, signs[t]));
-          else sum = Panel::pair_dot(sum, P[t], x);
+            sum = Panel::pair_dot(sum, P[t], Panel::sign(quad, signs[t]));
+          else sum = Panel::pair_dot(sum, P[t], quad);
         }
         if constexpr (kOffset != 0) sum = Panel::sub(sum, kOffset * sums[r * blocks + b]);
         out[r] = Panel::fma(Panel::to_float(sum), Panel::mul(dk, x.d[b]), out[r]);
         if constexpr (kHasMin<kType>) out[r] = Panel::fma(mk, Panel::set(x.sums[b]), out[r]);
       }
     }
-    for (int64_t r = 0; r < R; ++r) Panel::store(out[r], s + r * stride, !kPermuted || L == 8);
+    for (int64_t r = 0; r < R; ++r) Panel::store(out[r], s + r * stride, !kPermuted);
   }
 
   void probabilities(const float*, int64_t, int64_t) {}
@@ -318,7 +319,6 @@ struct RowsOnInt8 {
 };
 #else
 inline constexpr bool kInt8Scores = false;
-inline bool int8_scores_available() { return false; }
 inline bool int8_scores_vnni() { return false; }
 template <TensorType kType, bool kVnni>
 struct RowsOnInt8;  // (x86 from AVX2 only)
