@@ -247,9 +247,30 @@ INSTANTIATE_TEST_SUITE_P(Storage, StoredAttention, ::testing::ValuesIn(stored_ca
 // products of the rounded query with the stored keys. Keys past a whole 16 (37 positions),
 // several chunks (300), 4 and 12 rows per key/value head, D 64 and 128. Where the CPU has no
 // byte dot product the scores are exact, and that is what is checked.
+// Each block's scale d and each value's integer n (v = d n, plus Q4_1's min) of `rows` stored
+// rows of D values, read from the bytes as the formats define them.
+void stored_integers(TensorType type, const uint8_t* bytes, int64_t rows, int64_t D,
+                     std::vector<float>& d, std::vector<float>& n) {
+  const int64_t blocks = rows * D / 32, size = type == TensorType::q8_0   ? 34
+                                               : type == TensorType::q4_0 ? 18
+                                                                          : 20;
+  const int64_t data = type == TensorType::q4_1 ? 4 : 2;
+  d.resize(blocks), n.resize(blocks * 32);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = bytes + b * size;
+    d[b] = half_to_float(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+    for (int64_t i = 0; i < 32; ++i)
+      n[b * 32 + i] = type == TensorType::q8_0
+                          ? static_cast<int8_t>(blk[data + i])
+                          : (i < 16 ? blk[data + i] & 15 : blk[data + i - 16] >> 4) -
+                                (type == TensorType::q4_0 ? 8 : 0);
+  }
+}
+
+// Where P is rounded to u8 too (vpdpbusd), the tolerance adds that rounding's bound.
 TEST(StoredAttentionInt8Scores, AreTheReferenceOverTheRoundedQuery) {
   const int64_t Hq = 8, Hkv = 2;
-  int reached = 0, runs = 0;
+  int reached = 0, values_reached = 0, runs = 0;
   // Both byte products: vpdpbusd where the CPU has it, and vpmaddubsw + vpmaddwd forced.
   for (const char* units : {"", "int8=vpmaddubsw"})
     for (TensorType type : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1})
@@ -292,16 +313,41 @@ TEST(StoredAttentionInt8Scores, AreTheReferenceOverTheRoundedQuery) {
             const bool int8 = (detail::kernels_reached().load() &
                                static_cast<uint32_t>(detail::Variant::decode_rows_int8)) != 0;
             reached += int8, ++runs;
+            const bool int8_p = (detail::kernels_reached().load() &
+                                 static_cast<uint32_t>(detail::Variant::decode_values_int8)) != 0;
+            values_reached += int8_p;
             AttentionArgs r = a;
             r.q = int8 ? rounded : q, r.k = k, r.v = v, r.out = expected;
             reference::attention(r);
-            for (int64_t i = 0; i < out.numel(); ++i)
-              ASSERT_NEAR(out.data()[i], expected.data()[i], 2e-5)
-                  << (int8 ? "int8" : "exact") << " scores, element " << i;
+            // Where P was rounded to u8, each row's bound on that rounding (int8_query.h).
+            std::vector<float> scales, ints;
+            if (int8_p) stored_integers(type, vq.data(), Hkv * L, D, scales, ints);
+            for (int64_t h = 0; h < Hq; ++h)
+              for (int64_t t = 0; t < Tq; ++t) {
+                const int64_t hkv = h / (Hq / Hkv), end = L - Tq + t + 1, row = h * Tq + t;
+                std::vector<double> bound(D, 0.0);
+                if (int8_p) {
+                  std::vector<double> s(end);
+                  for (int64_t j = 0; j < end; ++j) {
+                    double dot = 0;
+                    for (int64_t e = 0; e < D; ++e)
+                      dot += double((int8 ? rounded : q).data()[row * D + e]) *
+                             k.data()[(hkv * L + j) * D + e];
+                    s[j] = dot * scale;
+                  }
+                  bound = testing::int8_p_bound(s, end, scales.data() + hkv * L * (D / 32),
+                                                ints.data() + hkv * L * D, D);
+                }
+                for (int64_t e = 0; e < D; ++e)
+                  ASSERT_NEAR(out.data()[row * D + e], expected.data()[row * D + e],
+                              2e-5 + bound[e])
+                      << (int8 ? "int8" : "exact") << " scores, " << (int8_p ? "int8" : "fp32")
+                      << " P, row " << row << " column " << e;
+              }
           }
   set_units("");
-  std::printf("int8 scores ran in %d of %d cases on target %s\n", reached, runs,
-              current_target().c_str());
+  std::printf("int8 scores ran in %d of %d cases, int8 P in %d, on target %s\n", reached, runs,
+              values_reached, current_target().c_str());
 }
 
 // The mistakes a caller can make get errors that name them.

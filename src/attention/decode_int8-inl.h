@@ -28,6 +28,8 @@
 #include <hwy/highway.h>
 
 #include "attention/decode_rows-inl.h"
+#include "attention/int8_values-inl.h"
+#include "attention/kernels.h"
 #include "quant/int8-inl.h"
 #include "simd/cpu.h"
 #include "util/scratch.h"
@@ -236,10 +238,11 @@ struct RowsOnInt8 {
   static int64_t paired(const BlockSource<kType>&) { return 0; }
   const float* rows = nullptr;    // the query rows rounded to int8 (int8::Row), per_row apart
   const int32_t* sums = nullptr;  // [R][blocks]: each block's Σ q
-  int64_t per_row = 0, D = 0;
+  int64_t per_row = 0, D = 0, keys = 0;  // keys: the unit's
 
-  void prepare(const BlockSource<kType>&, const float* q, int64_t R, int64_t dim, bool, int64_t) {
-    D = dim, per_row = int8::floats_per_row(D);
+  void prepare(const BlockSource<kType>&, const float* q, int64_t R, int64_t dim, bool,
+               int64_t count) {
+    D = dim, keys = count, per_row = int8::floats_per_row(D);
     const int64_t blocks = D / kBlockValues;
     float* buf = thread_scratch(ForwardSlot::q_tiles, R * (per_row + blocks));
     auto* isum = reinterpret_cast<int32_t*>(buf + R * per_row);
@@ -311,11 +314,29 @@ struct RowsOnInt8 {
   }
 
   void probabilities(const float*, int64_t, int64_t) {}
+  // P·V: with P rounded to int8 on vpdpbusd (int8_values-inl.h) where the CPU has it and the
+  // value dim fits, else on the FMAs.
   void values(const BlockSource<kType>& V, const float* s, int64_t stride, int64_t j, int64_t nk,
               const uint8_t* v, int64_t ahead_rows, int64_t R, float* const* o) {
+    if constexpr (kVnniValues) {
+      if (Values::fits(V.dim)) {
+        Values::add(s, stride, j, nk, v, V.step, V.bytes, keys - (j + nk), V.dim, R, o);
+        return;
+      }
+    }
     V.value_rows(s, stride, j, nk, v, ahead_rows, R, o);
   }
-  void finish(const BlockSource<kType>&, float* const*, int64_t) {}
+  void finish(const BlockSource<kType>& V, float* const* o, int64_t R) {
+    if constexpr (kVnniValues)
+      if (Values::fits(V.dim)) {
+        for (int64_t r = 0; r < R; ++r) Values::columns_from_lanes(o[r], V.dim);
+        reached(Variant::decode_values_int8);
+      }
+  }
+
+ private:
+  static constexpr bool kVnniValues = kVnni && kInt8Values;
+  using Values = Int8Values<kType, Panel>;
 };
 #else
 inline constexpr bool kInt8Scores = false;

@@ -24,6 +24,7 @@ enum class Variant : uint32_t {
   decode_tiled_amx = 1u << 8,
   backward_tiles_amx = 1u << 9,
   decode_rows_int8 = 1u << 10,
+  decode_values_int8 = 1u << 11,  // (with decode_rows_int8: P rounded to int8)
 };
 std::atomic<uint32_t>& kernels_reached();
 inline void reached(Variant v) {

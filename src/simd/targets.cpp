@@ -275,8 +275,11 @@ std::vector<UnitInUse> units_in_use() {
          byte_products
              ? "decoding's scores (--cache-scores int8, the default): the query rounded to int8 "
                "blocks, a panel of " +
-                   std::string(wide ? "16" : "8") +
-                   " keys a byte product; values and the tiled kernels widened to fp32"
+                   std::string(wide ? "16" : "8") + " keys a byte product; " +
+                   (wide && vnni ? "P·V with P rounded to u8 per 64 keys (value dims of whole "
+                                   "64s up to 256), 4 keys a vpdpbusd; the tiled kernels "
+                                   "widened to fp32"
+                                 : "values and the tiled kernels widened to fp32")
              : "blocks widened to fp32 in registers, one scale per block"});
   return out;
 }

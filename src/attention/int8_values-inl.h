@@ -1,0 +1,251 @@
+// Split-KV decoding's P·V with P rounded to int8, over value rows of 32-value blocks (q8_0,
+// q4_0, q4_1 caches read with CacheScores::int8) on AVX512-VNNI: Int8Values, which RowsOnInt8
+// (decode_int8-inl.h) runs for each block of up to kValueBlock value rows.
+//
+// Widening every stored value to fp32 and multiplying it by an FMA per query row makes P·V the
+// arithmetic limit of a quantized cache (an FMA per 16 values per row). Here the values stay
+// integers: per block of 64 keys, each row's p_k times the key's block scale |d_k,b| is rounded
+// to u8 over that row and block's largest (σ_b = max_k p_k |d_k,b| / 255), and one vpdpbusd
+// adds 4 keys' products u8 · s8 to each of 16 columns. Four value rows are interleaved in
+// registers (two rounds of byte and word unpacks) so that lane i holds 4 keys' bytes of one
+// column; the query rows' 4 bytes of P are broadcast, one 32-bit word per block. After the 64
+// keys each lane's integer sum is scaled by σ once. A key whose block scale is negative has its
+// bytes negated first (saturating: −128 becomes 127); Q4_1's min adds Σ_k p_k m_k,b in fp32.
+//
+// The rounding is P's alone: |ΔP'_k,b| ≤ σ_b / 2, so the output's error is at most
+// Σ_k σ_b(k) / 2 · |v_k[e] / d_k,b| / l per column (l the softmax's sum), and σ is largest in
+// the blocks of keys that hold the row's largest weights. The columns come out in lane order
+// (column()), put back once per unit.
+// Per target, like src/simd/simd-inl.h.
+#if defined(QKV_ATTENTION_INT8_VALUES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_ATTENTION_INT8_VALUES_INL_H_
+#undef QKV_ATTENTION_INT8_VALUES_INL_H_
+#else
+#define QKV_ATTENTION_INT8_VALUES_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include <hwy/highway.h>
+
+#include "attention/decode_rows-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::detail {
+namespace HWY_NAMESPACE {
+namespace decoding {
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+inline constexpr bool kInt8Values = true;
+inline constexpr int64_t kInt8ValuesMaxDim = 256;  // (stack arrays; larger dims: the FMAs)
+
+// Panel: the 512-bit panel of decode_int8-inl.h (its vpdpbusd).
+template <TensorType kType, class Panel>
+struct Int8Values {
+  static constexpr int64_t kBytes = kBlockBytes<kType>, kKeys = kValueBlock;
+  static constexpr int64_t kMaxBlocks = kInt8ValuesMaxDim / kBlockValues;
+  static constexpr bool kNibbles = kType != TensorType::q8_0;
+  // Which lanes of a half's vectors hold block 2h + 1 (the others hold block 2h), as 32-bit
+  // lanes and as bytes: Q8_0's halves are the two blocks' 32 bytes in turn; the nibbles' 128-bit
+  // lanes alternate (2h's low nibbles, 2h+1's low, 2h's high, 2h+1's high).
+  static constexpr __mmask16 kOddLanes = kNibbles ? 0xF0F0 : 0xFF00;
+  static constexpr __mmask64 kOddBytes = kNibbles ? 0xFFFF0000FFFF0000ull : 0xFFFFFFFF00000000ull;
+
+  static bool fits(int64_t Dv) { return Dv % 64 == 0 && Dv <= kInt8ValuesMaxDim; }
+
+  // The column that lane `lane` of vector i (0 … 3) of half h holds.
+  static int64_t column(int64_t h, int i, int lane) {
+    const int L = lane / 4, at = 16 * L + 4 * i + lane % 4;  // byte of the half's row vector
+    return 64 * h + (kNibbles && L == 1 ? at + 16 : kNibbles && L == 2 ? at - 16 : at);
+  }
+  static void columns_from_lanes(float* o, int64_t Dv) {
+    float tmp[kInt8ValuesMaxDim];
+    for (int64_t h = 0; h < Dv / 64; ++h)
+      for (int i = 0; i < 4; ++i)
+        for (int lane = 0; lane < 16; ++lane) tmp[column(h, i, lane)] = o[64 * h + 16 * i + lane];
+    std::copy(tmp, tmp + Dv, o);
+  }
+
+  // Half h (blocks 2h and 2h + 1) of a value row as 64 signed bytes.
+  static HWY_INLINE __m512i half_row(const uint8_t* row, int64_t h) {
+    const uint8_t* a = row + 2 * h * kBytes + kDataOffset<kType>;
+    const uint8_t* b = a + kBytes;
+    if constexpr (!kNibbles) {
+      return _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+    } else {
+      const __m256i nibbles = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+      const __m256i low = _mm256_set1_epi8(15);
+      const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(nibbles, low)),
+                                           _mm256_and_si256(_mm256_srli_epi16(nibbles, 4), low), 1);
+      if constexpr (kType == TensorType::q4_0) return _mm512_sub_epi8(x, _mm512_set1_epi8(8));
+      return x;
+    }
+  }
+
+  // Rows of P for this block of keys, each block's u8 and its σ.
+  struct RoundedP {
+    alignas(64) uint8_t p[kTiledDecodeMinRows][kMaxBlocks][kKeys];
+    float sigma[kTiledDecodeMinRows][kMaxBlocks];
+    float min_sum[kTiledDecodeMinRows][kMaxBlocks];  // Q4_1: Σ_k p_k m_k,b
+  };
+
+  // o_r (columns in lane order) += Σ_k p_r[j + k] v_k over the nk ≤ kKeys value rows from v
+  // (step bytes apart; j: the first's place in the unit). The next block's rows (up to `next`)
+  // are asked for a few at a time during the first pass over this one: this block's scales are
+  // read in a burst first, which waited on memory for half the block's time when the rows were
+  // asked for 12 ahead as the FMAs' walk does, and asking for the whole next block at once
+  // stalled on the line-fill buffers.
+  static void add(const float* s, int64_t stride, int64_t j, int64_t nk, const uint8_t* v,
+                  int64_t step, int64_t row_bytes, int64_t next, int64_t Dv, int64_t R,
+                  float* const* o) {
+    const int64_t blocks = Dv / kBlockValues;
+    if (j == 0)  // the unit's first block (each later one is asked for during the one before)
+      for (int64_t k = 0; k < nk; ++k)
+        for (int64_t i = 0; i < row_bytes; i += 64) __builtin_prefetch(v + k * step + i);
+    const int64_t ahead = std::min(next, kKeys);
+    // Each key's block scales (and Q4_1's mins) gathered as 32-bit words, |d| as floats and the
+    // signs as bits.
+    alignas(64) float d[kMaxBlocks][kKeys], m[kMaxBlocks][kKeys];
+    uint64_t negative[kMaxBlocks] = {};
+    uint64_t any_negative = 0;
+    const __m512i keys =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(static_cast<int32_t>(step)));
+    for (int c = 0; c < 4; ++c) {
+      const int64_t left = std::clamp<int64_t>(nk - 16 * c, 0, 16);
+      const auto valid = static_cast<__mmask16>((uint32_t{1} << left) - 1);
+      const uint8_t* at = v + 16 * c * step;
+      for (int64_t b = 0; b < blocks; ++b, at += kBytes) {
+        const __m512i words =
+            _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, keys, at, 1);
+        const __m256i w = _mm512_cvtepi32_epi16(words);
+        negative[b] |= uint64_t{_mm256_movepi16_mask(w)} << (16 * c);
+        _mm512_store_ps(&d[b][16 * c],
+                        _mm512_cvtph_ps(_mm256_and_si256(w, _mm256_set1_epi16(0x7FFF))));
+        if constexpr (kHasMin<kType>)
+          _mm512_store_ps(&m[b][16 * c],
+                          _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16))));
+      }
+    }
+    for (int64_t b = 0; b < blocks; ++b) any_negative |= negative[b];
+
+    RoundedP P;
+    for (int64_t r = 0; r < R; ++r) round_row(s + r * stride + j, nk, blocks, d, m, r, P);
+    for (int64_t h = 0; h < blocks / 2; ++h)
+      for (int64_t r = 0; r < R; r += kGroupRows)
+        simd::with_count<kGroupRows>(
+            static_cast<int>(std::min<int64_t>(kGroupRows, R - r)), [&](auto rows) {
+              pass<decltype(rows)::value>(P, r, h, v, step, nk, negative, any_negative != 0, o,
+                                          h == 0 && r == 0 ? ahead : 0, row_bytes);
+            });
+  }
+
+  // Row r's p_k |d_k,b| rounded to u8 per block b, σ_b and (Q4_1) Σ_k p_k m_k,b. A block whose
+  // products are not all finite gets σ = NaN (its columns come out NaN, as the FMAs' would).
+  static HWY_INLINE void round_row(const float* p, int64_t nk, int64_t blocks,
+                                   const float (*d)[kKeys], const float (*m)[kKeys], int64_t r,
+                                   RoundedP& P) {
+    __m512 pv[4];
+    for (int c = 0; c < 4; ++c) {
+      const int64_t left = std::clamp<int64_t>(nk - 16 * c, 0, 16);
+      pv[c] = _mm512_maskz_loadu_ps(static_cast<__mmask16>((uint32_t{1} << left) - 1), p + 16 * c);
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      __m512 pd[4], top = _mm512_setzero_ps();
+      __mmask16 bad = 0;
+      for (int c = 0; c < 4; ++c) {
+        pd[c] = _mm512_mul_ps(pv[c], _mm512_load_ps(&d[b][16 * c]));
+        bad |= _mm512_fpclass_ps_mask(pd[c], 0x99);  // NaN or ±inf
+        top = _mm512_max_ps(top, pd[c]);
+      }
+      if constexpr (kHasMin<kType>) {
+        __m512 sum = _mm512_setzero_ps();
+        for (int c = 0; c < 4; ++c)
+          sum = _mm512_fmadd_ps(pv[c], _mm512_load_ps(&m[b][16 * c]), sum);
+        P.min_sum[r][b] = _mm512_reduce_add_ps(sum);
+      }
+      const float most = _mm512_reduce_max_ps(top);
+      if (bad != 0 || !(most > 0)) {
+        P.sigma[r][b] = bad != 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+        std::memset(P.p[r][b], 0, kKeys);
+        continue;
+      }
+      P.sigma[r][b] = most * (1.0f / 255);
+      const __m512 to_bytes = _mm512_set1_ps(255 / most);
+      for (int c = 0; c < 4; ++c)
+        _mm_store_si128(reinterpret_cast<__m128i*>(&P.p[r][b][16 * c]),
+                        _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(pd[c], to_bytes))));
+    }
+  }
+
+  // RG rows from row r0 over half h of the columns: 4 keys a step, 4 vectors of 16 columns.
+  template <int RG>
+  static HWY_INLINE void pass(const RoundedP& P, int64_t r0, int64_t h, const uint8_t* v,
+                              int64_t step, int64_t nk, const uint64_t* negative, bool negatives,
+                              float* const* o, int64_t ahead, int64_t row_bytes) {
+    __m512i acc[RG][4];
+    for (int r = 0; r < RG; ++r)
+      for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_setzero_si512();
+    for (int64_t k0 = 0; k0 < nk; k0 += 4) {
+      for (int64_t k = k0; k < std::min(k0 + 4, ahead); ++k)  // the next block's rows
+        for (int64_t i = 0; i < row_bytes; i += 64) __builtin_prefetch(v + (nk + k) * step + i);
+      __m512i x[4];
+      for (int t = 0; t < 4; ++t) {
+        const int64_t k = k0 + t;
+        x[t] = k < nk ? half_row(v + k * step, h) : _mm512_setzero_si512();
+        if (negatives) {
+          const __mmask64 flip = ((negative[2 * h] >> k & 1) ? ~kOddBytes : 0) |
+                                 ((negative[2 * h + 1] >> k & 1) ? kOddBytes : 0);
+          x[t] = _mm512_mask_subs_epi8(x[t], flip, _mm512_setzero_si512(), x[t]);
+        }
+      }
+      const __m512i lo01 = _mm512_unpacklo_epi8(x[0], x[1]),
+                    hi01 = _mm512_unpackhi_epi8(x[0], x[1]);
+      const __m512i lo23 = _mm512_unpacklo_epi8(x[2], x[3]),
+                    hi23 = _mm512_unpackhi_epi8(x[2], x[3]);
+      const __m512i cols[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                               _mm512_unpacklo_epi16(hi01, hi23),
+                               _mm512_unpackhi_epi16(hi01, hi23)};
+      for (int r = 0; r < RG; ++r) {
+        int32_t even, odd;
+        std::memcpy(&even, &P.p[r0 + r][2 * h][k0], 4);
+        std::memcpy(&odd, &P.p[r0 + r][2 * h + 1][k0], 4);
+        const __m512i quads = _mm512_mask_set1_epi32(_mm512_set1_epi32(even), kOddLanes, odd);
+        for (int i = 0; i < 4; ++i) acc[r][i] = Panel::dpbusd(acc[r][i], quads, cols[i]);
+      }
+    }
+    for (int r = 0; r < RG; ++r) {
+      const __m512 sigma = _mm512_mask_mov_ps(_mm512_set1_ps(P.sigma[r0 + r][2 * h]), kOddLanes,
+                                              _mm512_set1_ps(P.sigma[r0 + r][2 * h + 1]));
+      [[maybe_unused]] __m512 mins;
+      if constexpr (kHasMin<kType>)
+        mins = _mm512_mask_mov_ps(_mm512_set1_ps(P.min_sum[r0 + r][2 * h]), kOddLanes,
+                                  _mm512_set1_ps(P.min_sum[r0 + r][2 * h + 1]));
+      for (int i = 0; i < 4; ++i) {
+        float* to = o[r0 + r] + 64 * h + 16 * i;
+        __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][i]), sigma, _mm512_loadu_ps(to));
+        if constexpr (kHasMin<kType>) sum = _mm512_add_ps(sum, mins);
+        _mm512_storeu_ps(to, sum);
+      }
+    }
+  }
+};
+#else
+inline constexpr bool kInt8Values = false;
+template <TensorType kType, class Panel>
+struct Int8Values;  // (AVX-512 only)
+#endif
+
+}  // namespace decoding
+}  // namespace HWY_NAMESPACE
+}  // namespace qkv::detail
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
