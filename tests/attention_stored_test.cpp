@@ -336,7 +336,8 @@ TEST(StoredAttentionInt8Scores, AreTheReferenceOverTheRoundedQuery) {
                     s[j] = dot * scale;
                   }
                   bound = testing::int8_p_bound(s, end, scales.data() + hkv * L * (D / 32),
-                                                ints.data() + hkv * L * D, D);
+                                                ints.data() + hkv * L * D, D,
+                                                type == TensorType::q4_0 ? 127 : 255);
                 }
                 for (int64_t e = 0; e < D; ++e)
                   ASSERT_NEAR(out.data()[row * D + e], expected.data()[row * D + e],

@@ -25,13 +25,14 @@ inline void round_query_like_int8_scores(const float* q, int64_t n, float scale,
   }
 }
 
-// A row's bound on |Δo_e| from P rounded to u8 per block of 64 keys and block b of 32 columns:
-// Σ_k W_k,b / 510 · |n_k,e| / l, where p_k = e^(s_k − max s) over the visible keys [0, end),
+// A row's bound on |Δo_e| from P rounded per block of 64 keys and block b of 32 columns to
+// `levels` steps (127 for q4_0's s8, else 255 for u8): Σ_k W_k,b / (2 levels) ·
+// |n_k,e| / l, where p_k = e^(s_k − max s) over the visible keys [0, end),
 // l = Σ p, n the stored integers and W_k,b the largest p_k' |d_k',b| of the keys within 63 of k
 // (so the bound holds wherever the kernel's blocks of 64 keys begin). d: [keys][Dv / 32] block
 // scales, n: [keys][Dv] integers.
 inline std::vector<double> int8_p_bound(const std::vector<double>& s, int64_t end, const float* d,
-                                        const float* n, int64_t Dv) {
+                                        const float* n, int64_t Dv, double levels) {
   const int64_t blocks = Dv / 32;
   double top = -INFINITY, l = 0;
   for (int64_t k = 0; k < end; ++k) top = std::max(top, s[k]);
@@ -42,7 +43,8 @@ inline std::vector<double> int8_p_bound(const std::vector<double>& s, int64_t en
       double w = 0;
       for (int64_t j = std::max<int64_t>(0, k - 63); j < std::min(end, k + 64); ++j)
         w = std::max(w, p[j] * std::abs(d[j * blocks + b]));
-      for (int64_t e = 32 * b; e < 32 * b + 32; ++e) bound[e] += w / 510 * std::abs(n[k * Dv + e]);
+      for (int64_t e = 32 * b; e < 32 * b + 32; ++e)
+        bound[e] += w / (2 * levels) * std::abs(n[k * Dv + e]);
     }
   for (double& x : bound) x /= l;
   return bound;

@@ -117,8 +117,11 @@ enum class KvLayout { rows };
 //          weight products round activations), its products with the keys' integers summed as
 //          integers on the CPU's byte dot product (AVX512-VNNI, AVX-VNNI; where there is none,
 //          exact), the two blocks' scales applied once per block: a score moves by at most
-//          Σ_b d_q,b / 2 · Σ |k| over block b, about 1/250 of the block's largest product
-//   exact  every key value widened to fp32 (the scores of the dequantized rows, within fp32
+//          Σ_b d_q,b / 2 · Σ |k| over block b, about 1/250 of the block's largest product;
+//          and on AVX512-VNNI (value dims of whole 64s up to 256) P·V in integers too: each
+//          row's p times a value block's |d| rounded to u8 per 64 keys (σ = the largest / 255),
+//          an output moving by at most Σ_k σ / 2 · |v_k / d_k| / Σ p
+//   exact  every key and value widened to fp32 (the dequantized rows' result, within fp32
 //          rounding)
 enum class CacheScores { int8, exact };
 

@@ -54,6 +54,12 @@ struct Int8Values {
   static constexpr __mmask16 kOddLanes = kNibbles ? 0xF0F0 : 0xFF00;
   static constexpr __mmask64 kOddBytes = kNibbles ? 0xFFFF0000FFFF0000ull : 0xFFFFFFFF00000000ull;
 
+  // Q4_0's scales take either sign (its quantizer's d = max / −8): P̃ is s8 with d's sign
+  // against the unsigned nibbles there; else u8 with |d|, against signed bytes (Q8_0's values,
+  // Q4_1's nibbles), a negative scale negating its block's bytes.
+  static constexpr bool kSignedP = kType == TensorType::q4_0;
+  static constexpr float kLevels = kSignedP ? 127 : 255;
+
   static bool fits(int64_t Dv) { return Dv % 64 == 0 && Dv <= kInt8ValuesMaxDim; }
 
   // The column that lane `lane` of vector i (0 … 3) of half h holds.
@@ -84,8 +90,7 @@ struct Int8Values {
       const __m256i low = _mm256_set1_epi8(15);
       const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(nibbles, low)),
                                            _mm256_and_si256(_mm256_srli_epi16(nibbles, 4), low), 1);
-      if constexpr (kType == TensorType::q4_0) return _mm512_sub_epi8(x, _mm512_set1_epi8(8));
-      return x;
+      return x;  // (unsigned: Q4_0's 8 is taken back as 8 Σ P̃)
     }
   }
 
@@ -93,7 +98,8 @@ struct Int8Values {
   struct RoundedP {
     alignas(64) uint8_t p[kTiledDecodeMinRows][kMaxBlocks][kKeys];
     float sigma[kTiledDecodeMinRows][kMaxBlocks];
-    float min_sum[kTiledDecodeMinRows][kMaxBlocks];  // Q4_1: Σ_k p_k m_k,b
+    float min_sum[kTiledDecodeMinRows][kMaxBlocks];   // Q4_1: Σ_k p_k m_k,b
+    int32_t offset[kTiledDecodeMinRows][kMaxBlocks];  // Q4_0: 8 Σ_k P̃_k,b
   };
 
   // o_r (columns in lane order) += Σ_k p_r[j + k] v_k over the nk ≤ kKeys value rows from v
@@ -126,9 +132,13 @@ struct Int8Values {
         const __m512i words =
             _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, keys, at, 1);
         const __m256i w = _mm512_cvtepi32_epi16(words);
-        negative[b] |= uint64_t{_mm256_movepi16_mask(w)} << (16 * c);
-        _mm512_store_ps(&d[b][16 * c],
-                        _mm512_cvtph_ps(_mm256_and_si256(w, _mm256_set1_epi16(0x7FFF))));
+        if constexpr (kSignedP) {
+          _mm512_store_ps(&d[b][16 * c], _mm512_cvtph_ps(w));
+        } else {
+          negative[b] |= uint64_t{_mm256_movepi16_mask(w)} << (16 * c);
+          _mm512_store_ps(&d[b][16 * c],
+                          _mm512_cvtph_ps(_mm256_and_si256(w, _mm256_set1_epi16(0x7FFF))));
+        }
         if constexpr (kHasMin<kType>)
           _mm512_store_ps(&m[b][16 * c],
                           _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16))));
@@ -163,7 +173,7 @@ struct Int8Values {
       for (int c = 0; c < 4; ++c) {
         pd[c] = _mm512_mul_ps(pv[c], _mm512_load_ps(&d[b][16 * c]));
         bad |= _mm512_fpclass_ps_mask(pd[c], 0x99);  // NaN or ±inf
-        top = _mm512_max_ps(top, pd[c]);
+        top = _mm512_max_ps(top, kSignedP ? _mm512_abs_ps(pd[c]) : pd[c]);
       }
       if constexpr (kHasMin<kType>) {
         __m512 sum = _mm512_setzero_ps();
@@ -172,16 +182,22 @@ struct Int8Values {
         P.min_sum[r][b] = _mm512_reduce_add_ps(sum);
       }
       const float most = _mm512_reduce_max_ps(top);
+      P.offset[r][b] = 0;
       if (bad != 0 || !(most > 0)) {
         P.sigma[r][b] = bad != 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
         std::memset(P.p[r][b], 0, kKeys);
         continue;
       }
-      P.sigma[r][b] = most * (1.0f / 255);
-      const __m512 to_bytes = _mm512_set1_ps(255 / most);
-      for (int c = 0; c < 4; ++c)
+      P.sigma[r][b] = most * (1.0f / kLevels);
+      const __m512 to_bytes = _mm512_set1_ps(kLevels / most);
+      __m512i sum = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(pd[c], to_bytes));
+        if constexpr (kType == TensorType::q4_0) sum = _mm512_add_epi32(sum, q);
         _mm_store_si128(reinterpret_cast<__m128i*>(&P.p[r][b][16 * c]),
-                        _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(pd[c], to_bytes))));
+                        kSignedP ? _mm512_cvtsepi32_epi8(q) : _mm512_cvtusepi32_epi8(q));
+      }
+      if constexpr (kType == TensorType::q4_0) P.offset[r][b] = 8 * _mm512_reduce_add_epi32(sum);
     }
   }
 
@@ -200,7 +216,7 @@ struct Int8Values {
       for (int t = 0; t < 4; ++t) {
         const int64_t k = k0 + t;
         x[t] = k < nk ? half_row(v + k * step, h) : _mm512_setzero_si512();
-        if (negatives) {
+        if (!kSignedP && negatives) {
           const __mmask64 flip = ((negative[2 * h] >> k & 1) ? ~kOddBytes : 0) |
                                  ((negative[2 * h + 1] >> k & 1) ? kOddBytes : 0);
           x[t] = _mm512_mask_subs_epi8(x[t], flip, _mm512_setzero_si512(), x[t]);
@@ -218,7 +234,9 @@ struct Int8Values {
         std::memcpy(&even, &P.p[r0 + r][2 * h][k0], 4);
         std::memcpy(&odd, &P.p[r0 + r][2 * h + 1][k0], 4);
         const __m512i quads = _mm512_mask_set1_epi32(_mm512_set1_epi32(even), kOddLanes, odd);
-        for (int i = 0; i < 4; ++i) acc[r][i] = Panel::dpbusd(acc[r][i], quads, cols[i]);
+        for (int i = 0; i < 4; ++i)
+          acc[r][i] = kSignedP ? Panel::dpbusd(acc[r][i], cols[i], quads)
+                               : Panel::dpbusd(acc[r][i], quads, cols[i]);
       }
     }
     for (int r = 0; r < RG; ++r) {
@@ -228,6 +246,11 @@ struct Int8Values {
       if constexpr (kHasMin<kType>)
         mins = _mm512_mask_mov_ps(_mm512_set1_ps(P.min_sum[r0 + r][2 * h]), kOddLanes,
                                   _mm512_set1_ps(P.min_sum[r0 + r][2 * h + 1]));
+      if constexpr (kType == TensorType::q4_0) {
+        const __m512i offset = _mm512_mask_set1_epi32(_mm512_set1_epi32(P.offset[r0 + r][2 * h]),
+                                                      kOddLanes, P.offset[r0 + r][2 * h + 1]);
+        for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_sub_epi32(acc[r][i], offset);
+      }
       for (int i = 0; i < 4; ++i) {
         float* to = o[r0 + r] + 64 * h + 16 * i;
         __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][i]), sigma, _mm512_loadu_ps(to));
