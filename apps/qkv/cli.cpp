@@ -59,10 +59,6 @@ void add_cache_scores_option(CLI::App& cmd, std::string& scores) {
       ->capture_default_str();
 }
 
-CacheScores cache_scores(const std::string& name) {
-  return name == "exact" ? CacheScores::exact : CacheScores::int8;
-}
-
 const char* rotation_state(const std::string& cache, const std::string& rotation) {
   return cache_rotates(cache_type(cache), cache_rotation(rotation)) ? "on" : "off";
 }

@@ -42,7 +42,6 @@ CLI::Option* add_cache_option(CLI::App& cmd, std::string& cache, const std::stri
 void add_cache_rotation_option(CLI::App& cmd, std::string& rotation);
 // --cache-scores int8|exact: how decoding queries meet a block cache's keys (CacheScores).
 void add_cache_scores_option(CLI::App& cmd, std::string& scores);
-CacheScores cache_scores(const std::string& name);
 // "on" or "off": whether a cache of that type and setting rotates (what the commands print).
 const char* rotation_state(const std::string& cache, const std::string& rotation);
 

@@ -54,6 +54,10 @@ CacheRotation cache_rotation(const std::string& name);
 const char* cache_rotation_name(CacheRotation rotation);
 // Whether a cache of this type with this setting rotates.
 bool cache_rotates(CacheType type, CacheRotation rotation);
+// "int8" or "exact" (the CLI's --cache-scores; CacheScores, qkv/attention.h); a qkv::Error
+// naming them for anything else.
+CacheScores cache_scores(const std::string& name);
+const char* cache_scores_name(CacheScores scores);
 
 struct KVCacheOptions {
   int64_t batch = 1;    // sequences held side by side

@@ -125,20 +125,21 @@ void bind_models(nb::module_& m) {
           "_generator",
           [](ModelFile& f, std::vector<int32_t> prompt, int64_t steps, float temperature,
              float top_p, int64_t top_k, uint64_t seed, const std::string& cache,
-             const std::string& rotation) {
+             const std::string& rotation, const std::string& scores) {
             GenerateOptions o{.steps = steps,
                               .sampling = {.temperature = temperature,
                                            .top_k = top_k,
                                            .top_p = top_p,
                                            .seed = seed},
                               .cache = cache_type(cache),
-                              .cache_rotation = cache_rotation(rotation)};
+                              .cache_rotation = cache_rotation(rotation),
+                              .cache_scores = cache_scores(scores)};
             o.stop_tokens = stop_tokens(f);
             return Generator(*f.model, std::move(prompt), o);
           },
           nb::keep_alive<0, 1>(), nb::arg("prompt"), nb::arg("steps"), nb::arg("temperature"),
           nb::arg("top_p"), nb::arg("top_k"), nb::arg("seed"), nb::arg("cache"),
-          nb::arg("cache_rotation"))
+          nb::arg("cache_rotation"), nb::arg("cache_scores"))
       .def(
           "logits",
           [](ModelFile& f, const std::vector<int32_t>& tokens) {
@@ -158,23 +159,26 @@ void bind_models(nb::module_& m) {
       .def(
           "perplexity",
           [](ModelFile& f, const std::vector<int32_t>& tokens, int64_t ctx, int32_t bos,
-             const std::string& cache, const std::string& rotation) {
+             const std::string& cache, const std::string& rotation, const std::string& scores,
+             bool decode) {
             PerplexityResult r;
             const CacheType type = cache_type(cache);
             const CacheRotation rotates = cache_rotation(rotation);
+            const CacheScores meets = cache_scores(scores);
             {
               nb::gil_scoped_release unlocked;
-              r = perplexity(*f.model, tokens, ctx, bos, type, rotates);
+              r = perplexity(*f.model, tokens, ctx, bos, type, rotates, meets, decode);
             }
             nb::dict d;
             d["perplexity"] = r.perplexity, d["nll"] = r.nll, d["nll_stderr"] = r.nll_stderr;
             d["ctx"] = r.ctx, d["chunks"] = r.chunks, d["scored"] = r.scored;
             d["chunk_perplexity"] = r.chunk_perplexity, d["seconds"] = r.seconds;
             d["cache_rotation"] = cache_rotates(type, rotates) ? "on" : "off";
+            d["cache_scores"] = cache_scores_name(meets), d["decode"] = decode;
             return d;
           },
           nb::arg("tokens"), nb::arg("ctx"), nb::arg("bos"), nb::arg("cache"),
-          nb::arg("cache_rotation"))
+          nb::arg("cache_rotation"), nb::arg("cache_scores"), nb::arg("decode"))
       .def("_attention_maps", [](ModelFile& f, const std::string& name, const std::string& prompt,
                                  const std::string& prompt_ids) {
         AttentionMaps maps;
@@ -198,7 +202,7 @@ void bind_models(nb::module_& m) {
           "__init__",
           [](Chat* chat, ModelFile& f, const std::string& system, int64_t max_reply,
              int64_t context, float temperature, float top_p, int64_t top_k, uint64_t seed,
-             const std::string& cache, const std::string& rotation) {
+             const std::string& cache, const std::string& rotation, const std::string& scores) {
             check(f.tokenizer.has_value(), "Chat: the model has no tokenizer");
             const ChatFormat format = chat_format(f.chat_template);
             ChatOptions o{.system = system,
@@ -209,12 +213,13 @@ void bind_models(nb::module_& m) {
                           .max_reply = max_reply,
                           .context = context,
                           .cache = cache_type(cache),
-                          .cache_rotation = cache_rotation(rotation)};
+                          .cache_rotation = cache_rotation(rotation),
+                          .cache_scores = cache_scores(scores)};
             new (chat) Chat(*f.model, *f.tokenizer, format, o);
           },
           nb::keep_alive<1, 2>(), nb::arg("file"), nb::arg("system"), nb::arg("max_reply"),
           nb::arg("context"), nb::arg("temperature"), nb::arg("top_p"), nb::arg("top_k"),
-          nb::arg("seed"), nb::arg("cache"), nb::arg("cache_rotation"))
+          nb::arg("seed"), nb::arg("cache"), nb::arg("cache_rotation"), nb::arg("cache_scores"))
       .def("add", &Chat::add, nb::arg("role"), nb::arg("content"))
       .def(
           "respond",

@@ -255,6 +255,31 @@ def test_smollm2_generates_and_chats_from_16_bit_and_block_caches():
         qkv.Chat(m, cache="int4")
 
 
+def test_smollm2_decodes_a_block_cache_with_int8_or_exact_scores():
+    m = qkv.load_gguf(smollm2_path())
+    # Perplexity through the decoding kernels (decode=True) over a q8_0 cache: the query's (and
+    # P's) rounding to int8 moves it by well under a percent from the exact path.
+    text = " ".join(["The quick brown fox jumps over the lazy dog."] * 20)
+    exact = m.perplexity(text, ctx=64, cache="q8_0", cache_scores="exact", decode=True)
+    int8 = m.perplexity(text, ctx=64, cache="q8_0", decode=True)
+    assert exact["cache_scores"] == "exact" and int8["cache_scores"] == "int8"
+    assert exact["decode"] and int8["decode"]
+    assert abs(int8["perplexity"] / exact["perplexity"] - 1) < 0.005
+    windows = m.perplexity(text, ctx=64, cache="q8_0")  # the tiled forward: exact either way
+    assert not windows["decode"]  # (other kernels, other fp32 sums: 2e-4 apart here)
+    assert abs(windows["perplexity"] / exact["perplexity"] - 1) < 1e-3
+    for scores in ("int8", "exact"):
+        text = "".join(m.generate("The capital of France is", max_tokens=8, temperature=0,
+                                  cache="q4_1", cache_scores=scores))
+        assert text.startswith(" Paris"), (scores, text)
+    chat = qkv.Chat(m, temperature=0, max_reply=16, cache="q8_0", cache_scores="exact")
+    assert "Paris" in chat.reply("What is the capital of France?")
+    with pytest.raises(ValueError, match="int8 or exact"):
+        next(m.generate("x", cache="q8_0", cache_scores="fp32"))
+    with pytest.raises(ValueError, match="int8 or exact"):
+        m.perplexity(text, ctx=64, cache_scores="yes")
+
+
 def chatml(messages):
     """The ChatML text of `messages`, then the assistant's opening, as the template writes it."""
     return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + \

@@ -74,6 +74,16 @@ CacheRotation cache_rotation(const std::string& name) {
   fail("kv cache: unknown rotation '", name, "' (auto, on or off)");
 }
 
+CacheScores cache_scores(const std::string& name) {
+  if (name == "int8") return CacheScores::int8;
+  if (name == "exact") return CacheScores::exact;
+  fail("kv cache: unknown scores '", name, "' (int8 or exact)");
+}
+
+const char* cache_scores_name(CacheScores scores) {
+  return scores == CacheScores::exact ? "exact" : "int8";
+}
+
 const char* cache_rotation_name(CacheRotation rotation) {
   switch (rotation) {
     case CacheRotation::on:
