@@ -111,11 +111,13 @@ bool byte_dot_here() {
   return target == "avx2" || target.rfind("avx512", 0) == 0;
 }
 
-// Whether decoding's P·V over q8_0/q4_0/q4_1 rows rounds P to u8 now (512-bit vpdpbusd), for a
-// value dim of Dv.
-bool int8_values_here(int64_t Dv) {
+// Whether decoding's P·V over a q8_0/q4_0/q4_1 cache runs in integers now (512-bit vpdpbusd),
+// for a value dim of Dv and R rows per kv head (Q8_0 from 2).
+bool int8_values_here(TensorType format, int64_t Dv, int64_t R) {
   for (const UnitInUse& u : units_in_use())
-    if (u.data == "q8_0 cache") return u.unit == "vpdpbusd" && Dv % 64 == 0 && Dv <= 256;
+    if (u.data == "q8_0 cache")
+      return u.unit == "vpdpbusd" && Dv % 64 == 0 && Dv <= 256 &&
+             (format != TensorType::q8_0 || R >= 2);
   return false;
 }
 
@@ -246,7 +248,7 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   // reference then takes the query as they round it (scaled, per 32-block: d = max|x| / 127,
   // x · (1 / d) to nearest), whose products with the keys they compute exactly.
   const bool int8_ran = int8 && driver == Driver::decode_rows && byte_dot_here();
-  const bool int8_p = int8_ran && int8_values_here(D);
+  const bool int8_p = int8_ran && int8_values_here(format, D, Tq * (Hq / Hkv));
   Tensor rounded({1, Hq, Tq, D});
   if (int8_ran)
     testing::round_query_like_int8_scores(q.data(), q.numel(), 1 / std::sqrt(float(D)),

@@ -226,8 +226,9 @@ void bench_attention(const BenchOptions& o) {
     for (const UnitInUse& u : units_in_use())
       if (u.data == o.cache + " cache") {
         cache_unit = o.cache_scores == "exact" || !rows_decode ? "fma" : u.unit;
+        const bool q8_alone = o.cache == "q8_0" && Tq * (Hq / Hkv) < 2;  // (the FMAs: as fast)
         cache_values_unit =
-            cache_unit == "vpdpbusd" && D % 64 == 0 && D <= 256 ? "vpdpbusd" : "fma";
+            cache_unit == "vpdpbusd" && D % 64 == 0 && D <= 256 && !q8_alone ? "vpdpbusd" : "fma";
       }
   std::vector<std::unique_ptr<Storage16>> storage16;
   auto typed = [&](const Tensor& t) {

@@ -13,7 +13,8 @@
 // applied once per row and 16 keys: (sum − offset · Σq) · d_k · d_q, plus Q4_1's m_k · d_q Σq.
 // The offset makes the keys unsigned for vpdpbusd (Q8_0's bytes +128, Q4_0's nibbles are
 // their value + 8) and is taken back in integers. The error is the query's rounding alone:
-// |Δs| ≤ Σ_b d_q,b / 2 · Σ |k| over the block. P·V stays the FMA one (BlockSource).
+// |Δs| ≤ Σ_b d_q,b / 2 · Σ |k| over the block. P·V: in integers on AVX512-VNNI
+// (int8_values-inl.h), else the FMA one (BlockSource).
 // Per target, like src/simd/simd-inl.h.
 #if defined(QKV_ATTENTION_DECODE_INT8_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_ATTENTION_DECODE_INT8_INL_H_
@@ -315,11 +316,16 @@ struct RowsOnInt8 {
 
   void probabilities(const float*, int64_t, int64_t) {}
   // P·V: with P rounded to int8 on vpdpbusd (int8_values-inl.h) where the CPU has it and the
-  // value dim fits, else on the FMAs.
+  // value dim fits (for Q8_0 from 2 rows per kv head: with one, the FMAs measured as fast),
+  // else on the FMAs.
+  static bool on_bytes(int64_t Dv, int64_t R) {
+    if constexpr (kVnniValues) return Values::fits(Dv) && (kType != TensorType::q8_0 || R >= 2);
+    return false;
+  }
   void values(const BlockSource<kType>& V, const float* s, int64_t stride, int64_t j, int64_t nk,
               const uint8_t* v, int64_t ahead_rows, int64_t R, float* const* o) {
     if constexpr (kVnniValues) {
-      if (Values::fits(V.dim)) {
+      if (on_bytes(V.dim, R)) {
         Values::add(s, stride, j, nk, v, V.step, V.bytes, keys - (j + nk), V.dim, R, o);
         return;
       }
@@ -328,7 +334,7 @@ struct RowsOnInt8 {
   }
   void finish(const BlockSource<kType>& V, float* const* o, int64_t R) {
     if constexpr (kVnniValues)
-      if (Values::fits(V.dim)) {
+      if (on_bytes(V.dim, R)) {
         for (int64_t r = 0; r < R; ++r) Values::columns_from_lanes(o[r], V.dim);
         reached(Variant::decode_values_int8);
       }

@@ -277,8 +277,8 @@ std::vector<UnitInUse> units_in_use() {
                "blocks, a panel of " +
                    std::string(wide ? "16" : "8") + " keys a byte product; " +
                    (wide && vnni ? "P·V with P rounded to u8 per 64 keys (value dims of whole "
-                                   "64s up to 256), 4 keys a vpdpbusd; the tiled kernels "
-                                   "widened to fp32"
+                                   "64s up to 256; q8_0 from 2 rows per kv head), 4 keys a "
+                                   "vpdpbusd; the tiled kernels widened to fp32"
                                  : "values and the tiled kernels widened to fp32")
              : "blocks widened to fp32 in registers, one scale per block"});
   return out;
