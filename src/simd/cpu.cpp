@@ -218,13 +218,14 @@ UnitChoice unit_for(Work work) {
   return choose_unit(work, cpu_features(), kBf16Kernels);
 }
 
-std::optional<Unit> forced_unit_of(Work work) { return forced_unit(work); }
+bool avx_vnni_in_use() {
+  const Unit unit = unit_of(Work::int8);
+  return unit == Unit::avx_vnni || (unit == Unit::amx && cpu_features().avx_vnni);
+}
 
 bool int8_scores_vnni(bool wide) {
-  const CpuFeatures& f = cpu_features();
-  if (wide) return f.avx512_vnni && forced_unit(Work::int8) != Unit::vpmaddubsw;
-  const Unit unit = unit_of(Work::int8);
-  return unit == Unit::avx_vnni || (unit == Unit::amx && f.avx_vnni);
+  if (wide) return cpu_features().avx512_vnni && forced_unit(Work::int8) != Unit::vpmaddubsw;
+  return avx_vnni_in_use();
 }
 
 Unit unit_of(Work work) {

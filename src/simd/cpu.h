@@ -63,12 +63,12 @@ UnitChoice unit_for(Work work);
 
 // unit_for(work).unit, without the reason: cheap enough for a kernel's entry.
 Unit unit_of(Work work);
-// The unit forced for `work` (QKV_UNITS, set_units, force_unit), if any.
-std::optional<Unit> forced_unit_of(Work work);
-
+// Whether the AVX2 target's int8 products use AVX-VNNI's vpdpbusd: the int8 unit is avx_vnni,
+// or amx (whose fewer rows run beneath it) on a CPU with AVX-VNNI.
+bool avx_vnni_in_use();
 // Whether int8 cache scores (src/attention/decode_int8-inl.h) use vpdpbusd on x86's 512-bit
-// targets (wide: AVX512-VNNI, unless int8=vpmaddubsw is forced) or on AVX2 (AVX-VNNI, as the
-// int8 unit says); else vpmaddubsw + vpmaddwd.
+// targets (wide: AVX512-VNNI, unless int8=vpmaddubsw is forced) or on AVX2 (avx_vnni_in_use);
+// else vpmaddubsw + vpmaddwd.
 bool int8_scores_vnni(bool wide);
 
 // Forces the units of a spec as parse_units reads it; "" goes back to the table. Not to be
