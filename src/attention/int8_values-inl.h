@@ -10,7 +10,9 @@
 // registers (two rounds of byte and word unpacks) so that lane i holds 4 keys' bytes of one
 // column; the query rows' 4 bytes of P are broadcast, one 32-bit word per block. After the 64
 // keys each lane's integer sum is scaled by σ once. A key whose block scale is negative has its
-// bytes negated first (saturating: −128 becomes 127); Q4_1's min adds Σ_k p_k m_k,b in fp32.
+// bytes negated first (saturating: −128 becomes 127), except Q4_0's, whose scales take either
+// sign: there P̃ is s8 with d's sign (σ = largest |p d| / 127) against the unsigned nibbles, and
+// 8 Σ P̃ is taken back. Q4_1's min adds Σ_k p_k m_k,b in fp32.
 //
 // The rounding is P's alone: |ΔP'_k,b| ≤ σ_b / 2, so the output's error is at most
 // Σ_k σ_b(k) / 2 · |v_k[e] / d_k,b| / l per column (l the softmax's sum), and σ is largest in
