@@ -104,11 +104,12 @@ Stored store(TensorType type, const std::vector<float>& x, int64_t D) {
   return s;
 }
 
-// Whether int8 scores run on the target in use: x86-64 from AVX2 (vpdpbusd where the CPU has
-// it, else vpmaddubsw + vpmaddwd); elsewhere the scores are exact.
+// Whether int8 scores run on the target in use: x86-64 from AVX2 and AArch64 (a byte dot
+// product unit named for the caches in units_in_use); elsewhere the scores are exact.
 bool byte_dot_here() {
-  const std::string target = current_target();
-  return target == "avx2" || target.rfind("avx512", 0) == 0;
+  for (const UnitInUse& u : units_in_use())
+    if (u.data == "q8_0 cache") return u.unit != "fma";
+  return false;
 }
 
 // Whether decoding's P·V over a q8_0/q4_0/q4_1 cache runs in integers now (512-bit vpdpbusd),

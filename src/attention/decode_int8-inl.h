@@ -2,7 +2,8 @@
 // caches read with CacheScores::int8): RowsOnInt8, the unit decode_unit_rows (decode.cpp)
 // runs for fewer than 16 rows per key/value head on x86-64 from AVX2, with vpdpbusd where the
 // CPU has it (AVX512-VNNI on the 512-bit targets, AVX-VNNI on AVX2), else vpmaddubsw +
-// vpmaddwd.
+// vpmaddwd; and on AArch64, 4 keys a panel, with sdot where the CPU has the dot product
+// extension, else int16 products.
 //
 // Each query row is rounded to int8 per 32-block as the weight products round activations
 // (quant/int8-inl.h: d = max|q| / 127, q to nearest), once per unit. The keys' integers then
@@ -12,10 +13,10 @@
 // key's integer block sum in its own lane: no sum across lanes. Each block's scales are
 // applied once per row and 16 keys: (sum − offset · Σq) · d_k · d_q, plus Q4_1's m_k · d_q Σq.
 // The offset makes the keys unsigned for vpdpbusd (Q8_0's bytes +128, Q4_0's nibbles are
-// their value + 8) and is taken back in integers. The error is the query's rounding alone:
-// |Δs| ≤ Σ_b d_q,b / 2 · Σ |k| over the block. P·V: in integers on AVX512-VNNI
-// (int8_values-inl.h), else the FMA one (BlockSource).
-// Per target, like src/simd/simd-inl.h.
+// their value + 8; sdot takes Q8_0's bytes as they are) and is taken back in integers. The error is
+// the query's rounding alone: |Δs| ≤ Σ_b d_q,b / 2 · Σ |k| over the block. P·V: in integers on
+// AVX512-VNNI (int8_values-inl.h), else the FMA one (BlockSource). Per target, like
+// src/simd/simd-inl.h.
 #if defined(QKV_ATTENTION_DECODE_INT8_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_ATTENTION_DECODE_INT8_INL_H_
 #undef QKV_ATTENTION_DECODE_INT8_INL_H_
@@ -23,6 +24,7 @@
 #define QKV_ATTENTION_DECODE_INT8_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -40,17 +42,91 @@ namespace qkv::detail {
 namespace HWY_NAMESPACE {
 namespace decoding {
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2) || HWY_ARCH_ARM_A64
 inline constexpr bool kInt8Scores = true;
 namespace int8 = ::qkv::quant::HWY_NAMESPACE::int8;
 
-#if HWY_TARGET <= HWY_AVX3
+#if HWY_ARCH_ARM_A64
+// 128 bits: 4 keys a panel, signed bytes against signed bytes: sdot where the CPU has the dot
+// product extension (int8::Sdot), else the same sums from int16 products (smull, saddlp, addp).
+// Every pass (NEON, SVE) uses these NEON registers.
+struct Panel4 {
+  using I = int32x4_t;
+  using F = float32x4_t;
+  static constexpr int kKeys = 4;
+  static constexpr bool kSignedDot = true;  // keys' bytes as they are stored, no offset
+  static bool vnni() { return ::qkv::quant::int8::dot_product_extension(); }
+  static HWY_INLINE int8x16_t bytes(I x) { return vreinterpretq_s8_s32(x); }
+  static HWY_INLINE I dpbusd(I acc, I u, I s) {
+    return vaddq_s32(acc, int8::Sdot::sdot(bytes(u), bytes(s)));
+  }
+  static HWY_INLINE I pair_dot(I acc, I u, I s) {
+    const int16x8_t lo = vmull_s8(vget_low_s8(bytes(u)), vget_low_s8(bytes(s)));
+    const int16x8_t hi = vmull_high_s8(bytes(u), bytes(s));
+    return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi)));
+  }
+  static HWY_INLINE I broadcast(const int8_t* q) {
+    int32_t v;
+    std::memcpy(&v, q, 4);
+    return vdupq_n_s32(v);
+  }
+  static constexpr int kLanes[4] = {0, 1, 2, 3};
+  static constexpr bool kPermutesQ8 = false;
+  // P[c] ← dword c of each of the 4 rows in a (a 4 × 4 transpose of 32-bit words).
+  static HWY_INLINE void transpose(const I* a, I* P) {
+    const I t0 = vtrn1q_s32(a[0], a[1]), t1 = vtrn2q_s32(a[0], a[1]);
+    const I t2 = vtrn1q_s32(a[2], a[3]), t3 = vtrn2q_s32(a[2], a[3]);
+    const auto wide = [](I x) { return vreinterpretq_s64_s32(x); };
+    P[0] = vreinterpretq_s32_s64(vtrn1q_s64(wide(t0), wide(t2)));
+    P[1] = vreinterpretq_s32_s64(vtrn1q_s64(wide(t1), wide(t3)));
+    P[2] = vreinterpretq_s32_s64(vtrn2q_s64(wide(t0), wide(t2)));
+    P[3] = vreinterpretq_s32_s64(vtrn2q_s64(wide(t1), wide(t3)));
+  }
+  static HWY_INLINE I load(const uint8_t* p) {
+    return vld1q_s32(reinterpret_cast<const int32_t*>(p));
+  }
+  static HWY_INLINE void panel32(const uint8_t* const* rows, I* P) {
+    const I lo[4] = {load(rows[0]), load(rows[1]), load(rows[2]), load(rows[3])};
+    const I hi[4] = {load(rows[0] + 16), load(rows[1] + 16), load(rows[2] + 16),
+                     load(rows[3] + 16)};
+    transpose(lo, P);
+    transpose(hi, P + 4);
+  }
+  static HWY_INLINE void panel16(const uint8_t* const* rows, I* P) {
+    const I z[4] = {load(rows[0]), load(rows[1]), load(rows[2]), load(rows[3])};
+    I w[4];
+    transpose(z, w);
+    const uint8x16_t low = vdupq_n_u8(15);
+    for (int c = 0; c < 4; ++c) {
+      const uint8x16_t b = vreinterpretq_u8_s32(w[c]);
+      P[c] = vreinterpretq_s32_u8(vandq_u8(b, low));
+      P[4 + c] = vreinterpretq_s32_u8(vshrq_n_u8(b, 4));
+    }
+  }
+  static HWY_INLINE I sub(I x, int32_t v) { return vsubq_s32(x, vdupq_n_s32(v)); }
+  static HWY_INLINE I zero() { return vdupq_n_s32(0); }
+  static HWY_INLINE F fzero() { return vdupq_n_f32(0.0f); }
+  static HWY_INLINE F fma(F a, F b, F c) { return vfmaq_f32(c, a, b); }
+  static HWY_INLINE F mul(F a, float b) { return vmulq_n_f32(a, b); }
+  static HWY_INLINE F to_float(I x) { return vcvtq_f32_s32(x); }
+  static HWY_INLINE F set(float x) { return vdupq_n_f32(x); }
+  static HWY_INLINE F halves(const uint8_t* const* rows, int shift) {
+    uint32_t w[4];
+    for (int j = 0; j < 4; ++j) std::memcpy(&w[j], rows[j], 4);
+    const uint32x4_t words = vshlq_u32(vld1q_u32(w), vdupq_n_s32(-shift));
+    return vcvt_f32_f16(vreinterpret_f16_u16(vmovn_u32(words)));
+  }
+  static HWY_INLINE void store(F x, float* to, bool) { vst1q_f32(to, x); }
+};
+using Panel = Panel4;
+#elif HWY_TARGET <= HWY_AVX3
 // 512 bits: 16 keys a panel, AVX512-VNNI's vpdpbusd (written out: Highway 1.0.3's options name
 // no AVX512-VNNI target, and the bf16 units' pass is AVX3 with AVX512-BF16 added).
 struct Panel16 {
   using I = __m512i;
   using F = __m512;
   static constexpr int kKeys = 16;
+  static constexpr bool kSignedDot = false;  // vpdpbusd: unsigned (keys) by signed (query)
   static bool vnni() { return ::qkv::simd::int8_scores_vnni(true); }
   static HWY_INLINE I dpbusd(I acc, I u, I s) {
     asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
@@ -147,6 +223,7 @@ struct Panel8 {
   using I = __m256i;
   using F = __m256;
   static constexpr int kKeys = 8;
+  static constexpr bool kSignedDot = false;
   static bool vnni() { return ::qkv::simd::int8_scores_vnni(false); }
   static HWY_INLINE I dpbusd(I acc, I u, I s) {
     asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
@@ -221,19 +298,22 @@ struct Panel8 {
 using Panel = Panel8;
 #endif
 
-// Integer Q·K runs on every x86 target from AVX2: vpdpbusd where the CPU has it (kVnni), else
-// vpmaddubsw + vpmaddwd.
+// Integer Q·K runs on every x86 target from AVX2 and on AArch64: vpdpbusd or sdot where the
+// CPU has it (kVnni), else vpmaddubsw + vpmaddwd or int16 products.
 inline bool int8_scores_vnni() { return Panel::vnni(); }
 
-// The rows unit with integer Q·K over blocks of kType, P·V on the FMAs. Without VNNI, Q8_0's
-// keys stay signed: their magnitudes times the query bytes with the keys' signs (at most
-// 128 · 127 a product, which vpmaddubsw's int16 pairs hold).
-template <TensorType kType, bool kVnni>
+// The rows unit with integer Q·K over blocks of kType on the panel Lanes, P·V on the FMAs or
+// in integers (Int8Values). Without VNNI on x86, Q8_0's keys stay signed: their magnitudes
+// times the query bytes with the keys' signs (at most 128 · 127 a product, which vpmaddubsw's
+// int16 pairs hold). (Lanes is a parameter so that x86's unsigned-key steps, which the signed
+// Arm panel lacks, are compiled only where they run.)
+template <TensorType kType, bool kVnni, class Lanes = Panel>
 struct RowsOnInt8 {
   static constexpr bool kScalesScores = false;  // the queries arrive scaled
   static constexpr int64_t kBytes = kBlockBytes<kType>;
   // What the unsigned key bytes are above their values (taken back as offset · Σq).
-  static constexpr int32_t kOffset = kType == TensorType::q8_0   ? (kVnni ? 128 : 0)
+  static constexpr int32_t kOffset = kType == TensorType::q8_0
+                                         ? (kVnni && !Lanes::kSignedDot ? 128 : 0)
                                      : kType == TensorType::q4_0 ? 8
                                                                  : 0;
   static int64_t paired(const BlockSource<kType>&) { return 0; }
@@ -259,59 +339,66 @@ struct RowsOnInt8 {
     rows = buf, sums = isum;
   }
 
-  // s[r · stride + jj] ← q_r · k_jj for the R rows and nk ≤ lanes keys from k.
+  // s[r · stride + jj] ← q_r · k_jj for the R rows and nk ≤ lanes keys from k, a panel at a
+  // time (SVE's float lanes may hold more keys than the NEON panel).
   void scores(const BlockSource<kType>& K, const float*, int64_t R, const uint8_t* k, int64_t nk,
               int64_t ahead_rows, float, float* s, int64_t stride) {
-    constexpr int L = Panel::kKeys;
-    static const uint8_t kZeros[kBytes] = {};
-    const int64_t ks = K.step, blocks = D / kBlockValues;
     for (int64_t j = 0; j < ahead_rows; ++j)
-      BlockSource<kType>::ask(k + (kPrefetchRows + j) * ks, ks, K.bytes);
+      BlockSource<kType>::ask(k + (kPrefetchRows + j) * K.step, K.step, K.bytes);
+    for (int64_t j = 0; j < nk; j += Lanes::kKeys)
+      panel_scores(R, k + j * K.step, K.step, std::min<int64_t>(Lanes::kKeys, nk - j), s + j,
+                   stride);
+  }
+  void panel_scores(int64_t R, const uint8_t* k, int64_t ks, int64_t nk, float* s, int64_t stride) {
+    constexpr int L = Lanes::kKeys;
+    static const uint8_t kZeros[kBytes] = {};
+    const int64_t blocks = D / kBlockValues;
     // Keys past nk read a zero block (d = 0). The Q8_0 panel of Panel16 puts key kLanes[i] in
     // lane i, so its scales are read in that order and its scores put back at the end.
-    constexpr bool kPermuted = kType == TensorType::q8_0 && Panel::kPermutesQ8;
+    constexpr bool kPermuted = kType == TensorType::q8_0 && Lanes::kPermutesQ8;
     const uint8_t* key[L];
     for (int j = 0; j < L; ++j) key[j] = j < nk ? k + j * ks : nullptr;
-    typename Panel::F out[kTiledDecodeMinRows];
-    for (int64_t r = 0; r < R; ++r) out[r] = Panel::fzero();
+    typename Lanes::F out[kTiledDecodeMinRows];
+    for (int64_t r = 0; r < R; ++r) out[r] = Lanes::fzero();
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t *at[L], *data[L], *lane_at[L];
       for (int j = 0; j < L; ++j) {
         at[j] = key[j] ? key[j] + b * kBytes : kZeros;
         data[j] = at[j] + kDataOffset<kType>;
       }
-      for (int i = 0; i < L; ++i) lane_at[i] = at[kPermuted ? Panel::kLanes[i] : i];
-      typename Panel::I P[8];
-      [[maybe_unused]] typename Panel::I signs[8];
+      for (int i = 0; i < L; ++i) lane_at[i] = at[kPermuted ? Lanes::kLanes[i] : i];
+      typename Lanes::I P[8];
+      [[maybe_unused]] typename Lanes::I signs[8];
       if constexpr (kType == TensorType::q8_0) {
-        Panel::panel32(data, P);
-        for (int t = 0; t < 8; ++t) {
-          if constexpr (kVnni) P[t] = Panel::flip(P[t]);
-          else signs[t] = P[t], P[t] = Panel::abs(P[t]);
-        }
+        Lanes::panel32(data, P);
+        if constexpr (!Lanes::kSignedDot)
+          for (int t = 0; t < 8; ++t) {
+            if constexpr (kVnni) P[t] = Lanes::flip(P[t]);
+            else signs[t] = P[t], P[t] = Lanes::abs(P[t]);
+          }
       } else {
-        Panel::panel16(data, P);
+        Lanes::panel16(data, P);
       }
-      const typename Panel::F dk = Panel::halves(lane_at, 0);
-      [[maybe_unused]] typename Panel::F mk;
-      if constexpr (kHasMin<kType>) mk = Panel::halves(lane_at, 16);
+      const typename Lanes::F dk = Lanes::halves(lane_at, 0);
+      [[maybe_unused]] typename Lanes::F mk;
+      if constexpr (kHasMin<kType>) mk = Lanes::halves(lane_at, 16);
       for (int64_t r = 0; r < R; ++r) {
         const int8::Row x = int8::row_at(rows + r * per_row, D);
         const int8_t* qb = x.q + b * kBlockValues;
-        typename Panel::I sum = Panel::zero();
+        typename Lanes::I sum = Lanes::zero();
         for (int t = 0; t < 8; ++t) {
-          const typename Panel::I quad = Panel::broadcast(qb + 4 * t);
-          if constexpr (kVnni) sum = Panel::dpbusd(sum, P[t], quad);
-          else if constexpr (kType == TensorType::q8_0)
-            sum = Panel::pair_dot(sum, P[t], Panel::sign(quad, signs[t]));
-          else sum = Panel::pair_dot(sum, P[t], quad);
+          const typename Lanes::I quad = Lanes::broadcast(qb + 4 * t);
+          if constexpr (kVnni) sum = Lanes::dpbusd(sum, P[t], quad);
+          else if constexpr (kType == TensorType::q8_0 && !Lanes::kSignedDot)
+            sum = Lanes::pair_dot(sum, P[t], Lanes::sign(quad, signs[t]));
+          else sum = Lanes::pair_dot(sum, P[t], quad);
         }
-        if constexpr (kOffset != 0) sum = Panel::sub(sum, kOffset * sums[r * blocks + b]);
-        out[r] = Panel::fma(Panel::to_float(sum), Panel::mul(dk, x.d[b]), out[r]);
-        if constexpr (kHasMin<kType>) out[r] = Panel::fma(mk, Panel::set(x.sums[b]), out[r]);
+        if constexpr (kOffset != 0) sum = Lanes::sub(sum, kOffset * sums[r * blocks + b]);
+        out[r] = Lanes::fma(Lanes::to_float(sum), Lanes::mul(dk, x.d[b]), out[r]);
+        if constexpr (kHasMin<kType>) out[r] = Lanes::fma(mk, Lanes::set(x.sums[b]), out[r]);
       }
     }
-    for (int64_t r = 0; r < R; ++r) Panel::store(out[r], s + r * stride, !kPermuted);
+    for (int64_t r = 0; r < R; ++r) Lanes::store(out[r], s + r * stride, !kPermuted);
   }
 
   void probabilities(const float*, int64_t, int64_t) {}
@@ -342,13 +429,13 @@ struct RowsOnInt8 {
 
  private:
   static constexpr bool kVnniValues = kVnni && kInt8Values;
-  using Values = Int8Values<kType, Panel>;
+  using Values = Int8Values<kType, Lanes>;
 };
 #else
 inline constexpr bool kInt8Scores = false;
 inline bool int8_scores_vnni() { return false; }
-template <TensorType kType, bool kVnni>
-struct RowsOnInt8;  // (x86 from AVX2 only)
+template <TensorType kType, bool kVnni, class Lanes = void>
+struct RowsOnInt8;  // (x86 from AVX2, AArch64)
 #endif
 
 }  // namespace decoding

@@ -263,19 +263,25 @@ std::vector<UnitInUse> units_in_use() {
     out.push_back(
         {"bf16", "fma", registry_agrees ? bf16.why : "target " + target + ": widened to fp32"});
   out.push_back({"f16", "fma", "widened to fp32 (no f16 dot unit is used)"});
-  // Block caches: decoding's scores on the x86 targets' byte products (CacheScores::int8).
-  const bool wide = target.rfind("avx512", 0) == 0, byte_products = wide || target == "avx2";
-  const bool vnni = byte_products && simd::int8_scores_vnni(wide);
+  // Block caches: decoding's scores on the byte products (CacheScores::int8): x86 from AVX2,
+  // every AArch64 target (sdot with the dot product extension, else int16 products).
+  constexpr bool kArm = HWY_ARCH_ARM_A64;
+  const bool wide = target.rfind("avx512", 0) == 0,
+             byte_products = kArm || wide || target == "avx2";
+  const bool vnni = byte_products && !kArm && simd::int8_scores_vnni(wide);
+  const std::string unit =
+      !byte_products ? "fma"
+      : kArm         ? (simd::unit_of(simd::Work::int8) == simd::Unit::sdot ? "sdot" : "int16")
+      : vnni         ? (wide ? "vpdpbusd" : "avx_vnni")
+                     : "vpmaddubsw";
+  const std::string keys = kArm ? "4" : wide ? "16" : "8";
   for (const char* cache : {"q8_0 cache", "q4_0 cache", "q4_1 cache"})
     out.push_back(
-        {cache,
-         !byte_products ? "fma"
-         : vnni         ? (wide ? "vpdpbusd" : "avx_vnni")
-                        : "vpmaddubsw",
+        {cache, unit,
          byte_products
              ? "decoding's scores (--cache-scores int8, the default): the query rounded to int8 "
                "blocks, a panel of " +
-                   std::string(wide ? "16" : "8") + " keys a byte product; " +
+                   keys + " keys a byte product; " +
                    (wide && vnni ? "P·V with P rounded to u8 per 64 keys (value dims of whole "
                                    "64s up to 256; q8_0 from 2 rows per kv head), 4 keys a "
                                    "vpdpbusd; the tiled kernels widened to fp32"
