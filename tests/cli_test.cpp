@@ -620,6 +620,24 @@ TEST(CliGenerate, RandomModelAndItsBenchmark) {
   const Result ids =
       run("generate --model " + model + " --prompt-ids \"1 2\" -n 5 --temperature 0");
   EXPECT_EQ(ids.status, 0);
+  // Several thread counts: one JSON line each, with the synchronisations per decoded token (none
+  // at all on one thread: a one-thread loop opens no region).
+  const Result counts = run("bench generate --model " + model +
+                            " --prompt 4 --cache-lengths 8 --decode 2 --repeats 1 --threads 1,2 "
+                            "--json");
+  ASSERT_EQ(counts.status, 0);
+  std::istringstream lines(counts.output);
+  std::vector<json> runs;
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') runs.push_back(json::parse(line));
+  ASSERT_EQ(runs.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(runs[i]["threads"], i + 1);
+    const json& d = runs[i]["decode"][0];
+    EXPECT_GE(d["barriers_per_token"].get<double>(), d["regions_per_token"].get<double>());
+    if (i == 0) EXPECT_EQ(d["barriers_per_token"].get<double>(), 0);
+  }
+  EXPECT_EQ(run("bench generate --model " + model + " --threads 1,-2").status, 2);
   std::remove(model.c_str());
 }
 

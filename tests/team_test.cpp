@@ -63,6 +63,19 @@ TEST(Team, LoopsSplitOverTheTeamAndSerialPiecesRunOnce) {
   });
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[i], 1) << i;
   EXPECT_EQ(serial, 1);
+  // The synchronisations counted (qkv bench generate reports them per token): the team's region
+  // and its join; inside it, the loop's, the serial piece's and the shared buffer's barriers.
+  const detail::SyncCount before = detail::sync_count();
+  detail::run_team(3, [&] {
+    detail::parallel_for(n, 3, [](int64_t) {});
+    detail::team_serial([] {});
+    (void)detail::team_scratch(detail::QuantSlot::block_sums, 16);
+  });
+  detail::parallel_for(n, 2, [](int64_t) {});  // a region of its own
+  detail::parallel_for(n, 1, [](int64_t) {});  // none
+  const detail::SyncCount after = detail::sync_count();
+  EXPECT_EQ(after.regions - before.regions, 2);
+  EXPECT_EQ(after.barriers - before.barriers, 2 + 3);
   EXPECT_EQ(bodies_in_team, 0);
   EXPECT_EQ(buffers[0], buffers[1]);
   EXPECT_EQ(buffers[1], buffers[2]);

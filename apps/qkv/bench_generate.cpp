@@ -23,7 +23,7 @@ struct BenchGenerateOptions {
   std::string model, cache = "f32", rotation = "auto", matmul = "exact";
   int64_t prompt = 512, decode = 24, repeats = 3;
   std::vector<int64_t> lengths = {128, 1000};
-  int threads = 0;
+  std::vector<int> threads;  // each count in turn; none: num_threads()
   bool json = false;
 };
 
@@ -57,7 +57,7 @@ double weight_bytes_per_token(const Model& m) {
 }
 
 void bench_generate(const BenchGenerateOptions& o) {
-  if (o.threads > 0) set_num_threads(o.threads);
+  for (int t : o.threads) check(t >= 0 && t <= 1024, "--threads must be 0 to 1024, got ", t);
   check(o.prompt >= 1 && o.decode >= 1 && o.repeats >= 1,
         "--prompt, --decode and --repeats must be >= 1");
   ModelFile f = load_model_file(o.model, "", /*need_tokenizer=*/false);
@@ -86,99 +86,113 @@ void bench_generate(const BenchGenerateOptions& o) {
   const double element = static_cast<double>(cache.bytes()) /
                          (2.0 * c.n_layers * c.n_kv_heads * cache.slots() * c.d_head);
 
-  // Prefill: the whole prompt in one call; best of `repeats`.
-  double prefill = 1e30;
-  for (int64_t r = 0; r < o.repeats + 1; ++r) {  // the first call allocates: not counted
-    cache.reset();
-    const double t0 = detail::now_seconds();
-    m.forward_cached(cache, tokens.data(), 1, o.prompt);
-    if (r > 0) prefill = std::min(prefill, detail::now_seconds() - t0);
-  }
-  const double P = o.prompt;
-  const double prefill_flops = P * (matrix_flops_per_token(c) - 2.0 * c.vocab_size * c.d_model) +
-                               2.0 * c.vocab_size * c.d_model +  // logits of the last position
-                               c.n_layers * 2.0 * c.n_heads * P * P * c.d_head;  // causal attention
-  const int threads = num_threads();
-  const double peak = detail::measure_fma_peak_gflops(threads);
-  nlohmann::json r = {{"benchmark", "generate"},
-                      {"model", o.model},
-                      {"format", f.format},
-                      {"parameters", m.num_params()},
-                      {"d_model", c.d_model},
-                      {"layers", c.n_layers},
-                      {"heads", c.n_heads},
-                      {"kv_heads", c.n_kv_heads},
-                      {"vocab", c.vocab_size},
-                      {"threads", threads},
-                      {"target", current_target()},
-                      {"cache", o.cache},
-                      {"cache_rotation", rotation},
-                      {"matmul", o.matmul},
-                      {"prompt_tokens", o.prompt},
-                      {"prefill_ms", prefill * 1e3},
-                      {"prefill_tokens_per_s", P / prefill},
-                      {"prefill_gflops", prefill_flops / prefill * 1e-9},
-                      {"peak_gflops", peak},
-                      {"prefill_fraction_of_peak", prefill_flops / prefill * 1e-9 / peak}};
-  // A prompt's int8 products forced onto AMX-INT8 tiles: their TDPBUSD peak too (0 where the
-  // tiles cannot run: the stand-in).
-  const std::vector<UnitInUse> weights = weight_units();
-  const bool amx_prompts = o.matmul == "int8" && o.prompt >= 16 &&
-                           std::any_of(weights.begin(), weights.end(),
-                                       [](const UnitInUse& u) { return u.unit == "amx"; });
-  const double amx_peak =
-      amx_prompts ? detail::measure_amx_peak_gflops(detail::AmxProduct::int8, threads) : 0;
-  if (amx_prompts) r["prefill_int8_unit"] = "amx";
-  if (amx_peak > 0) {
-    r["amx_int8_peak_gops"] = amx_peak;
-    r["prefill_fraction_of_amx_int8_peak"] = prefill_flops / prefill * 1e-9 / amx_peak;
-  }
-  if (!o.json)
-    std::cout << "model " << o.model << ": " << short_count(m.num_params()) << " parameters, "
-              << threads << " thread(s), " << o.cache << " cache (rotation " << rotation << "), "
-              << o.matmul << " matmul\n"
-              << "prefill " << o.prompt << " tokens: " << prefill * 1e3 << " ms, "
-              << static_cast<int64_t>(P / prefill) << " tokens/s, "
-              << prefill_flops / prefill * 1e-9
-              << " GFLOP/s = " << 100 * prefill_flops / prefill * 1e-9 / peak << "% of the " << peak
-              << " GFLOP/s FMA peak\n";
-  if (!o.json && amx_prompts) {
-    std::cout << "  int8 products on AMX-INT8 tiles";
-    if (amx_peak > 0)
-      std::cout << ": " << 100 * prefill_flops / prefill * 1e-9 / amx_peak << "% of the "
-                << amx_peak << " GOP/s TDPBUSD peak\n";
-    else std::cout << ", on the stand-in\n";
-  }
-
-  // Decode at each cache length: fill the cache to that length, then time `decode` tokens.
-  nlohmann::json decode = nlohmann::json::array();
-  for (int64_t len : lengths) {
-    cache.reset();
-    m.forward_cached(cache, tokens.data(), 1, len);
-    const double t0 = detail::now_seconds();
-    for (int64_t i = 0; i < o.decode; ++i) m.forward_cached(cache, &tokens[len + i], 1, 1);
-    const double seconds = (detail::now_seconds() - t0) / o.decode;
-    const double mean_len = len + (o.decode + 1) / 2.0;
-    const double cache_bytes = 2.0 * c.n_layers * c.n_kv_heads * c.d_head * mean_len * element;
-    const double bytes = weight_bytes_per_token(m) + cache_bytes;
-    const double read = detail::measure_read_gbps(static_cast<size_t>(bytes), threads);
-    const double gbps = bytes / seconds * 1e-9;
-    decode.push_back({{"cache_length", len},
-                      {"ms_per_token", seconds * 1e3},
-                      {"tokens_per_s", 1 / seconds},
-                      {"bytes_per_token", bytes},
-                      {"gbps", gbps},
-                      {"read_gbps", read},
-                      {"fraction_of_read", gbps / read}});
+  // Each thread count asked for in turn, everything measured again at it.
+  const int initial = num_threads();
+  const std::vector<int> counts = o.threads.empty() ? std::vector<int>{0} : o.threads;
+  for (const int count : counts) {
+    const int threads = count > 0 ? count : initial;  // 0: the default, all cores
+    set_num_threads(threads);
+    // Prefill: the whole prompt in one call; best of `repeats`.
+    double prefill = 1e30;
+    for (int64_t r = 0; r < o.repeats + 1; ++r) {  // the first call allocates: not counted
+      cache.reset();
+      const double t0 = detail::now_seconds();
+      m.forward_cached(cache, tokens.data(), 1, o.prompt);
+      if (r > 0) prefill = std::min(prefill, detail::now_seconds() - t0);
+    }
+    const double P = o.prompt;
+    const double prefill_flops =
+        P * (matrix_flops_per_token(c) - 2.0 * c.vocab_size * c.d_model) +
+        2.0 * c.vocab_size * c.d_model +                  // logits of the last position
+        c.n_layers * 2.0 * c.n_heads * P * P * c.d_head;  // causal attention
+    const double peak = detail::measure_fma_peak_gflops(threads);
+    nlohmann::json r = {{"benchmark", "generate"},
+                        {"model", o.model},
+                        {"format", f.format},
+                        {"parameters", m.num_params()},
+                        {"d_model", c.d_model},
+                        {"layers", c.n_layers},
+                        {"heads", c.n_heads},
+                        {"kv_heads", c.n_kv_heads},
+                        {"vocab", c.vocab_size},
+                        {"threads", threads},
+                        {"target", current_target()},
+                        {"cache", o.cache},
+                        {"cache_rotation", rotation},
+                        {"matmul", o.matmul},
+                        {"prompt_tokens", o.prompt},
+                        {"prefill_ms", prefill * 1e3},
+                        {"prefill_tokens_per_s", P / prefill},
+                        {"prefill_gflops", prefill_flops / prefill * 1e-9},
+                        {"peak_gflops", peak},
+                        {"prefill_fraction_of_peak", prefill_flops / prefill * 1e-9 / peak}};
+    // A prompt's int8 products forced onto AMX-INT8 tiles: their TDPBUSD peak too (0 where the
+    // tiles cannot run: the stand-in).
+    const std::vector<UnitInUse> weights = weight_units();
+    const bool amx_prompts = o.matmul == "int8" && o.prompt >= 16 &&
+                             std::any_of(weights.begin(), weights.end(),
+                                         [](const UnitInUse& u) { return u.unit == "amx"; });
+    const double amx_peak =
+        amx_prompts ? detail::measure_amx_peak_gflops(detail::AmxProduct::int8, threads) : 0;
+    if (amx_prompts) r["prefill_int8_unit"] = "amx";
+    if (amx_peak > 0) {
+      r["amx_int8_peak_gops"] = amx_peak;
+      r["prefill_fraction_of_amx_int8_peak"] = prefill_flops / prefill * 1e-9 / amx_peak;
+    }
     if (!o.json)
-      std::cout << "decode at cache length " << len << ": " << seconds * 1e3 << " ms/token, "
-                << static_cast<int64_t>(1 / seconds) << " tokens/s, " << gbps << " GB/s of "
-                << bytes_str(bytes) << " per token = " << 100 * gbps / read << "% of a read loop ("
-                << read << " GB/s)\n";
+      std::cout << "model " << o.model << ": " << short_count(m.num_params()) << " parameters, "
+                << threads << " thread(s), " << o.cache << " cache (rotation " << rotation << "), "
+                << o.matmul << " matmul\n"
+                << "prefill " << o.prompt << " tokens: " << prefill * 1e3 << " ms, "
+                << static_cast<int64_t>(P / prefill) << " tokens/s, "
+                << prefill_flops / prefill * 1e-9
+                << " GFLOP/s = " << 100 * prefill_flops / prefill * 1e-9 / peak << "% of the "
+                << peak << " GFLOP/s FMA peak\n";
+    if (!o.json && amx_prompts) {
+      std::cout << "  int8 products on AMX-INT8 tiles";
+      if (amx_peak > 0)
+        std::cout << ": " << 100 * prefill_flops / prefill * 1e-9 / amx_peak << "% of the "
+                  << amx_peak << " GOP/s TDPBUSD peak\n";
+      else std::cout << ", on the stand-in\n";
+    }
+
+    // Decode at each cache length: fill the cache to that length, then time `decode` tokens.
+    nlohmann::json decode = nlohmann::json::array();
+    for (int64_t len : lengths) {
+      cache.reset();
+      m.forward_cached(cache, tokens.data(), 1, len);
+      const detail::SyncCount before = detail::sync_count();
+      const double t0 = detail::now_seconds();
+      for (int64_t i = 0; i < o.decode; ++i) m.forward_cached(cache, &tokens[len + i], 1, 1);
+      const double seconds = (detail::now_seconds() - t0) / o.decode;
+      const detail::SyncCount after = detail::sync_count();
+      const double regions = static_cast<double>(after.regions - before.regions) / o.decode;
+      const double barriers = static_cast<double>(after.barriers - before.barriers) / o.decode;
+      const double mean_len = len + (o.decode + 1) / 2.0;
+      const double cache_bytes = 2.0 * c.n_layers * c.n_kv_heads * c.d_head * mean_len * element;
+      const double bytes = weight_bytes_per_token(m) + cache_bytes;
+      const double read = detail::measure_read_gbps(static_cast<size_t>(bytes), threads);
+      const double gbps = bytes / seconds * 1e-9;
+      decode.push_back({{"cache_length", len},
+                        {"ms_per_token", seconds * 1e3},
+                        {"tokens_per_s", 1 / seconds},
+                        {"bytes_per_token", bytes},
+                        {"gbps", gbps},
+                        {"read_gbps", read},
+                        {"fraction_of_read", gbps / read},
+                        {"regions_per_token", regions},
+                        {"barriers_per_token", barriers}});
+      if (!o.json)
+        std::cout << "decode at cache length " << len << ": " << seconds * 1e3 << " ms/token, "
+                  << static_cast<int64_t>(1 / seconds) << " tokens/s, " << gbps << " GB/s of "
+                  << bytes_str(bytes) << " per token = " << 100 * gbps / read
+                  << "% of a read loop (" << read << " GB/s); " << regions
+                  << " parallel regions and " << barriers << " barriers per token\n";
+    }
+    r["decode"] = decode;
+    r["peak_rss_mb"] = detail::peak_rss_mb();
+    std::cout << r.dump() << "\n";
   }
-  r["decode"] = decode;
-  r["peak_rss_mb"] = detail::peak_rss_mb();
-  std::cout << r.dump() << "\n";
 }
 
 }  // namespace
@@ -198,7 +212,9 @@ void add_bench_generate(CLI::App& bench) {
   add_cache_option(*cmd, o->cache, "KV cache storage");
   add_cache_rotation_option(*cmd, o->rotation);
   add_matmul_option(*cmd, o->matmul);
-  add_threads_option(*cmd, o->threads);
+  cmd->add_option("--threads", o->threads,
+                  "Thread counts, each measured in turn (1,2,4,...); default (0) all cores")
+      ->delimiter(',');
   cmd->add_flag("--json", o->json, "Only the JSON line");
   cmd->callback([o] { bench_generate(*o); });
 }

@@ -150,6 +150,7 @@ void over_blocks(int64_t M, int64_t N, int64_t K, const Block& block) {
     block(m0, std::min(block_rows, M - m0), n0, std::min(block_cols, N - n0));
   };
   if (in_team()) return parallel_for(blocks, threads, run_block);  // (one thread in the libraries)
+  if (threads > 1) count_region();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     // OpenBLAS's OpenMP build and oneDNN run one thread inside an active team, but outside one

@@ -16,9 +16,25 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace qkv::detail {
+
+// How often the threads synchronise (`qkv bench generate` reports both per token): regions
+// opened (each a fork and a join), and barriers, a region's join among them, counted once per
+// barrier by the thread that opened the region or by a team's first thread.
+struct SyncCounts {
+  std::atomic<int64_t> regions{0}, barriers{0};
+};
+inline SyncCounts sync_counts;
+inline void count_region() {
+  sync_counts.regions.fetch_add(1, std::memory_order_relaxed);
+  sync_counts.barriers.fetch_add(1, std::memory_order_relaxed);
+}
+inline void count_team_barrier() {
+  if (omp_get_thread_num() == 0) sync_counts.barriers.fetch_add(1, std::memory_order_relaxed);
+}
 
 // Whether this thread runs inside a team's code (and not inside one of its loops' bodies).
 inline thread_local bool tl_in_team = false;
@@ -37,6 +53,7 @@ struct OutsideTeam {
 template <class Body>
 inline void run_team(int threads, Body&& body) {
   if (in_team()) return body();
+  count_region();
 #pragma omp parallel num_threads(threads)
   {
     tl_in_team = true;
@@ -49,6 +66,7 @@ inline void run_team(int threads, Body&& body) {
 template <class Body>
 inline void team_serial(Body&& body) {
   if (!in_team()) return body();
+  count_team_barrier();
 #pragma omp single
   {
     OutsideTeam outside;
@@ -68,6 +86,7 @@ inline void parallel_for(int64_t n, int threads, Body&& body) {
       return team_serial([&] {
         for (int64_t i = 0; i < n; ++i) body(i);
       });
+    count_team_barrier();
     OutsideTeam outside;
     if constexpr (kSchedule == Schedule::even) {
 #pragma omp for schedule(static)
@@ -82,6 +101,7 @@ inline void parallel_for(int64_t n, int threads, Body&& body) {
     for (int64_t i = 0; i < n; ++i) body(i);
     return;
   }
+  count_region();
   if constexpr (kSchedule == Schedule::even) {
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t i = 0; i < n; ++i) body(i);

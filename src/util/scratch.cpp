@@ -39,6 +39,7 @@ float* thread_scratch_at(int slot, size_t floats) {
 float* team_scratch_at(int slot, size_t floats) {
   if (!in_team()) return thread_scratch_at(slot, floats);
   float* p = nullptr;
+  count_team_barrier();
 #pragma omp single copyprivate(p)
   p = thread_scratch_at(slot, floats);
   return p;

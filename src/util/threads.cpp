@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "qkv/error.h"
+#include "util/parallel.h"
 
 namespace qkv {
 namespace {
@@ -33,5 +34,10 @@ void set_num_threads(int n) {
 }
 
 int num_threads() { return thread_count(); }
+
+detail::SyncCount detail::sync_count() {
+  return {detail::sync_counts.regions.load(std::memory_order_relaxed),
+          detail::sync_counts.barriers.load(std::memory_order_relaxed)};
+}
 
 }  // namespace qkv
