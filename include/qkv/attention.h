@@ -115,8 +115,9 @@ enum class KvLayout { rows };
 // are exact either way:
 //   int8   each query rounded to int8 per 32-block (d = max|q| / 127, to nearest, as the int8
 //          weight products round activations), its products with the keys' integers summed as
-//          integers on the CPU's byte dot product (AVX512-VNNI, AVX-VNNI; where there is none,
-//          exact), the two blocks' scales applied once per block: a score moves by at most
+//          integers on the CPU's byte products (x86 from AVX2: vpdpbusd, else vpmaddubsw
+//          pairs; AArch64: sdot, else int16 products; SSE4: exact), the two blocks' scales
+//          applied once per block: a score moves by at most
 //          Σ_b d_q,b / 2 · Σ |k| over block b, about 1/250 of the block's largest product;
 //          and on AVX512-VNNI (value dims of whole 64s up to 256) P·V in integers too: each
 //          row's p times a value block's |d| rounded to u8 per 64 keys (σ = the largest / 255),
