@@ -635,7 +635,9 @@ TEST(CliGenerate, RandomModelAndItsBenchmark) {
     EXPECT_EQ(runs[i]["threads"], i + 1);
     const json& d = runs[i]["decode"][0];
     EXPECT_GE(d["barriers_per_token"].get<double>(), d["regions_per_token"].get<double>());
-    if (i == 0) EXPECT_EQ(d["barriers_per_token"].get<double>(), 0);
+    if (i == 0) {
+      EXPECT_EQ(d["barriers_per_token"].get<double>(), 0);
+    }
   }
   EXPECT_EQ(run("bench generate --model " + model + " --threads 1,-2").status, 2);
   std::remove(model.c_str());
