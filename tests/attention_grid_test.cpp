@@ -112,14 +112,22 @@ bool byte_dot_here() {
   return false;
 }
 
-// Whether decoding's P·V over a q8_0/q4_0/q4_1 cache runs in integers now (512-bit vpdpbusd),
-// for a value dim of Dv and R rows per kv head (Q8_0 from 2).
+// Whether decoding's P·V over a q8_0/q4_0/q4_1 cache runs in integers now, for a value dim of
+// Dv and R rows per kv head, as the docs state it: on the x86 byte products (vpdpbusd on the
+// 512-bit targets; AVX-VNNI or vpmaddubsw on AVX2) for value dims of whole 64s (512 bits) or
+// 32s (256) up to 256, Q8_0 (and on AVX2 Q4_1) from 2 rows; and that cache_values_unit() says
+// the same.
 bool int8_values_here(TensorType format, int64_t Dv, int64_t R) {
+  std::string unit;
   for (const UnitInUse& u : units_in_use())
-    if (u.data == "q8_0 cache")
-      return u.unit == "vpdpbusd" && Dv % 64 == 0 && Dv <= 256 &&
-             (format != TensorType::q8_0 || R >= 2);
-  return false;
+    if (u.data == "q8_0 cache") unit = u.unit;
+  const bool wide = current_target().rfind("avx512", 0) == 0;
+  const bool on = (wide ? unit == "vpdpbusd" : unit == "avx_vnni" || unit == "vpmaddubsw") &&
+                  Dv % (wide ? 64 : 32) == 0 && Dv <= 256 &&
+                  (R >= 2 || format == TensorType::q4_0 || (wide && format == TensorType::q4_1));
+  EXPECT_EQ(cache_values_unit(name_of(format), Dv, R), on ? unit : "fma")
+      << name_of(format) << " Dv " << Dv << " R " << R;
+  return on;
 }
 
 // Whether the bf16 dot unit multiplies bf16 data now (the unit forced, and the target allows it).

@@ -232,5 +232,31 @@ TEST(Units, AForcedUnitRunsAndIsReported) {
   }
 }
 
+// cache_values_unit names what a block cache's P·V runs on, and its mistakes are errors.
+TEST(Units, CacheValuesUnitNamesAUnitAndRefusesWhatIsNotABlockCache) {
+  for (const char* cache : {"q8_0", "q4_0", "q4_1"}) {
+    const std::string unit = cache_values_unit(cache, 128, 4);
+    std::string scores;
+    for (const UnitInUse& u : units_in_use())
+      if (u.data == std::string(cache) + " cache") scores = u.unit;
+    // P·V on bytes is the scores' byte product, or the FMAs.
+    EXPECT_TRUE(unit == "fma" || unit == scores) << cache << ": " << unit << " beside " << scores;
+    EXPECT_EQ(cache_values_unit(cache, 512, 4), "fma");   // (beyond the stack's 256 columns)
+    EXPECT_EQ(cache_values_unit(cache, 128, 16), "fma");  // (16 rows: the tiled kernels)
+  }
+  const auto message = [](const std::string& cache, int64_t dim, int64_t rows) {
+    try {
+      cache_values_unit(cache, dim, rows);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("bf16", 128, 4).find("not a cache of 32-value blocks"), std::string::npos);
+  EXPECT_NE(message("q5_0", 128, 4), "no error");
+  EXPECT_NE(message("q8_0", 0, 4).find("must be positive"), std::string::npos);
+  EXPECT_NE(message("q8_0", 128, 0).find("must be positive"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace qkv

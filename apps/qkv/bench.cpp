@@ -219,16 +219,14 @@ void bench_attention(const BenchOptions& o) {
   // The unit a block cache's scores run on (units_in_use: int8 scores on the target's byte
   // products where up to 4 queries decode with fewer than 16 rows per key/value head, else
   // widened); "exact" widens them all.
-  // P·V: u8 P on 512-bit vpdpbusd with the int8 scores where the value dim fits, else widened.
-  std::string cache_unit, cache_values_unit;
+  // P·V: with the int8 scores, P rounded to 8 bits where cache_values_unit() says, else widened.
+  std::string cache_unit, values_unit;
   const bool rows_decode = Tq <= 4 && Tq * (Hq / Hkv) < 16;
   if (cache)
     for (const UnitInUse& u : units_in_use())
       if (u.data == o.cache + " cache") {
         cache_unit = o.cache_scores == "exact" || !rows_decode ? "fma" : u.unit;
-        const bool q8_alone = o.cache == "q8_0" && Tq * (Hq / Hkv) < 2;  // (the FMAs: as fast)
-        cache_values_unit =
-            cache_unit == "vpdpbusd" && D % 64 == 0 && D <= 256 && !q8_alone ? "vpdpbusd" : "fma";
+        values_unit = cache_unit == "fma" ? "fma" : cache_values_unit(o.cache, D, Tq * (Hq / Hkv));
       }
   std::vector<std::unique_ptr<Storage16>> storage16;
   auto typed = [&](const Tensor& t) {
@@ -361,7 +359,7 @@ void bench_attention(const BenchOptions& o) {
       {"cache_rotation", cache ? json(cache->kv.rotation > 0 ? "on" : "off") : json(nullptr)},
       {"cache_scores", cache ? json(o.cache_scores) : json(nullptr)},
       {"cache_unit", cache_unit.empty() ? json(nullptr) : json(cache_unit)},
-      {"cache_values_unit", cache_values_unit.empty() ? json(nullptr) : json(cache_values_unit)},
+      {"cache_values_unit", values_unit.empty() ? json(nullptr) : json(values_unit)},
       {"backward", o.backward},
       {"threads", threads},
       {"target", current_target()},
@@ -390,7 +388,7 @@ void bench_attention(const BenchOptions& o) {
               << (cache ? ", " + o.cache + " cache (rotation " +
                               std::string(cache->kv.rotation > 0 ? "on" : "off") + ", " +
                               o.cache_scores + " scores on " + cache_unit + ", P·V on " +
-                              cache_values_unit + ")"
+                              values_unit + ")"
                         : std::string())
               << ", " << threads << " thread(s), SIMD target " << current_target() << "\n"
               << "  " << seconds * 1e3 << " ms, " << gflops

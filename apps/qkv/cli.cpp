@@ -53,8 +53,8 @@ void add_cache_rotation_option(CLI::App& cmd, std::string& rotation) {
 void add_cache_scores_option(CLI::App& cmd, std::string& scores) {
   cmd.add_option("--cache-scores", scores,
                  "How decoding queries meet q8_0, q4_0 and q4_1 keys and values: int8 (each "
-                 "query rounded to int8 blocks, integer dot products; on AVX512-VNNI P rounded to "
-                 "u8 for P·V too) or exact (every key and value widened to fp32)")
+                 "query rounded to int8 blocks, integer dot products; on x86-64 P rounded to 8 "
+                 "bits for P·V too) or exact (every key and value widened to fp32)")
       ->check(CLI::IsMember({"int8", "exact"}))
       ->capture_default_str();
 }

@@ -8,6 +8,7 @@
 // --target avx2`, or with set_target("avx2").
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,12 @@ struct UnitInUse {
   std::string why;
 };
 std::vector<UnitInUse> units_in_use();
+// The unit that multiplies P·V when split-KV decoding reads a block cache ("q8_0", "q4_0",
+// "q4_1") with int8 scores (CacheScores::int8) for value dim `dim_v` and `rows` query rows per
+// key/value head: the scores' byte product ("vpdpbusd", "avx_vnni", "vpmaddubsw") where P is
+// rounded to 8 bits per value block and 64 keys, else "fma" (values widened to fp32). Throws
+// qkv::Error for another cache type or a dim or row count below 1.
+std::string cache_values_unit(const std::string& cache, int64_t dim_v, int64_t rows);
 // The same for the products with weights held in a format (a GGUF model's matrices in place,
 // quant::linear_forward), on the target in use: each format's unit with fp32 activations
 // (Matmul::exact, "q4_k weights") and, for the block formats, with int8 ones (Matmul::int8,

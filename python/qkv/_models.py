@@ -98,7 +98,7 @@ class Model:
         Walsh-Hadamard transform, which cuts their quality cost; attention rotates the queries
         alike and the outputs back), "on" (any storage) or "off". cache_scores: how decoding
         meets a q8_0, q4_0 or q4_1 cache, "int8" (the default: each query rounded to int8 blocks
-        against the stored integers, and on AVX512-VNNI P rounded to u8 for P·V) or "exact"
+        against the stored integers, and on x86-64 P rounded to 8 bits for P·V) or "exact"
         (every key and value widened to fp32).
         """
         tok = self.tokenizer

@@ -499,6 +499,28 @@ void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
       K.type, [&](auto element) { decode<ElementSource<decltype(element)>>(a, K, V); });
 }
 
+// Whether P·V runs in integers (Int8Values) under int8 scores over format's blocks, for value
+// dim Dv and R query rows per key/value head. (A template so that targets without integer
+// scores never instantiate RowsOnInt8.)
+template <bool kHave = kInt8Scores>
+bool values_on_bytes(TensorType format, int64_t Dv, int64_t R) {
+  if constexpr (kHave) {
+    bool on = false;
+    if (R < kTiledDecodeMinRows)
+      with_block_format(format, [&](auto f) {
+        constexpr TensorType kFormat = decltype(f)::value;
+        on = int8_scores_vnni() ? RowsOnInt8<kFormat, true>::on_bytes(Dv, R)
+                                : RowsOnInt8<kFormat, false>::on_bytes(Dv, R);
+      });
+    return on;
+  } else {
+    return false;
+  }
+}
+bool int8_values_on_bytes(TensorType format, int64_t Dv, int64_t R) {
+  return values_on_bytes(format, Dv, R);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace qkv::detail
 HWY_AFTER_NAMESPACE();
@@ -511,6 +533,13 @@ namespace qkv::detail {
 QKV_ENTRY_WITH_BF16_UNITS(decode_forward,
                           (const AttentionArgs& a, const KvRows& K, const KvRows& V), (a, K, V),
                           K.type == TensorType::bf16 && a.q.shape[3] % 2 == 0)
+
+#if !defined(QKV_BF16_UNITS)
+HWY_EXPORT(int8_values_on_bytes);
+bool int8_values_on_bytes(TensorType format, int64_t Dv, int64_t R) {
+  return QKV_DISPATCH(int8_values_on_bytes)(format, Dv, R);
+}
+#endif
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

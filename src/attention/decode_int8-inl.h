@@ -15,7 +15,7 @@
 // The offset makes the keys unsigned for vpdpbusd (Q8_0's bytes +128, Q4_0's nibbles are
 // their value + 8; sdot takes Q8_0's bytes as they are) and is taken back in integers. The error is
 // the query's rounding alone: |Δs| ≤ Σ_b d_q,b / 2 · Σ |k| over the block. P·V: in integers on
-// AVX512-VNNI (int8_values-inl.h), else the FMA one (BlockSource). Per target, like
+// x86-64 (int8_values-inl.h), else the FMA one (BlockSource). Per target, like
 // src/simd/simd-inl.h.
 #if defined(QKV_ATTENTION_DECODE_INT8_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_ATTENTION_DECODE_INT8_INL_H_
@@ -402,16 +402,15 @@ struct RowsOnInt8 {
   }
 
   void probabilities(const float*, int64_t, int64_t) {}
-  // P·V: with P rounded to int8 on vpdpbusd (int8_values-inl.h) where the CPU has it and the
-  // value dim fits (for Q8_0 from 2 rows per kv head: with one, the FMAs measured as fast),
-  // else on the FMAs.
+  // P·V: with P rounded to 8 bits (int8_values-inl.h) where the target has it, the value dim
+  // fits and there are Values::kMinRows rows per kv head, else on the FMAs.
   static bool on_bytes(int64_t Dv, int64_t R) {
-    if constexpr (kVnniValues) return Values::fits(Dv) && (kType != TensorType::q8_0 || R >= 2);
+    if constexpr (kValuesOnBytes) return Values::fits(Dv) && R >= Values::kMinRows;
     return false;
   }
   void values(const BlockSource<kType>& V, const float* s, int64_t stride, int64_t j, int64_t nk,
               const uint8_t* v, int64_t ahead_rows, int64_t R, float* const* o) {
-    if constexpr (kVnniValues) {
+    if constexpr (kValuesOnBytes) {
       if (on_bytes(V.dim, R)) {
         Values::add(s, stride, j, nk, v, V.step, V.bytes, keys - (j + nk), V.dim, R, o);
         return;
@@ -420,7 +419,7 @@ struct RowsOnInt8 {
     V.value_rows(s, stride, j, nk, v, ahead_rows, R, o);
   }
   void finish(const BlockSource<kType>& V, float* const* o, int64_t R) {
-    if constexpr (kVnniValues)
+    if constexpr (kValuesOnBytes)
       if (on_bytes(V.dim, R)) {
         for (int64_t r = 0; r < R; ++r) Values::columns_from_lanes(o[r], V.dim);
         reached(Variant::decode_values_int8);
@@ -428,8 +427,8 @@ struct RowsOnInt8 {
   }
 
  private:
-  static constexpr bool kVnniValues = kVnni && kInt8Values;
-  using Values = Int8Values<kType, Lanes>;
+  static constexpr bool kValuesOnBytes = kInt8Values<kVnni>;
+  using Values = Int8Values<kType, Lanes, kVnni>;
 };
 #else
 inline constexpr bool kInt8Scores = false;

@@ -53,6 +53,10 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V);
 // key/value head (Hq / Hkv · Tq) are computed together, so K and V are read once per
 // key/value head (the tiled forward reads them once per query head, in tiles of 64 queries).
 void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V);
+// Whether decoding with int8 scores over a block cache of `format` multiplies P·V in integers
+// too (P rounded to 8 bits per value block and 64 keys) for value dim Dv and R query rows per
+// key/value head, on the target in use.
+bool int8_values_on_bytes(TensorType format, int64_t Dv, int64_t R);
 
 // Whether qkv::attention decodes rather than tiling the queries: up to 4 queries always;
 // from 5 on, up to 15 queries (32 when a key/value head serves several query heads) against

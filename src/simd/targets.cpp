@@ -37,7 +37,9 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 #include <vector>
 
+#include "attention/kernels.h"
 #include "qkv/error.h"
+#include "qkv/kv_cache.h"
 #include "qkv/targets.h"
 #include "simd/amx.h"
 #include "simd/cpu.h"
@@ -275,19 +277,39 @@ std::vector<UnitInUse> units_in_use() {
       : vnni         ? (wide ? "vpdpbusd" : "avx_vnni")
                      : "vpmaddubsw";
   const std::string keys = kArm ? "4" : wide ? "16" : "8";
-  for (const char* cache : {"q8_0 cache", "q4_0 cache", "q4_1 cache"})
+  for (const std::string format : {"q8_0", "q4_0", "q4_1"}) {
+    const bool from_two = format == "q8_0" || (!wide && format == "q4_1");
     out.push_back(
-        {cache, unit,
+        {format + " cache", unit,
          byte_products
              ? "decoding's scores (--cache-scores int8, the default): the query rounded to int8 "
                "blocks, a panel of " +
                    keys + " keys a byte product; " +
-                   (wide && vnni ? "P·V with P rounded to u8 per 64 keys (value dims of whole "
-                                   "64s up to 256; q8_0 from 2 rows per kv head), 4 keys a "
-                                   "vpdpbusd; the tiled kernels widened to fp32"
-                                 : "values and the tiled kernels widened to fp32")
+                   (kArm || (wide && !vnni)
+                        ? "values and the tiled kernels widened to fp32"
+                        : "P·V with P rounded to 8 bits per 64 keys on the same unit (value "
+                          "dims of whole " +
+                              std::string(wide ? "64s" : "32s") + " up to 256" +
+                              (from_two ? ", from 2 rows per kv head" : "") +
+                              "; cache_values_unit() says), 4 keys a product; the tiled "
+                              "kernels widened to fp32")
              : "blocks widened to fp32 in registers, one scale per block"});
+  }
   return out;
+}
+
+std::string cache_values_unit(const std::string& cache, int64_t dim_v, int64_t rows) {
+  const TensorType type = cache_element_type(cache_type(cache));
+  if (type != TensorType::q8_0 && type != TensorType::q4_0 && type != TensorType::q4_1)
+    throw Error("cache_values_unit: '" + cache +
+                "' is not a cache of 32-value blocks (q8_0, q4_0, q4_1)");
+  if (dim_v < 1 || rows < 1)
+    throw Error("cache_values_unit: dim_v " + std::to_string(dim_v) + " and rows " +
+                std::to_string(rows) + " must be positive");
+  if (!detail::int8_values_on_bytes(type, dim_v, rows)) return "fma";
+  for (const UnitInUse& u : units_in_use())
+    if (u.data == cache + " cache") return u.unit;  // the scores' byte product
+  return "fma";
 }
 
 int target_vector_bits() { return simd::current_vector_bits(); }
