@@ -6,10 +6,16 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <string>
 #include <random>
 #include <vector>
 
+#include "model_configs.h"
 #include "qkv/attention.h"
+#include "qkv/io.h"
+#include "qkv/kv_cache.h"
+#include "qkv/model.h"
 #include "qkv/ops.h"
 #include "qkv/quant.h"
 #include "qkv/tensor.h"
@@ -82,13 +88,51 @@ TEST(Team, LoopsSplitOverTheTeamAndSerialPiecesRunOnce) {
   EXPECT_FALSE(detail::in_team());
 }
 
+// A team remembers its shared buffers: a slot's first call (or one that needs it larger than
+// the buffer is) is a barrier, later calls are not, and every thread is given the same address
+// each time; a new team starts afresh.
+TEST(Team, SharedBuffersCostABarrierOnlyWhenTheyAreMadeOrGrow) {
+  std::vector<std::vector<float*>> seen(3);
+  std::vector<int64_t> barriers;
+  for (int team = 0; team < 2; ++team)
+    detail::run_team(3, [&] {
+      const auto call = [&](size_t floats) {
+        const int64_t before = detail::sync_count().barriers;
+#pragma omp barrier
+        float* p = detail::team_scratch(detail::ForwardSlot::partials, floats);
+#pragma omp barrier
+        if (omp_get_thread_num() == 0) barriers.push_back(detail::sync_count().barriers - before);
+        seen[omp_get_thread_num()].push_back(p);
+#pragma omp barrier
+      };
+      call(100);
+      call(50);      // fits: no barrier
+      call(100000);  // grows
+      call(100000);  // fits
+    });
+  // (The third call grows the buffer unless the thread that made it had one that large from an
+  // earlier team: 1 or 0.)
+  ASSERT_EQ(barriers.size(), 8u);
+  EXPECT_EQ(barriers[0], 1);
+  EXPECT_EQ(barriers[1], 0);
+  EXPECT_EQ(barriers[2], 1);
+  EXPECT_EQ(barriers[3], 0);
+  EXPECT_EQ(barriers[4], 1);  // a new team starts afresh
+  EXPECT_EQ(barriers[5], 0);
+  EXPECT_LE(barriers[6], 1);
+  EXPECT_EQ(barriers[7], 0);
+  for (int t = 1; t < 3; ++t) EXPECT_EQ(seen[t], seen[0]) << t;
+  EXPECT_EQ(seen[0][0], seen[0][1]);
+  EXPECT_EQ(seen[0][2], seen[0][3]);
+}
+
 TEST(Team, WeightProductsGiveTheSameBits) {
   const int64_t K = 512, N = 300;
   const std::vector<float> w = normal_values(N * K, 1);
   for (TensorType type : {TensorType::q8_0, TensorType::q4_1, TensorType::q4_k, TensorType::f16})
     for (quant::Matmul mode : {quant::Matmul::exact, quant::Matmul::int8})
       for (int64_t M : {1, 5}) {
-        SCOPED_TRACE(testing::Message()
+        SCOPED_TRACE(::testing::Message()
                      << dtype_name(type) << " " << quant::matmul_name(mode) << " M=" << M);
         const std::vector<uint8_t> bytes = quant::quantize(type, w.data(), N * K);
         const quant::Matrix m = quant::matrix("w", type, bytes.data(), N, K);
@@ -98,6 +142,26 @@ TEST(Team, WeightProductsGiveTheSameBits) {
                                 mode);
         });
       }
+  // One row of int8 products in a team: each thread rounds the row for itself, so the product
+  // synchronises once, at the end of its loop.
+  {
+    const std::vector<uint8_t> bytes = quant::quantize(TensorType::q4_1, w.data(), N * K);
+    const quant::Matrix m = quant::matrix("w", TensorType::q4_1, bytes.data(), N, K);
+    std::vector<float> x = normal_values(K, 8), y(N);
+    const int threads_before = num_threads();
+    set_num_threads(2);
+    int64_t barriers = -1;
+    detail::run_team(2, [&] {
+      const int64_t before = detail::sync_count().barriers;
+#pragma omp barrier
+      quant::linear_forward(View(y.data(), {1, N}), View(x.data(), {1, K}), {m}, nullptr,
+                            quant::Matmul::int8);
+#pragma omp barrier
+      if (omp_get_thread_num() == 0) barriers = detail::sync_count().barriers - before;
+    });
+    set_num_threads(threads_before);
+    EXPECT_EQ(barriers, 1);
+  }
   // fp32 weights: the gemv (one row) and the GEMM (a prompt's rows), with a bias.
   for (int64_t M : {1, 64}) {
     std::vector<float> x = normal_values(M * K, 4), y(M * N), bias = normal_values(N, 5);
@@ -168,6 +232,67 @@ TEST(Team, AttentionGivesTheSameBits) {
     fresh.fresh_v = View(vr.data() + (Tk - 4) * D, {1, Hkv, 4, D}, {Hkv * Tk * D, Tk * D, D, 1});
     same_bits_in_a_team(out, [&] { attention(s, fresh); });
   }
+}
+
+// A decoded token runs every layer in one parallel region (Model::forward_cached with one new
+// position): its logits are the same bits at 1 (no team), 2 and 3 threads, over fp32 and
+// block-format weights (int8 and exact products), f32 and rotated q8_0 caches; one region a
+// token, and barriers only where the team's data needs them (stated in docs/tuning.md).
+TEST(Team, DecodedTokensGiveTheSameBitsAtEveryThreadCount) {
+  const std::string gguf = std::string(QKV_GOLDEN_DIR) + "/../data/quant_llama.q4_k.gguf";
+  struct Case {
+    const char* name;
+    std::function<std::unique_ptr<Model>()> make;
+    quant::Matmul matmul;
+  };
+  const Case cases[] = {
+      {"llama fp32",
+       [] { return std::make_unique<Model>(testing::small_model(50, 64, true, 128), 7); },
+       quant::Matmul::exact},
+      {"gpt fp32",
+       [] { return std::make_unique<Model>(testing::small_model(50, 64, false, 128), 8); },
+       quant::Matmul::exact},
+      {"q4_k int8", [&] { return load_gguf(gguf); }, quant::Matmul::int8},
+      {"q4_k exact", [&] { return load_gguf(gguf); }, quant::Matmul::exact},
+  };
+  const int threads_before = num_threads();
+  for (const Case& c : cases)
+    for (CacheType cache_type : {CacheType::f32, CacheType::q8_0}) {
+      SCOPED_TRACE(::testing::Message() << c.name << ", cache " << static_cast<int>(cache_type));
+      std::unique_ptr<Model> model = c.make();
+      model->set_matmul(c.matmul);
+      if (cache_type != CacheType::f32 && model->config().d_head % 32 != 0) continue;
+      const int64_t V = model->config().vocab_size, prompt = 5, steps = 6;
+      std::mt19937 rng(3);
+      std::vector<int32_t> tokens(prompt + steps);
+      for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % V);
+      std::vector<float> first;
+      for (int threads : {1, 2, 3}) {
+        set_num_threads(threads);
+        KVCache cache(model->config(), {.max_seq = prompt + steps, .type = cache_type});
+        std::vector<float> logits;
+        model->forward_cached(cache, tokens.data(), 1, prompt);
+        const detail::SyncCount before = detail::sync_count();
+        for (int64_t t = prompt; t < prompt + steps; ++t) {
+          const View l = model->forward_cached(cache, tokens.data() + t, 1, 1);
+          logits.insert(logits.end(), l.data, l.data + V);
+        }
+        const detail::SyncCount after = detail::sync_count();
+        if (threads == 1) {
+          first = logits;
+          EXPECT_EQ(after.barriers, before.barriers);
+        } else {
+          EXPECT_EQ(std::memcmp(logits.data(), first.data(), first.size() * sizeof(float)), 0)
+              << threads << " threads";
+          EXPECT_EQ(after.regions - before.regions, steps) << "one region a token";
+          const double per_layer =
+              double(after.barriers - before.barriers) / steps / double(model->config().n_layers);
+          std::printf("%s, %d threads: %.1f barriers a layer a token\n", c.name, threads,
+                      per_layer);
+        }
+      }
+    }
+  set_num_threads(threads_before);
 }
 
 }  // namespace

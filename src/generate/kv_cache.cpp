@@ -7,6 +7,7 @@
 #include "qkv/model.h"
 #include "qkv/number_format.h"
 #include "qkv/quant.h"
+#include "util/parallel.h"
 #include "util/scratch.h"
 
 namespace qkv {
@@ -253,10 +254,11 @@ void KVCache::attend(int64_t layer, int64_t seq, const AttentionArgs& args, cons
     kv.fresh_v =
         View(const_cast<float*>(v_rows), {1, kv_heads_, T, d_head_}, {0, d_head_, row_stride, 1});
     attention(args, kv);
-    write(layer, seq, pos0, T, k_rows, v_rows, row_stride);
+    detail::team_serial([&] { write(layer, seq, pos0, T, k_rows, v_rows, row_stride); });
     return;
   }
-  write(layer, seq, pos0, T, k_rows, v_rows, row_stride);
+  // (In a thread team one thread stores the rows, the others waiting for them at its end.)
+  detail::team_serial([&] { write(layer, seq, pos0, T, k_rows, v_rows, row_stride); });
   attention(args, kv);
 }
 

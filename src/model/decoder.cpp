@@ -8,6 +8,7 @@
 
 #include "qkv/error.h"
 #include "qkv/ops.h"
+#include "util/parallel.h"
 
 namespace qkv {
 
@@ -70,8 +71,9 @@ void Model::Decoder::layer_forward(const Model& m, int64_t l, const LayerRows& r
                                    TensorType products) {
   const ModelConfig& c = m.config_;
   const Weights::Layer& P = m.w_->layers[l];
+  using detail::alone;  // (in a team: each thread's own rows, see LayerRows)
   // x + attn(norm(x))
-  norm(m, r.ln1, r.mean1, r.rstd1, r.x, P.norm1);
+  alone([&] { norm(m, r.ln1, r.mean1, r.rstd1, r.x, P.norm1); });
   MultiHeadAttention attention = m.attention_layer(l);
   attention.compute = products;
   if (road.cache) {
@@ -81,12 +83,12 @@ void Model::Decoder::layer_forward(const Model& m, int64_t l, const LayerRows& r
   } else {
     multihead_forward(attention, *road.state, r.att, r.ln1, View{}, road.B, road.T, road.T);
   }
-  residual_forward(r.mid, r.att, r.x);
+  alone([&] { residual_forward(r.mid, r.att, r.x); });
   // mid + ffn(norm(mid))
-  norm(m, r.ln2, r.mean2, r.rstd2, r.mid, P.norm2);
+  alone([&] { norm(m, r.ln2, r.mean2, r.rstd2, r.mid, P.norm2); });
   if (c.mlp == MlpKind::gelu) {
     linear(m, r.h, r.ln2, P.fc, products);
-    gelu_forward(r.g, r.h, Gelu::tanh);
+    alone([&] { gelu_forward(r.g, r.h, Gelu::tanh); });
   } else {
     if (!P.gate_up.empty()) {  // gate's and up's blocks: one product into both halves
       quant::linear_forward(View(r.h.data, {r.h.shape[0], 2 * c.d_ff}), r.ln2, P.gate_up, nullptr,
@@ -95,10 +97,10 @@ void Model::Decoder::layer_forward(const Model& m, int64_t l, const LayerRows& r
       linear(m, r.h, r.ln2, P.gate, products);
       linear(m, r.u, r.ln2, P.up, products);
     }
-    swiglu_forward(r.g, r.h, r.u);
+    alone([&] { swiglu_forward(r.g, r.h, r.u); });
   }
   linear(m, r.ffn, r.g, P.proj, products);
-  residual_forward(r.out, r.ffn, r.mid);
+  alone([&] { residual_forward(r.out, r.ffn, r.mid); });
 }
 
 Model::Decoder::LayerRows Model::Decoder::layer_rows(const Model& m, Activations& a, int64_t l) {

@@ -53,11 +53,19 @@ struct Model::InferenceBuffers {
   std::vector<int64_t> seq;  // each row's cache sequence
 };
 
+// Sizes s for multihead_forward_cached of N rows (src/model/multihead.cpp), so that a thread
+// team's calls allocate nothing shared.
+void multihead_reserve_cached(const MultiHeadAttention& m, MultiHeadState& s, int64_t N);
+
 struct Model::Decoder {
   // One layer's rows for one call, views of N rows: x in, out = mid + ffn(norm2(mid)) with
   // mid = x + att, att = attention(norm1(x)). Cached inference updates the stream in place
   // (x, mid and out one buffer; att and ffn one scratch). h and u: SwiGLU's gate and up, the
   // halves of one [N, 2F] buffer (GELU: h alone).
+  // Inside a thread team (a decoded token in one parallel region, inference.cpp) the products
+  // and attention split their work over the team and write shared rows (att, h, u, ffn), and
+  // every thread computes the norms, residual sums and activation for itself (detail::alone):
+  // x, mid, out, ln1, ln2, g and the norms' statistics are then each thread's own.
   struct LayerRows {
     View x, ln1, att, mid, ln2, h, u, g, ffn, out;
     float *mean1 = nullptr, *rstd1 = nullptr, *mean2 = nullptr, *rstd2 = nullptr;
@@ -87,6 +95,11 @@ struct Model::Decoder {
   // The backward of layer l of the last full forward: a.dresid holds ∂loss/∂(its output) on
   // entry and ∂loss/∂(its input) on return; the layer's gradients are added.
   static void layer_backward(const Model& m, int64_t l, Activations& a);
+  // Cached inference of one new position a sequence (road.T == 1, road.B rows) with every
+  // layer and the logits in one parallel region of num_threads() threads (inference.cpp):
+  // `shared` holds the embedded rows in x and the buffers the team shares.
+  static void decode_in_team(const Model& m, const LayerRows& shared, const Road& road,
+                             View logits);
   // Layer l's rows in the full forward's activations.
   static LayerRows layer_rows(const Model& m, Activations& a, int64_t l);
 };

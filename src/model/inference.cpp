@@ -2,7 +2,7 @@
 // attention reading the earlier positions' keys and values from the cache instead of
 // recomputing them. A prompt runs as one call (prefill: T tokens through the tiled kernel),
 // then each generated token as a call of its own (T = 1: the split-KV decoding kernel over the
-// cache).
+// cache; on more than one thread, every layer in one parallel region: decode_in_team).
 //
 // Legend as in decoder.h: B sequences, T new tokens each, N = B·T rows, C = d_model,
 // F = d_ff, V = vocab.
@@ -12,6 +12,9 @@
 #include "qkv/error.h"
 #include "qkv/kv_cache.h"
 #include "qkv/model.h"
+#include "qkv/threads.h"
+#include "util/parallel.h"
+#include "util/scratch.h"
 
 namespace qkv {
 
@@ -84,21 +87,53 @@ View Model::forward_cached(KVCache& cache, const int32_t* tokens, int64_t B, int
   r.g = rows(s.g, N);
   const Decoder::Road road{
       .B = B, .T = T, .state = &s.attention, .cache = &cache, .seqs = seq.data()};
-  for (int64_t l = 0; l < c.n_layers; ++l)
-    Decoder::layer_forward(*this, l, r, road, TensorType::f32);
-  for (int64_t i = 0; i < B; ++i) cache.advance(seq[i], T);
-
-  // Final norm and logits: every position, or each sequence's last.
-  View last = x;
-  if (!all_logits) {
-    last = rows(s.last, B);
-    for (int64_t i = 0; i < B; ++i)
-      std::copy(&x(i * T + T - 1, 0), &x(i * T + T - 1, 0) + C, &last(i, 0));
-  }
-  Decoder::norm(*this, last, s.stat.data(), s.stat.data() + N, last, w_->norm);
   const View logits = rows(s.logits, logit_rows);
-  Decoder::linear(*this, logits, last, w_->head, TensorType::f32);
+  if (T == 1 && num_threads() > 1) {
+    Decoder::decode_in_team(*this, r, road, logits);
+  } else {
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      Decoder::layer_forward(*this, l, r, road, TensorType::f32);
+    // Final norm and logits: every position, or each sequence's last.
+    View last = x;
+    if (!all_logits) {
+      last = rows(s.last, B);
+      for (int64_t i = 0; i < B; ++i)
+        std::copy(&x(i * T + T - 1, 0), &x(i * T + T - 1, 0) + C, &last(i, 0));
+    }
+    Decoder::norm(*this, last, s.stat.data(), s.stat.data() + N, last, w_->norm);
+    Decoder::linear(*this, logits, last, w_->head, TensorType::f32);
+  }
+  for (int64_t i = 0; i < B; ++i) cache.advance(seq[i], T);
   return logits;
+}
+
+// One new position a sequence (B rows, each its sequence's last): every layer and the logits in
+// one parallel region. The products and attention split their work over the team and write
+// shared rows; each thread keeps the residual stream, the norms and SwiGLU's output for
+// itself, so that only a product's or attention's end (and a cache write) makes the threads
+// wait for one another. The same arithmetic on the same rows as without the team: the same
+// bits for any thread count. Everything that could throw was checked by the caller, and the
+// shared buffers are sized before the team.
+void Model::Decoder::decode_in_team(const Model& m, const LayerRows& shared, const Road& road,
+                                    View logits) {
+  const ModelConfig& c = m.config_;
+  const int64_t N = road.B, C = c.d_model, F = c.d_ff;
+  multihead_reserve_cached(m.attention_layer(0), *road.state, N);
+  detail::run_team(num_threads(), [&] {
+    // This thread's rows: the stream, a norm's output, SwiGLU's (or GELU's), the statistics.
+    float* own = detail::thread_scratch(detail::DecodeSlot::rows, N * (2 * C + F + 2));
+    const View x(own, {N, C}), ln(own + N * C, {N, C}), g(own + 2 * N * C, {N, F});
+    float* stat = own + N * (2 * C + F);
+    std::copy(shared.x.data, shared.x.data + N * C, x.data);
+    LayerRows r = shared;
+    r.x = r.mid = r.out = x;
+    r.ln1 = r.ln2 = ln;
+    r.g = g;
+    r.mean1 = r.mean2 = stat, r.rstd1 = r.rstd2 = stat + N;
+    for (int64_t l = 0; l < c.n_layers; ++l) layer_forward(m, l, r, road, TensorType::f32);
+    detail::alone([&] { norm(m, ln, stat, stat + N, x, m.w_->norm); });
+    linear(m, logits, ln, m.w_->head, TensorType::f32);
+  });
 }
 
 }  // namespace qkv

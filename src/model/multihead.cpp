@@ -7,6 +7,8 @@
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/kv_cache.h"
+#include "util/parallel.h"
+#include "util/scratch.h"
 
 namespace qkv {
 
@@ -150,6 +152,11 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
   project(m, y, s.att.view().slice(0, 0, N), m.out_w, m.out_b, m.out_blocks);
 }
 
+void multihead_reserve_cached(const MultiHeadAttention& m, MultiHeadState& s, int64_t N) {
+  rows_of(s.q, N, (m.n_heads + 2 * m.n_kv_heads) * m.d_head);
+  rows_of(s.att, N, m.n_heads * m.d_head);
+}
+
 void multihead_forward_cached(const MultiHeadAttention& m, MultiHeadState& s, View y, View x,
                               KVCache& cache, int64_t layer, const int64_t* seqs, int64_t B,
                               int64_t T) {
@@ -163,13 +170,19 @@ void multihead_forward_cached(const MultiHeadAttention& m, MultiHeadState& s, Vi
   for (int64_t i = 0; i < B; ++i) {
     const int64_t seq = seqs ? seqs[i] : i, pos0 = cache.length(seq);
     float* r = &q(i * T, 0);
+    if (m.rotary && detail::in_team()) {  // (each thread rotates a copy of its own)
+      float* own = detail::thread_scratch(detail::DecodeSlot::queries, T * W);
+      std::copy(r, r + T * W, own);
+      r = own;
+    }
     float* k_new = r + Hq * dh;
     float* v_new = r + (Hq + Hkv) * dh;
-    if (m.rotary) {  // the new queries and keys at their positions, before caching
-      rope_forward(View(r, {1, T, Hq, dh}, {T * W, W, dh, 1}), pos0, m.rope_theta, m.rope_pairs);
-      rope_forward(View(k_new, {1, T, Hkv, dh}, {T * W, W, dh, 1}), pos0, m.rope_theta,
-                   m.rope_pairs);
-    }
+    if (m.rotary)  // the new queries and keys at their positions, before caching
+      detail::alone([&] {
+        rope_forward(View(r, {1, T, Hq, dh}, {T * W, W, dh, 1}), pos0, m.rope_theta, m.rope_pairs);
+        rope_forward(View(k_new, {1, T, Hkv, dh}, {T * W, W, dh, 1}), pos0, m.rope_theta,
+                     m.rope_pairs);
+      });
     Heads h;
     h.q = View(r, {1, Hq, T, dh}, {T * W, dh, W, 1});
     h.out = View(&att(i * T, 0), {1, Hq, T, dh}, {T * A, dh, A, 1});

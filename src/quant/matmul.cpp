@@ -389,9 +389,13 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   for (const Matrix& p : parts) reached(kernel_for(p.type, int8 ? mode : Matmul::exact, M));
   const int64_t nb = K / kBlock;
   // The int8 products' activations (all M rows, once), or the sums of x over each block that
-  // Q4_1's offsets multiply in the exact one-row product.
-  float* scratch = ::qkv::detail::team_scratch(::qkv::detail::QuantSlot::block_sums,
-                                               int8 ? M * int8::floats_per_row(K) : nb + 1);
+  // Q4_1's offsets multiply in the exact one-row product. In a team, every thread prepares one
+  // row for itself (a few hundred values: less than the barriers that sharing them costs).
+  const bool own_row = ::qkv::detail::in_team() && M == 1;
+  const size_t scratch_floats = int8 ? M * int8::floats_per_row(K) : nb + 1;
+  float* scratch =
+      own_row ? ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::block_sums, scratch_floats)
+              : ::qkv::detail::team_scratch(::qkv::detail::QuantSlot::block_sums, scratch_floats);
   float* xsum = scratch;
   // AMX-INT8 (a prompt, forced): the quantized rows again, 32 at a time as its tiles read them.
   const bool amx = int8 && amx_int8::runs(M);
@@ -407,9 +411,11 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
 #endif
   if (int8) {
     // (A prompt's rows in parallel: one thread quantizing 478 rows took ~6% of a prefill.)
-    ::qkv::detail::parallel_for(M, M > 1 ? num_threads() : 1, [&](int64_t i) {
-      int8::quantize_row(xd + i * ldx, K, scratch + i * int8::floats_per_row(K));
-    });
+    if (own_row) int8::quantize_row(xd, K, scratch);
+    else
+      ::qkv::detail::parallel_for(M, M > 1 ? num_threads() : 1, [&](int64_t i) {
+        int8::quantize_row(xd + i * ldx, K, scratch + i * int8::floats_per_row(K));
+      });
 #if QKV_AMX_INT8
     if (amx)
       ::qkv::detail::parallel_for(groups, num_threads(), [&](int64_t g) {
@@ -419,13 +425,15 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   } else if (M == 1 && std::any_of(parts.begin(), parts.end(), [](const Matrix& p) {
                return p.type == TensorType::q4_1 || p.type == TensorType::q4_k;
              })) {
-    ::qkv::detail::team_serial([&] {
+    const auto block_sums = [&] {
       for (int64_t b = 0; b < nb; ++b) {
         float sum = 0;
         for (int j = 0; j < kBlock; ++j) sum += xd[kBlock * b + j];
         xsum[b] = sum;
       }
-    });
+    };
+    if (own_row) block_sums();
+    else ::qkv::detail::team_serial(block_sums);
   }
   ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
     const Matrix* m = nullptr;

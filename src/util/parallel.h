@@ -12,6 +12,7 @@
 // The kernels that are ready for a team: the weight products (quant::linear_forward, the fp32
 // gemv and GEMM), attention's forward and split-KV decoding (over views or a stored cache;
 // packed sequences run on one thread of the team), the norms, rotary positions and activations.
+// A decoded token's layers run in one team (src/model/inference.cpp, decode_in_team).
 #pragma once
 
 #include <omp.h>
@@ -39,6 +40,10 @@ inline void count_team_barrier() {
 // Whether this thread runs inside a team's code (and not inside one of its loops' bodies).
 inline thread_local bool tl_in_team = false;
 inline bool in_team() { return tl_in_team; }
+// Which team this thread runs in (each run_team a new number): the team's shared buffers
+// (team_scratch, util/scratch.h) are remembered per team.
+inline std::atomic<uint64_t> team_count{0};
+inline thread_local uint64_t tl_team = 0;
 
 // Clears in_team while a loop body runs: calls the body makes run on its thread alone, as a
 // nested region would.
@@ -48,14 +53,25 @@ struct OutsideTeam {
   ~OutsideTeam() { tl_in_team = was; }
 };
 
+// body() on this thread by itself; inside a team on every thread of it, each writing buffers
+// of its own (a row's norm or activation: cheaper done by each thread than shared through a
+// barrier). Outside a team it is body(), its loops split as usual.
+template <class Body>
+inline void alone(Body&& body) {
+  OutsideTeam outside;
+  body();
+}
+
 // body() on each of `threads` threads of one region, as a team (inside a team: on each thread
 // of that one, which every one of them calls this from).
 template <class Body>
 inline void run_team(int threads, Body&& body) {
   if (in_team()) return body();
   count_region();
+  const uint64_t team = team_count.fetch_add(1, std::memory_order_relaxed) + 1;
 #pragma omp parallel num_threads(threads)
   {
+    tl_team = team;
     tl_in_team = true;
     body();
     tl_in_team = false;

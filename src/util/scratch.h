@@ -72,7 +72,10 @@ enum class BlockSlot { keys = static_cast<int>(RingSlot::end), values, end };
 enum class CacheSlot { keys = static_cast<int>(BlockSlot::end), values, end };
 // The operands of a bf16 product, rounded (src/ops/gemm.cpp).
 enum class GemmSlot { a = static_cast<int>(CacheSlot::end), b, end };
-inline constexpr int kScratchSlots = static_cast<int>(GemmSlot::end);
+// A decoded token's rows that each thread of its team keeps for itself (src/model/inference.cpp:
+// the residual stream, norms, SwiGLU's output; src/model/multihead.cpp: the rotated queries).
+enum class DecodeSlot { rows = static_cast<int>(GemmSlot::end), queries, end };
+inline constexpr int kScratchSlots = static_cast<int>(DecodeSlot::end);
 
 // A buffer of at least `floats` floats for the calling thread, in slot `slot`. Contents are
 // not preserved when it grows. Throws std::bad_alloc if memory runs out.
@@ -84,8 +87,10 @@ float* thread_scratch(Slot slot, size_t floats) {
 }
 
 // A buffer that a loop's threads share (filled by one, read by all): the calling thread's,
-// or inside a team (util/parallel.h: every thread of it calls this) one thread's slot, its
-// address given to the whole team.
+// or inside a team (util/parallel.h: every thread of it calls this) a team buffer of the slot,
+// its address given to the whole team. Each thread remembers the team's buffers, so only a
+// slot's first call in a team, or a call that needs it larger, costs a barrier (where one
+// thread allocates); a buffer's contents last until its loops end, as outside a team.
 float* team_scratch_at(int slot, size_t floats);
 template <typename Slot>
 float* team_scratch(Slot slot, size_t floats) {
