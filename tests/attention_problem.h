@@ -234,7 +234,11 @@ struct Expected {
   double max_abs_score = 0;  // over visible scores: sets the tolerance
 };
 
-inline Expected naive_attention(const Case& c, const Inputs& in) {
+// `visible`, when given, is a further mask written by hand (a mask function's formula): key j
+// is hidden from query i of (b, h) where it returns false.
+using VisibleFn = std::function<bool(int64_t b, int64_t h, int64_t i, int64_t j)>;
+
+inline Expected naive_attention(const Case& c, const Inputs& in, const VisibleFn& visible = {}) {
   const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D));
   const double inf = std::numeric_limits<double>::infinity();
   Expected e;
@@ -254,6 +258,7 @@ inline Expected naive_attention(const Case& c, const Inputs& in) {
           if (c.window_left >= 0 && j < pos - c.window_left) continue;
           if (c.window_right >= 0 && j > pos + c.window_right) continue;
           if (c.padding && j >= in.kv_len[b]) continue;
+          if (visible && !visible(b, h, i, j)) continue;
           const double* k = &in.k[((b * c.Hkv + hkv) * c.Tk + j) * c.D];
           double dot = 0;
           for (int64_t d = 0; d < c.D; ++d) dot += q[d] * k[d];

@@ -33,6 +33,7 @@ GPL3 = "/usr/share/common-licenses/GPL-3"
 SMALLER = [
     (r"\bbench attention\b", [(r"--seq 32768", "--seq 1024"), (r"--seq (4096|8192)", "--seq 512"),
                               (r"--seq 2048", "--seq 256"), (r"--kv-len 3000", "--kv-len 400"),
+                              (r"--documents [\d,]+", "--documents 100,300,40,72"),
                               (r"$", " --min-time 0.01")],
      "shorter sequences and a 10 ms minimum time"),
     (r"\bbench ring\b", [(r"--seq \d+", "--seq 512"), (r"$", " --min-time 0.01")],

@@ -18,6 +18,7 @@
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/kv_cache.h"
+#include "qkv/mask_function.h"
 #include "qkv/quant.h"
 #include "qkv/targets.h"
 #include "qkv/threads.h"
@@ -39,6 +40,9 @@ struct BenchOptions {
   std::string cache;           // K and V stored as a cache of this type (cache_type_names())
   std::string cache_rotation = "auto";  // and rotated (CacheRotation)
   std::string cache_scores = "int8";    // and read by decoding (CacheScores)
+  std::string mask;                     // a mask function in the text form
+  std::vector<int64_t> documents;       // lengths: `doc`, the document of each key position
+  int64_t block_size = 128;             // the BlockMask's
 };
 
 // K and V [B, Hkv, T, D] (fp32, contiguous) stored as a key/value cache of `type` stores them
@@ -244,6 +248,30 @@ void bench_attention(const BenchOptions& o) {
   a.mask.causal = o.causal;
   a.mask.window_left = o.window;
   if (o.kv_len > 0) a.mask.kv_len = kv_len.data();
+  // --mask: a mask function over q_idx < Tq and kv_idx < Tk, its BlockMask made (and timed)
+  // before the timing; --documents names `doc`, each key position's document.
+  std::vector<MaskTensor> mask_tensors;
+  if (!o.documents.empty()) {
+    std::vector<int32_t> ids;
+    for (size_t d = 0; d < o.documents.size(); ++d) {
+      check(o.documents[d] >= 1, "bench: --documents: a length is ", o.documents[d]);
+      ids.insert(ids.end(), o.documents[d], static_cast<int32_t>(d));
+      check(static_cast<int64_t>(ids.size()) <= Tk, "bench: --documents add up to more than --seq ",
+            Tk);
+    }
+    check(static_cast<int64_t>(ids.size()) == Tk, "bench: --documents add up to ", ids.size(),
+          ", not --seq ", Tk);
+    mask_tensors.emplace_back("doc", std::vector<int64_t>{Tk}, std::move(ids));
+  }
+  std::unique_ptr<BlockMask> block_mask;
+  if (!o.mask.empty()) {
+    check(!o.causal && o.window < 0 && o.kv_len == 0 && !cache,
+          "bench: --mask says the whole "
+          "mask (no --causal, --window, --kv-len or --cache: write them in the function)");
+    block_mask = std::make_unique<BlockMask>(
+        create_block_mask(parse_mask(o.mask, mask_tensors), B, Hq, Tq, Tk, o.block_size));
+    a.block_mask = block_mask.get();
+  }
   validate(a, "bench");
   AttentionArgs over_cache = a;  // with --cache: k and v come from the storage
   over_cache.k = over_cache.v = View();
@@ -314,7 +342,14 @@ void bench_attention(const BenchOptions& o) {
   const int64_t rows = std::min<int64_t>({Tq, 256, std::max<int64_t>(16, (int64_t{1} << 22) / Tk)});
   AttentionArgs r = a;
   Tensor ref_out({1, 1, rows, Dv});
-  r.q = a.q.slice(0, 0, 1).slice(1, 0, 1).slice(2, Tq - rows, Tq);
+  // (A mask function's slice is the first rows, where its q_idx keeps its meaning.)
+  const int64_t first_row = block_mask ? 0 : Tq - rows;
+  BlockMask slice_mask;
+  if (block_mask) {
+    slice_mask = create_block_mask(block_mask->mask(), 1, 1, rows, Tk, o.block_size);
+    r.block_mask = &slice_mask;
+  }
+  r.q = a.q.slice(0, 0, 1).slice(1, 0, 1).slice(2, first_row, first_row + rows);
   r.k = a.k.slice(0, 0, 1).slice(1, 0, 1);
   r.v = a.v.slice(0, 0, 1).slice(1, 0, 1);
   Tensor cached_k, cached_v;  // with --cache: as the cache holds them
@@ -329,7 +364,7 @@ void bench_attention(const BenchOptions& o) {
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t e = 0; e < Dv; ++e)
       max_abs_err = std::max<double>(
-          max_abs_err, std::abs(ref_out.view()(0, 0, i, e) - a.out.get(0, 0, Tq - rows + i, e)));
+          max_abs_err, std::abs(ref_out.view()(0, 0, i, e) - a.out.get(0, 0, first_row + i, e)));
 
   // The whole reference, timed, when its score grids fit and it takes seconds, not minutes.
   json reference_ms = nullptr;
@@ -352,6 +387,10 @@ void bench_attention(const BenchOptions& o) {
       {"dim_v", Dv},
       {"causal", o.causal},
       {"window", o.window},
+      {"mask", o.mask.empty() ? json(nullptr) : json(o.mask)},
+      {"documents", o.documents.empty() ? json(nullptr) : json(o.documents)},
+      {"block_mask_ms", block_mask ? json(1e3 * block_mask->build_seconds()) : json(nullptr)},
+      {"block_mask_bytes", block_mask ? json(block_mask->bytes()) : json(nullptr)},
       {"kv_len", o.kv_len > 0 ? o.kv_len : Tk},
       {"layout", o.seq_major ? "bthd" : "bhtd"},
       {"dtype", o.dtype},
@@ -384,7 +423,12 @@ void bench_attention(const BenchOptions& o) {
     std::cout << std::fixed << std::setprecision(2)
               << (o.backward ? "attention forward + backward B=" : "attention B=") << B
               << " Hq=" << Hq << " Hkv=" << Hkv << " Tq=" << Tq << " Tk=" << Tk << " D=" << D
-              << (o.causal ? " causal" : "") << " " << o.dtype
+              << (o.causal ? " causal" : "")
+              << (block_mask ? " mask \"" + o.mask + "\" (BlockMask made in " +
+                                   std::to_string(1e3 * block_mask->build_seconds()) + " ms, " +
+                                   std::to_string(block_mask->bytes()) + " bytes)"
+                             : std::string())
+              << " " << o.dtype
               << (cache ? ", " + o.cache + " cache (rotation " +
                               std::string(cache->kv.rotation > 0 ? "on" : "off") + ", " +
                               o.cache_scores + " scores on " + cache_unit + ", P·V on " +
@@ -443,6 +487,14 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--causal", o->causal, "Causal mask");
   cmd->add_option("--window", o->window, "Sliding window: keys at most N positions back");
   cmd->add_option("--kv-len", o->kv_len, "Padding: only the first N keys of each batch row count");
+  cmd->add_option("--mask", o->mask,
+                  "A mask function in the text form, e.g. \"kv_idx <= q_idx && doc[q_idx] == "
+                  "doc[kv_idx]\" (q_idx < queries, kv_idx < seq; docs/api.md)");
+  cmd->add_option("--documents", o->documents,
+                  "Document lengths adding up to --seq: the mask function's doc[position]")
+      ->delimiter(',');
+  cmd->add_option("--block-size", o->block_size, "The mask function's BlockMask block")
+      ->capture_default_str();
   cmd->add_flag("--bthd", o->seq_major, "Store tensors as [B, T, H, D] (strided views)");
   cmd->add_flag("--backward", o->backward, "Time forward + backward (counted as 3.5 forwards)");
   add_threads_option(*cmd, o->threads);

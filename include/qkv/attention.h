@@ -44,6 +44,8 @@
 
 namespace qkv {
 
+class BlockMask;  // a mask function's blocks: include/qkv/mask_function.h
+
 struct Mask {
   bool causal = false;              // query i sees keys <= i + (Tk - Tq)
   int window_left = -1;             // sliding window: keys in [pos - left, pos + right];
@@ -75,6 +77,11 @@ struct AttentionArgs {
   float softcap = 0;     // 0 means off
   Mask mask;
   Packed packed;  // optional: several sequences packed along T (then B must be 1)
+  // Optional: a mask function over these B, Hq, Tq and Tk (q_idx 0 … Tq − 1, kv_idx 0 … Tk − 1),
+  // as create_block_mask made it (B or H may be 1 when the function does not read b or h). A
+  // pair is visible when both `mask` and the function show it. The tiled forward and backward
+  // take it, for every element type; not with packed sequences or over a cache.
+  const BlockMask* block_mask = nullptr;
 };
 
 // The fast path: tiled FlashAttention-2 forward, or split-KV decoding when Tq is small.
@@ -176,7 +183,7 @@ void hadamard_rotate(float* x, int64_t dim, int64_t block);
 // tiled kernel, or fresh rows — gathers the positions the queries see as an fp32 copy and runs
 // attention() on it. Throws
 // qkv::Error for arguments attention() would refuse, a position the queries see that the storage no
-// longer holds, a bias, padding or packed sequences (not supported over a cache).
+// longer holds, a bias, padding, packed sequences or a block_mask (not supported over a cache).
 void attention(const AttentionArgs& args, const StoredKV& kv);
 
 namespace reference {

@@ -4,6 +4,7 @@
     out = qkv.torch.attention(q, k, v, causal=True)        # differentiable, any strides
     from qkv.torch import scaled_dot_product_attention     # torch.nn.functional's signature
     from qkv.torch import flash_attn_func, flash_attn_varlen_func   # flash-attn's, on a CPU
+    from qkv.torch import create_block_mask, flex_attention        # FlexAttention's, with a backward
 
 The kernels read and write float32, bfloat16 and float16 tensors in place (no conversion copy),
 computing in float32 and rounding 16-bit outputs to nearest even; outputs and gradients come
@@ -22,12 +23,13 @@ class AttentionFunction(torch.autograd.Function):
     """out, lse = attention(q, k, v) with qkv's forward, and qkv's backward for dq, dk, dv."""
 
     @staticmethod
-    def forward(ctx, q, k, v, options, lse_shape):
+    def forward(ctx, q, k, v, options, lse_shape, keep_alive=None):
         out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
         lse = torch.empty(lse_shape, dtype=torch.float32)
         _qkv._attention(q.detach(), k.detach(), v.detach(), out, lse, options)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.options = options
+        ctx.keep_alive = keep_alive  # what options points at (a BlockMask), until the backward
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -37,7 +39,7 @@ class AttentionFunction(torch.autograd.Function):
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         _qkv._attention_backward(q.detach(), k.detach(), v.detach(), out, lse, dout.detach(), dq, dk, dv,
                                  ctx.options)
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
 def _check_cpu(*tensors):
@@ -61,7 +63,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
     o = _attention._options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
                             cu_seqlens_k, layout)
     lse_shape = _attention._lse_shape(q, layout, cu_seqlens_q is not None)
-    out, lse = AttentionFunction.apply(q, k, v, o, lse_shape)
+    out, lse = AttentionFunction.apply(q, k, v, o, lse_shape, None)
     return (out, lse) if return_lse else out
 
 
@@ -184,3 +186,87 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=Non
     cu_k = cu_seqlens_k.detach().cpu() if torch.is_tensor(cu_seqlens_k) else cu_seqlens_k
     return _flash(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                   return_attn_probs, heads_dim=1, cu_q=cu_q, cu_k=cu_k)
+
+
+# ---- FlexAttention's mask functions ----------------------------------------------------------
+
+class BlockMask:
+    """What create_block_mask made: the mask function as qkv's expression (``text``), and per
+    block of BLOCK_SIZE queries the key blocks that are full (every pair visible) and partial
+    (the function evaluated pair by pair in the kernel); empty blocks are never read.
+    ``shape`` is (B, H, Q_LEN, KV_LEN); ``bytes`` and ``build_seconds`` say what it cost."""
+
+    def __init__(self, blocks, mask_mod):
+        self._blocks = blocks
+        self.mask_mod = mask_mod
+
+    shape = property(lambda self: tuple(self._blocks.shape))
+    BLOCK_SIZE = property(lambda self: self._blocks.block)
+    text = property(lambda self: self._blocks.text)
+    bytes = property(lambda self: self._blocks.bytes)
+    build_seconds = property(lambda self: self._blocks.build_seconds)
+
+    def sparsity(self):
+        """The percentage of (query, key) pairs the mask hides, as PyTorch's BlockMask says it
+        by blocks (here counted by pairs)."""
+        B, H, Q, K = self.shape
+        return 100.0 * (1 - self._blocks.visible_pairs / (B * H * Q * K))
+
+    def key_blocks(self, b, h, q_block):
+        """(full, partial): the key blocks of query block q_block for batch b and head h,
+        ascending."""
+        return self._blocks.key_blocks_of(b, h, q_block)
+
+    def __repr__(self):
+        return f"BlockMask(shape={self.shape}, BLOCK_SIZE={self.BLOCK_SIZE}, mask={self.text!r})"
+
+
+def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=128, _compile=False):
+    """torch.nn.attention.flex_attention.create_block_mask on a CPU.
+
+    mask_mod(b, h, q_idx, kv_idx) -> bool tensor, as written for PyTorch: traced once with
+    torch.fx into qkv's expression form (integer arithmetic with // and %, comparisons, & | ~,
+    torch.where, minimum/maximum, abs, indexing captured integer tensors). Python control flow on
+    its arguments, .item(), math.* or an operation the form cannot express is a ValueError naming
+    it. B or H None: 1, one mask for every batch (head), when the function does not read b (h).
+    Indices mean what they mean in PyTorch: q_idx 0 … Q_LEN − 1, kv_idx 0 … KV_LEN − 1. An index
+    outside a captured tensor is a ValueError naming it; x // 0 = 0 and x % 0 = x."""
+    from . import _mask_trace
+    if str(device) != "cpu":
+        raise ValueError(f"qkv runs on the CPU; create_block_mask got device={device!r}")
+    text, tensors = _mask_trace.trace(mask_mod)
+    blocks = _qkv._create_block_mask(text, tensors, 1 if B is None else int(B),
+                                      1 if H is None else int(H), int(Q_LEN), int(KV_LEN),
+                                      int(BLOCK_SIZE))
+    return BlockMask(blocks, mask_mod)
+
+
+def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
+                   return_lse=False, kernel_options=None):
+    """torch.nn.attention.flex_attention.flex_attention on a CPU, forward and backward (through
+    autograd) with qkv's tiled kernels; no compilation step.
+
+    query [B, Hq, L, E], key [B, Hkv, S, E], value [B, Hkv, S, Ev] (float32, bfloat16 or float16;
+    float64 through float32); block_mask from create_block_mask (None: every pair visible).
+    score_mod is not supported yet (a ValueError). return_lse also gives the log-sum-exp
+    [B, Hq, L] (natural log). A query that sees no key gets 0 and lse -inf."""
+    if score_mod is not None:
+        raise ValueError("qkv.torch.flex_attention: score_mod is not supported yet; "
+                         "masks go through block_mask")
+    _check_cpu(query, key, value)
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        raise ValueError(f"flex_attention: query, key and value must have 4 dims [B, H, L, E], "
+                         f"got {query.dim()}, {key.dim()}, {value.dim()}")
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        raise ValueError(f"flex_attention: query has {query.shape[1]} heads but key and value "
+                         f"{key.shape[1]}: pass enable_gqa=True for grouped-query attention")
+    dtype, (q, k, v) = _as_kernel_dtype(query, key, value)
+    o = _attention._options(q, False, (-1, -1), None, None, None, 0.0, scale, None, None, "bhtd")
+    if block_mask is not None:
+        if not isinstance(block_mask, BlockMask):
+            raise TypeError("flex_attention: block_mask must come from qkv.torch.create_block_mask")
+        o.block_mask = block_mask._blocks
+    lse_shape = _attention._lse_shape(q, "bhtd", False)
+    out, lse = AttentionFunction.apply(q, k, v, o, lse_shape, block_mask)
+    out = out if out.dtype == dtype else out.to(dtype)
+    return (out, lse) if return_lse else out

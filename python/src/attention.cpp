@@ -71,6 +71,7 @@ AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, co
     a.packed = {static_cast<int>(n - 1), int32_data(*o.cu_seqlens_q, "cu_seqlens_q"),
                 int32_data(*o.cu_seqlens_k, "cu_seqlens_k")};
   }
+  a.block_mask = o.block_mask;
   return a;
 }
 
@@ -113,7 +114,10 @@ void bind_attention(nb::module_& m) {
       .def_rw("cu_seqlens_k", &Options::cu_seqlens_k, nb::arg().none())
       .def_rw("softcap", &Options::softcap)
       .def_rw("scale", &Options::scale)
-      .def_rw("layout", &Options::layout);
+      .def_rw("layout", &Options::layout)
+      .def_prop_rw(
+          "block_mask", [](const Options&) { return nb::none(); },
+          [](Options& o, const BlockMask* m) { o.block_mask = m; }, nb::arg().none());
 }
 
 }  // namespace qkv::python

@@ -7,6 +7,7 @@
 
 #include "arrays.h"
 #include "qkv/attention.h"
+#include "qkv/mask_function.h"
 
 namespace qkv::python {
 
@@ -18,6 +19,7 @@ struct Options {
   Opt kv_len, bias, alibi, cu_seqlens_q, cu_seqlens_k;
   float softcap = 0, scale = 0;
   std::string layout = "bhtd";
+  const BlockMask* block_mask = nullptr;  // (the Python side keeps its object alive)
 };
 
 // A q/k/v/out-like array as [B, H, T, D]: "bhtd" as it is, "bthd" (FlashAttention's) with T

@@ -12,6 +12,7 @@
 namespace qkv::python {
 namespace nb = nanobind;
 void bind_attention(nb::module_& m);
+void bind_mask(nb::module_& m);
 void bind_models(nb::module_& m);
 void bind_dist(nb::module_& m);  // python/src/dist.cpp, with MPI
 }  // namespace qkv::python
@@ -38,6 +39,7 @@ NB_MODULE(_qkv, m) {
   m.def("set_num_threads", &qkv::set_num_threads, nb::arg("n"), "threads for qkv's kernels (>= 1)");
   m.def("num_threads", &qkv::num_threads);
   qkv::python::bind_attention(m);
+  qkv::python::bind_mask(m);
   qkv::python::bind_models(m);
 #ifdef QKV_HAVE_MPI
   qkv::python::bind_dist(m);

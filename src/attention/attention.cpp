@@ -10,6 +10,7 @@
 #include "util/parallel.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/mask_function.h"
 
 namespace qkv {
 namespace detail {
@@ -34,11 +35,22 @@ View broadcast_bias(const View& bias, int64_t B, int64_t Hq, int64_t Tq, int64_t
 
 double visible_pairs(const AttentionArgs& a) {
   const int64_t B = a.q.shape[0], Tq = a.q.shape[2], Tk = a.k.shape[2];
+  const BlockMask* m = a.block_mask;
+  // A mask function alone: its count, per head (averaged over heads when it reads h).
+  if (m && !a.mask.causal && a.mask.window_left < 0 && a.mask.window_right < 0 && !a.mask.kv_len)
+    return static_cast<double>(m->visible_pairs()) * static_cast<double>(B / m->batch()) /
+           static_cast<double>(m->heads());
   double pairs = 0;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < Tq; ++i) {
       const detail::KeyRange r = detail::visible_keys(a.mask, b, i, Tq, Tk);
-      pairs += std::max<int64_t>(0, r.end - r.begin);
+      if (!m) {
+        pairs += std::max<int64_t>(0, r.end - r.begin);
+        continue;
+      }
+      for (int64_t h = 0; h < m->heads(); ++h)  // (pair by pair: for benchmarks only)
+        for (int64_t j = r.begin; j < r.end; ++j)
+          pairs += evaluate(m->mask(), b, h, i, j) ? 1.0 / static_cast<double>(m->heads()) : 0.0;
     }
   return pairs;
 }
@@ -117,6 +129,21 @@ void detail::validate_shapes(const AttentionArgs& a, const char* where) {
     for (int64_t h = 0; h < Hq; ++h)
       check(std::isfinite(a.mask.alibi[h]), where, ": alibi slope of head ", h, " is not finite");
   validate_packed(a, where);
+  if (const BlockMask* m = a.block_mask) {
+    check(m->has_mask(), where, ": block_mask was not made by create_block_mask");
+    check(a.packed.num_seqs == 0, where,
+          ": a block_mask does not take packed sequences (a "
+          "document mask function does what they do)");
+    check(m->queries() == Tq && m->keys() == Tk, where, ": the block_mask is for Q_LEN ",
+          m->queries(), " and KV_LEN ", m->keys(), " but q has ", Tq, " queries and k ", Tk,
+          " keys");
+    check(m->batch() == B || (m->batch() == 1 && !m->reads_batch()), where,
+          ": the block_mask is for B = ", m->batch(),
+          m->reads_batch() ? " and its function reads b" : "", ", but q has batch ", B);
+    check(m->heads() == Hq || (m->heads() == 1 && !m->reads_head()), where,
+          ": the block_mask is for H = ", m->heads(),
+          m->reads_head() ? " and its function reads h" : "", ", but q has ", Hq, " heads");
+  }
 }
 
 void validate(const AttentionArgs& a, const char* where) {
@@ -181,7 +208,9 @@ void forward_one(const AttentionArgs& args) {
 void detail::forward_validated(const AttentionArgs& args, const KvRows& K, const KvRows& V) {
   // A few queries (decoding against a cache): split the keys instead of the queries, so
   // every core streams its share of K and V.
-  if (decodes(args.q.shape[2], K.rows, args.q.shape[1] / K.heads)) decode_forward(args, K, V);
+  // (A mask function runs on the tiled kernel at any length.)
+  if (!args.block_mask && decodes(args.q.shape[2], K.rows, args.q.shape[1] / K.heads))
+    decode_forward(args, K, V);
   else flash_forward(args, K, V);
 }
 

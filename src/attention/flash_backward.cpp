@@ -449,7 +449,8 @@ struct AmxBackwardUnit {
 template <int NQV, class Unit, class T>
 void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t h,
               int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p, int64_t j0,
-              const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq) {
+              const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq,
+              int32_t* mask_regs) {
   using Tile = typename Unit::Tile;
   Unit::begin();
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -486,6 +487,8 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
   if (rule.transforms())
     tiles::transform_scores(rule, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
   else if (masked) blocks.apply(tm, NQV, j0, nk, Mq, w.S);
+  if (mask_regs)  // a mask function's partial blocks
+    tiles::hide_by_function(a.block_mask->program(), b, h, i0, rows, j0, nk, Mq, w.S, mask_regs);
   chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
     for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
       for (int64_t v = v0c; v < v0c + count; ++v) {
@@ -537,7 +540,21 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
   const int64_t Mq = n.Mq;
   TileMask tm;
   tm.init(a.mask, b, i0, rows, n);
-  if (tm.lo >= tm.hi) {  // the tile sees no key: its gradient is zero
+  // The key tiles the tile sees, ascending (a mask function's empty blocks left out; its
+  // partial ones as −tile − 1).
+  const BlockMask* fn = a.block_mask;
+  int64_t count = 0;
+  int64_t* key_tiles = nullptr;
+  if (tm.lo < tm.hi) {
+    const int64_t first = tm.lo / kKeyTile, last = (tm.hi - 1) / kKeyTile;
+    key_tiles =
+        reinterpret_cast<int64_t*>(thread_scratch(BackwardSlot::key_tiles, 2 * (last - first + 1)));
+    for (int64_t k = first; k <= last; ++k) {
+      const BlockState st = tiles::key_tile_state(fn, b, h, i0, rows, k * kKeyTile, n.Tk);
+      if (st != BlockState::empty) key_tiles[count++] = st == BlockState::partial ? -k - 1 : k;
+    }
+  }
+  if (count == 0) {  // the tile sees no key: its gradient is zero
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < n.D; ++d) dq.set(b, h, i0 + r, d, 0);
     return;
@@ -555,10 +572,16 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
     p.lse[r] = std::isinf(l) ? 0 : l;
   }
 
-  const int64_t first = tm.lo / kKeyTile, count = (tm.hi - 1) / kKeyTile + 1 - first;
   auto step = [&](int64_t k, float* part, DqPart dq) {
-    key_step<NQV, Unit, T>(a, rule, n, b, h, i0, rows, tm, p, (first + k) * kKeyTile,
-                           step_buffers(n), dK, dV, part, dq);
+    const bool partial = key_tiles[k] < 0;
+    const int64_t tile = partial ? -key_tiles[k] - 1 : key_tiles[k];
+    int32_t* mask_regs = nullptr;  // (the running thread's)
+    if (partial)
+      mask_regs = reinterpret_cast<int32_t*>(
+          thread_scratch(BackwardSlot::mask_registers,
+                         mask_lanes::register_ints(fn->program(), tiles::kMaskKeys * Mq)));
+    key_step<NQV, Unit, T>(a, rule, n, b, h, i0, rows, tm, p, tile * kKeyTile, step_buffers(n), dK,
+                           dV, part, dq, mask_regs);
   };
   if (!split_keys) {  // each step adds its part to the sum in turn
     for (int64_t k = 0; k < count; ++k) step(k, dQt, k == 0 ? DqPart::kFirst : DqPart::kAdd);

@@ -112,7 +112,7 @@ void for_visible_scores(bool masked, const VisibleBlocks& blocks, int64_t nk, F&
 template <int NQV, class Unit, class T>
 void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t h,
               const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1, QueryTile& t,
-              float* S, simd::PrefetchQueue& prefetch) {
+              float* S, int32_t* mask_regs, simd::PrefetchQueue& prefetch) {
   const int64_t Mq = n.Mq, nk = j1 - j0;
   const bool masked = !t.tm.covers(j0, j1, t.rows);
   VisibleBlocks blocks;
@@ -123,6 +123,8 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
   if (rule.transforms())
     transform_scores(rule, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
   else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
+  if (mask_regs)  // a mask function's partial blocks
+    hide_by_function(a.block_mask->program(), b, h, t.i0, t.rows, j0, nk, Mq, S, mask_regs);
   online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha,
                       [&](auto&& f) { for_visible_scores<NQV>(masked, blocks, nk, f); });
   tile_accumulate<NQV, Unit>(masked, blocks, S, nk, Mq, Vt, n.Dv, t.alpha, t.Ot, &prefetch);
@@ -167,6 +169,11 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   // m, l, alpha of each tile, each [Mq]
   float* state = thread_scratch(ForwardSlot::softmax_state, count * 3 * Mq);
   float* Vt = thread_scratch(ForwardSlot::v_tiles, n.Dv * kKeyTile);
+  const BlockMask* fn = a.block_mask;
+  int32_t* mask_regs = nullptr;
+  if (fn)
+    mask_regs = reinterpret_cast<int32_t*>(thread_scratch(
+        ForwardSlot::mask_registers, mask_lanes::register_ints(fn->program(), kMaskKeys * Mq)));
   Unit::begin();
   QueryTile tiles_of_group[kTilesPerGroup];
   const auto group = std::span(tiles_of_group, static_cast<size_t>(count));
@@ -196,7 +203,15 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   const T* v0 = reinterpret_cast<const T*>(V.row(b, hkv, 0));
   const int64_t ks = in_blocks ? n.D : K.row_stride, vs = V.row_stride;
   simd::PrefetchQueue prefetch;
+  // What the mask function leaves of each tile's key tiles: the empty ones are never read.
+  auto blocks_of = [&](const QueryTile& t, int64_t j0) {
+    return key_tile_state(fn, b, h, t.i0, t.rows, j0, n.Tk);
+  };
   for (int64_t j0 = lo / kKeyTile * kKeyTile; j0 < hi; j0 += kKeyTile) {
+    if (fn && std::none_of(group.begin(), group.end(), [&](const QueryTile& t) {
+          return blocks_of(t, j0) != BlockState::empty;
+        }))
+      continue;
     // The next key tile's K and V rows, asked for while this one computes.
     prefetch.issue_all();  // what the last tile's products left over
     const int64_t next = j0 + kKeyTile, next_rows = std::min(kKeyTile, hi - next);
@@ -218,9 +233,12 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
     for (QueryTile& t : group) {
       // The same key tiles, clipped the same way, as if the tile were alone.
       if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi) continue;
+      const BlockState st = blocks_of(t, j0);
+      if (st == BlockState::empty) continue;
       const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
       simd::with_count<kQueryVectors>(t.nqv, [&](auto c) {
         key_step<decltype(c)::value, Unit>(a, rule, n, b, h, k_rows, ks, Vt, j0, j1, t, S,
+                                           st == BlockState::partial ? mask_regs : nullptr,
                                            prefetch);
       });
     }
@@ -231,15 +249,22 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
 }
 
 // The units (b, h, group) ordered by the number of keys their queries see, most first.
-std::vector<int64_t> heaviest_first(const Mask& mask, const Shape& n, int64_t per_group,
-                                    int64_t groups) {
-  std::vector<int64_t> keys(n.B * groups, 0);  // the same for every head
+std::vector<int64_t> heaviest_first(const Mask& mask, const BlockMask* fn, const Shape& n,
+                                    int64_t per_group, int64_t groups) {
+  std::vector<int64_t> keys(n.B * groups, 0);  // the same for every head (head 0's blocks)
   for (int64_t b = 0; b < n.B; ++b)
     for (int64_t i0 = 0; i0 < n.Tq; i0 += n.Mq) {
       // Both ends of a row's visible range are non-decreasing in the row.
       const KeyRange first = visible_keys(mask, b, i0, n.Tq, n.Tk);
       const KeyRange last = visible_keys(mask, b, std::min(i0 + n.Mq, n.Tq) - 1, n.Tq, n.Tk);
-      keys[b * groups + i0 / n.Mq / per_group] += std::max<int64_t>(last.end - first.begin, 0);
+      int64_t seen = std::max<int64_t>(last.end - first.begin, 0);
+      if (fn) {  // the blocks the mask function leaves
+        const int64_t qb = i0 / fn->block();
+        seen = std::min<int64_t>(
+            seen, (fn->full_key_blocks(b, 0, qb).size() + fn->partial_key_blocks(b, 0, qb).size()) *
+                      fn->block());
+      }
+      keys[b * groups + i0 / n.Mq / per_group] += seen;
     }
   std::vector<int64_t> order(n.B * n.Hq * groups);
   for (size_t u = 0; u < order.size(); ++u) order[u] = static_cast<int64_t>(u);
@@ -269,7 +294,7 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
   // Dynamic scheduling ends well only if the last units are short: heaviest first. (Under a
   // causal mask the last query tiles see the most keys; taken in index order, the heaviest
   // unit came last and left the other thread idle for ~2% of the forward.)
-  const std::vector<int64_t> order = heaviest_first(a.mask, n, per_group, groups);
+  const std::vector<int64_t> order = heaviest_first(a.mask, a.block_mask, n, per_group, groups);
   const bool stream_out =
       a.out.type == TensorType::f32 && 4.0 * n.B * n.Hq * n.Tq * n.Dv >= kStreamOutputBytes;
   const auto on_unit = [&](auto element, auto unit, Variant variant) {

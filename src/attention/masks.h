@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "qkv/attention.h"
+#include "qkv/mask_function.h"
 
 namespace qkv::detail {
 
@@ -56,6 +57,7 @@ struct ScoreRule {
   const float* alibi = nullptr;  // [Hq] slopes, or null
   Mask mask;
   int64_t Tq = 0, Tk = 0;
+  const BlockMask* block_mask = nullptr;  // a mask function, or null
 
   // Whether any step runs between q·k and the mask.
   bool transforms() const { return softcap > 0 || !bias.empty() || alibi != nullptr; }
@@ -68,14 +70,35 @@ struct ScoreRule {
   }
   // The keys query i of batch b sees.
   KeyRange visible(int64_t b, int64_t i) const { return visible_keys(mask, b, i, Tq, Tk); }
+  // Whether the mask function hides key j from query i of (b, h), evaluated node by node.
+  bool function_hides(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return block_mask && !evaluate(block_mask->mask(), b, h, i, j);
+  }
 };
 
 // The rule of a call over Tk keys (a.k's when it has them).
 inline ScoreRule score_rule(const AttentionArgs& a, int64_t Tk, const char* where) {
-  return {a.softcap, full_bias(a, Tk, where), a.mask.alibi, a.mask, a.q.shape[2], Tk};
+  return {a.softcap, full_bias(a, Tk, where), a.mask.alibi, a.mask, a.q.shape[2], Tk, a.block_mask};
 }
 inline ScoreRule score_rule(const AttentionArgs& a, const char* where) {
   return score_rule(a, a.k.shape[2], where);
+}
+
+// What the mask function does to query rows [i0, i1) against keys [j0, j1) of (b, h): hides
+// them all (every block they touch is empty), shows them all (every one full), or must be
+// evaluated pair by pair. Full when there is no mask function.
+inline BlockState tile_state(const BlockMask* m, int64_t b, int64_t h, int64_t i0, int64_t i1,
+                             int64_t j0, int64_t j1) {
+  if (!m) return BlockState::full;
+  const int64_t s = m->block();
+  bool any_shown = false, all_full = true;
+  for (int64_t qb = i0 / s; qb <= (i1 - 1) / s; ++qb)
+    for (int64_t kb = j0 / s; kb <= (j1 - 1) / s; ++kb) {
+      const BlockState st = m->state(b, h, qb, kb);
+      any_shown |= st != BlockState::empty;
+      all_full &= st == BlockState::full;
+    }
+  return !any_shown ? BlockState::empty : all_full ? BlockState::full : BlockState::partial;
 }
 
 // The score scale: args.scale, or 1/sqrt(D) when it is 0.

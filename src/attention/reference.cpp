@@ -46,7 +46,7 @@ void scores(const AttentionArgs& a, const Dims& n, const detail::ScoreRule& rule
       for (int64_t d = 0; d < n.D; ++d) dot += double(a.q.get(b, h, i, d)) * a.k.get(b, hkv, j, d);
       float s = static_cast<float>(dot) * scale;
       s = rule.transform(b, h, i, j, s);
-      if (j < visible.begin || j >= visible.end) s = kMinusInf;
+      if (j < visible.begin || j >= visible.end || rule.function_hides(b, h, i, j)) s = kMinusInf;
       S[i * n.Tk + j] = s;
     }
   }

@@ -19,6 +19,7 @@
 
 #include "attention/masks.h"
 #include "attention/products-inl.h"
+#include "mask/lanes-inl.h"
 #include "qkv/attention.h"
 #include "simd/convert-inl.h"
 #include "simd/simd-inl.h"
@@ -169,6 +170,27 @@ auto every_score(int64_t nk) {
 void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b, int64_t h, int64_t i0,
                       int64_t rows, int64_t j0, int64_t nk, bool masked, const Shape& n, float* S,
                       float* tanh_out);
+
+// -inf in a score tile S [nk][Mq] (query rows i0 … i0 + rows − 1 of (b, h) against keys
+// j0 … j0 + nk − 1) wherever the mask function hides the pair: evaluated a few key rows of
+// the tile at a time, in registers of `regs` (mask_lanes::register_ints(p, kMaskKeys · Mq)).
+inline constexpr int64_t kMaskKeys = 8;
+
+// tile_state (attention/masks.h) of query rows [i0, i0 + rows) and the key tile at j0.
+inline BlockState key_tile_state(const BlockMask* fn, int64_t b, int64_t h, int64_t i0,
+                                 int64_t rows, int64_t j0, int64_t Tk) {
+  return tile_state(fn, b, h, i0, i0 + rows, j0, std::min(j0 + kKeyTile, Tk));
+}
+inline void hide_by_function(const MaskProgram& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                             int64_t j0, int64_t nk, int64_t Mq, float* S, int32_t* regs) {
+  for (int64_t jj0 = 0; jj0 < nk; jj0 += kMaskKeys) {
+    const int64_t keys = std::min(kMaskKeys, nk - jj0);
+    const mask_lanes::Lanes at{b, h, i0, i0 + rows - 1, j0 + jj0, j0 + nk - 1, Mq, true};
+    const int32_t* shown = mask_lanes::evaluate(p, at, keys, regs, nullptr);
+    float* s = S + jj0 * Mq;
+    for (int64_t e = 0; e < keys * Mq; ++e) s[e] = shown[e] ? s[e] : simd::kMinusInf;
+  }
+}
 
 }  // namespace tiles
 }  // namespace HWY_NAMESPACE

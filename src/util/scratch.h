@@ -29,11 +29,24 @@ enum class ForwardSlot {
   queries,
   key_ranges,
   tile_masks,
+  mask_registers,
   end
 };
 // The tiled backward (src/attention/flash_backward.cpp): the forward's slots, its own uses (the
 // two never run inside one another).
-enum class BackwardSlot { q_tiles, q_rows, dout_tiles, dout_rows, tile, dk_dv, partials, lse, end };
+enum class BackwardSlot {
+  q_tiles,
+  q_rows,
+  dout_tiles,
+  dout_rows,
+  tile,
+  dk_dv,
+  partials,
+  lse,
+  key_tiles,
+  mask_registers,
+  end
+};
 inline constexpr int kAttentionSlots = static_cast<int>(ForwardSlot::end) >
                                                static_cast<int>(BackwardSlot::end)
                                            ? static_cast<int>(ForwardSlot::end)
