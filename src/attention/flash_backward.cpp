@@ -460,9 +460,11 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
   const T* v0 = static_cast<const T*>(a.v.address()) + b * a.v.stride[0] + hkv * a.v.stride[1];
   const int64_t ks = a.k.stride[2], vs = a.v.stride[2];
   const int64_t j1 = std::min(j0 + kKeyTile, tm.hi), nk = j1 - j0;
-  const bool masked = !tm.covers(j0, j1, rows);
+  // (A mask function's partial tile goes block by block, as a masked one does.)
+  const bool masked = mask_regs || !tm.covers(j0, j1, rows);
   VisibleBlocks blocks;
   if (masked) blocks.find(tm, NQV, rows, j0, j1);
+  if (mask_regs) blocks.narrow(a.block_mask->program(), b, h, NQV, i0, rows, j0, j1);
   auto chunks = [&](auto&& product) {  // product(first key, keys, first query vector, count)
     if (!masked) return product(0, nk, 0, NQV);
     for (int c = 0; c < blocks.chunks; ++c)
@@ -487,8 +489,8 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
   if (rule.transforms())
     tiles::transform_scores(rule, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
   else if (masked) blocks.apply(tm, NQV, j0, nk, Mq, w.S);
-  if (mask_regs)  // a mask function's partial blocks
-    tiles::hide_by_function(a.block_mask->program(), b, h, i0, rows, j0, nk, Mq, w.S, mask_regs);
+  if (mask_regs)
+    blocks.apply_function(a.block_mask->program(), b, h, i0, rows, j0, nk, Mq, w.S, mask_regs);
   chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
     for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
       for (int64_t v = v0c; v < v0c + count; ++v) {
@@ -579,7 +581,7 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
     if (partial)
       mask_regs = reinterpret_cast<int32_t*>(
           thread_scratch(BackwardSlot::mask_registers,
-                         mask_lanes::register_ints(fn->program(), tiles::kMaskKeys * Mq)));
+                         tiles::function_register_ints(fn->program())));
     key_step<NQV, Unit, T>(a, rule, n, b, h, i0, rows, tm, p, tile * kKeyTile, step_buffers(n), dK,
                            dV, part, dq, mask_regs);
   };

@@ -114,17 +114,19 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
               const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1, QueryTile& t,
               float* S, int32_t* mask_regs, simd::PrefetchQueue& prefetch) {
   const int64_t Mq = n.Mq, nk = j1 - j0;
-  const bool masked = !t.tm.covers(j0, j1, t.rows);
+  // (A mask function's partial tile goes block by block, as a masked one does.)
+  const bool masked = mask_regs || !t.tm.covers(j0, j1, t.rows);
   VisibleBlocks blocks;
   if (masked) blocks.find(t.tm, NQV, t.rows, j0, j1);
+  if (mask_regs) blocks.narrow(a.block_mask->program(), b, h, NQV, t.i0, t.rows, j0, j1);
   tile_scores<NQV, Unit>(masked, blocks, k_tile, ks, nk, t.Qt, n.D, Mq, t.two, t.scale, S,
                          &prefetch);
   // (The mask below sets -inf where a row of a partial block may not look.)
   if (rule.transforms())
     transform_scores(rule, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
   else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
-  if (mask_regs)  // a mask function's partial blocks
-    hide_by_function(a.block_mask->program(), b, h, t.i0, t.rows, j0, nk, Mq, S, mask_regs);
+  if (mask_regs)
+    blocks.apply_function(a.block_mask->program(), b, h, t.i0, t.rows, j0, nk, Mq, S, mask_regs);
   online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha,
                       [&](auto&& f) { for_visible_scores<NQV>(masked, blocks, nk, f); });
   tile_accumulate<NQV, Unit>(masked, blocks, S, nk, Mq, Vt, n.Dv, t.alpha, t.Ot, &prefetch);
@@ -173,7 +175,7 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   int32_t* mask_regs = nullptr;
   if (fn)
     mask_regs = reinterpret_cast<int32_t*>(thread_scratch(
-        ForwardSlot::mask_registers, mask_lanes::register_ints(fn->program(), kMaskKeys * Mq)));
+        ForwardSlot::mask_registers, function_register_ints(fn->program())));
   Unit::begin();
   QueryTile tiles_of_group[kTilesPerGroup];
   const auto group = std::span(tiles_of_group, static_cast<size_t>(count));

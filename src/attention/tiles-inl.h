@@ -116,6 +116,18 @@ struct VisibleBlocks {
   // The chunks [first_chunk, last_chunk) query vector v sees some key of (empty if none):
   // one run of chunks, as each row's visible keys are one range.
   void chunks_seen_by(int v, int& first_chunk, int& last_chunk) const;
+
+  // A mask function's part (on a tile its blocks leave partial): each block that the interval
+  // arithmetic over its indices shows hidden becomes hidden, and those it cannot decide are
+  // marked to evaluate. [first, last) stays one run of vectors per chunk; a hidden block inside
+  // it is set to -inf by apply_function.
+  bool evaluate[kKeyTile / kKeyChunk][kQueryVectors];
+  void narrow(const MaskProgram& p, int64_t b, int64_t h, int nqv, int64_t i0, int64_t rows,
+              int64_t j0, int64_t j1);
+  // -inf in S where the function hides a pair of a marked block (evaluated over SIMD lanes in
+  // `regs`, function_register_ints of them) and in the hidden blocks of the runs.
+  void apply_function(const MaskProgram& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                      int64_t j0, int64_t nk, int64_t Mq, float* S, int32_t* regs) const;
   // Keys in chunk c of a tile of nk keys.
   int64_t keys_in(int c, int64_t nk) const { return std::min(kKeyChunk, nk - c * kKeyChunk); }
 };
@@ -171,25 +183,20 @@ void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b, int6
                       int64_t rows, int64_t j0, int64_t nk, bool masked, const Shape& n, float* S,
                       float* tanh_out);
 
-// -inf in a score tile S [nk][Mq] (query rows i0 … i0 + rows − 1 of (b, h) against keys
-// j0 … j0 + nk − 1) wherever the mask function hides the pair: evaluated a few key rows of
-// the tile at a time, in registers of `regs` (mask_lanes::register_ints(p, kMaskKeys · Mq)).
-inline constexpr int64_t kMaskKeys = 8;
+// The registers VisibleBlocks::apply_function evaluates a mask function in.
+inline int64_t function_register_ints(const MaskProgram& p) {
+  return mask_lanes::register_ints(p, kKeyChunk * static_cast<int64_t>(simd::lanes()));
+}
 
-// tile_state (attention/masks.h) of query rows [i0, i0 + rows) and the key tile at j0.
+// tile_state (attention/masks.h) of query rows [i0, i0 + rows) and the key tile at j0; a tile
+// of a partial block refined by the interval arithmetic over its own indices (most tiles of a
+// partial block are wholly shown or hidden: the diagonal's, a document's edge, a window's).
 inline BlockState key_tile_state(const BlockMask* fn, int64_t b, int64_t h, int64_t i0,
                                  int64_t rows, int64_t j0, int64_t Tk) {
-  return tile_state(fn, b, h, i0, i0 + rows, j0, std::min(j0 + kKeyTile, Tk));
-}
-inline void hide_by_function(const MaskProgram& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                             int64_t j0, int64_t nk, int64_t Mq, float* S, int32_t* regs) {
-  for (int64_t jj0 = 0; jj0 < nk; jj0 += kMaskKeys) {
-    const int64_t keys = std::min(kMaskKeys, nk - jj0);
-    const mask_lanes::Lanes at{b, h, i0, i0 + rows - 1, j0 + jj0, j0 + nk - 1, Mq, true};
-    const int32_t* shown = mask_lanes::evaluate(p, at, keys, regs, nullptr);
-    float* s = S + jj0 * Mq;
-    for (int64_t e = 0; e < keys * Mq; ++e) s[e] = shown[e] ? s[e] : simd::kMinusInf;
-  }
+  const int64_t j1 = std::min(j0 + kKeyTile, Tk);
+  const BlockState st = tile_state(fn, b, h, i0, i0 + rows, j0, j1);
+  if (st != BlockState::partial) return st;
+  return box_state(fn->program(), {b, b, h, h, i0, i0 + rows - 1, j0, j1 - 1});
 }
 
 }  // namespace tiles

@@ -85,6 +85,62 @@ void VisibleBlocks::chunks_seen_by(int v, int& first_chunk, int& last_chunk) con
     }
 }
 
+void VisibleBlocks::narrow(const MaskProgram& p, int64_t b, int64_t h, int nqv, int64_t i0,
+                           int64_t rows, int64_t j0, int64_t j1) {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  for (int c = 0; c < chunks; ++c) {
+    const int64_t c0 = j0 + c * kKeyChunk, c1 = std::min(c0 + kKeyChunk, j1);
+    int lo = nqv, hi = 0;
+    for (int v = 0; v < nqv; ++v) {
+      evaluate[c][v] = false;
+      if (state[c][v] == kHidden) continue;
+      const int64_t r0 = i0 + v * N, r1 = std::min(i0 + (v + 1) * N, i0 + rows) - 1;
+      const BlockState f = box_state(p, {b, b, h, h, r0, r1, c0, c1 - 1});
+      if (f == BlockState::empty) {
+        state[c][v] = kHidden;
+        continue;
+      }
+      if (f == BlockState::partial) evaluate[c][v] = true, state[c][v] = kPartial;
+      lo = std::min(lo, v), hi = v + 1;
+    }
+    first[c] = lo < hi ? lo : 0, last[c] = lo < hi ? hi : 0;
+  }
+  // A vector's P·V runs over its chunks from the first it sees to the last (chunks_seen_by),
+  // so a hidden chunk between them must hold P = 0: the chunk's run of vectors takes the
+  // vector in, and apply_function sets its scores to -inf.
+  for (int v = 0; v < nqv; ++v) {
+    int fc, lc;
+    chunks_seen_by(v, fc, lc);
+    for (int c = fc; c < lc; ++c) {
+      if (first[c] == last[c]) first[c] = v, last[c] = v + 1;
+      first[c] = std::min(first[c], v), last[c] = std::max(last[c], v + 1);
+    }
+  }
+}
+
+void VisibleBlocks::apply_function(const MaskProgram& p, int64_t b, int64_t h, int64_t i0,
+                                   int64_t rows, int64_t j0, int64_t nk, int64_t Mq, float* S,
+                                   int32_t* regs) const {
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  for (int c = 0; c < chunks; ++c)
+    for (int v = first[c]; v < last[c]; ++v) {
+      const int64_t keys = keys_in(c, nk);
+      float* s = S + c * kKeyChunk * Mq + v * N;
+      if (state[c][v] == kHidden) {
+        for (int64_t jj = 0; jj < keys; ++jj)
+          hn::Store(hn::Set(df, simd::kMinusInf), df, s + jj * Mq);
+      } else if (evaluate[c][v]) {
+        // The block's keys as rows of N lanes, one query per lane, as S holds them.
+        const mask_lanes::Lanes at{b, h, i0 + v * N, i0 + rows - 1, j0 + c * kKeyChunk,
+                                   j0 + nk - 1, N, true};
+        const int32_t* shown = mask_lanes::evaluate(p, at, keys, regs, nullptr);
+        for (int64_t jj = 0; jj < keys; ++jj)
+          for (int64_t l = 0; l < N; ++l)
+            s[jj * Mq + l] = shown[jj * N + l] ? s[jj * Mq + l] : simd::kMinusInf;
+      }
+    }
+}
+
 void VisibleBlocks::apply(const TileMask& tm, int nqv, int64_t j0, int64_t nk, int64_t Mq,
                           float* S) const {
   const size_t N = simd::lanes();

@@ -180,10 +180,22 @@ void intervals(const MaskProgram& p, const std::vector<TensorRanges>& ranges, co
                MaskIntervals& out) {
   out.lo.resize(p.registers);
   out.hi.resize(p.registers);
+  intervals(p, ranges.data(), box, out.lo.data(), out.hi.data(), out);
+}
+
+BlockState box_state(const MaskProgram& p, const IndexBox& box) {
+  int64_t lo[64], hi[64];
+  if (p.registers > 64) return BlockState::partial;
+  MaskIntervals report;
+  intervals(p, nullptr, box, lo, hi, report);
+  if (report.lookup_outside || lo[p.result] != hi[p.result]) return BlockState::partial;
+  return lo[p.result] ? BlockState::full : BlockState::empty;
+}
+
+void intervals(const MaskProgram& p, const TensorRanges* ranges, const IndexBox& box, int64_t* lo,
+               int64_t* hi, MaskIntervals& out) {
   out.lookup_outside = false;
   out.wide = -1;
-  int64_t* lo = out.lo.data();
-  int64_t* hi = out.hi.data();
   for (const MaskInstr& in : p.code) {
     const int64_t al = in.a >= 0 ? lo[in.a] : 0, ah = in.a >= 0 ? hi[in.a] : 0;
     const int64_t bl = in.b >= 0 ? lo[in.b] : 0, bh = in.b >= 0 ? hi[in.b] : 0;
@@ -217,8 +229,15 @@ void intervals(const MaskProgram& p, const std::vector<TensorRanges>& ranges, co
           last += std::min<int64_t>(hi[r], t.shape[d] - 1) * t.stride[d];
         }
         if (!inside) out.lookup_outside = true;
-        if (inside && one_run) ranges[in.tensor].range(first, last, l, h);
-        else l = t.min, h = t.max;
+        if (inside && one_run && ranges) {
+          ranges[in.tensor].range(first, last, l, h);
+        } else if (inside && one_run && last - first < 256) {
+          l = h = t.values[first];
+          for (int64_t e = first + 1; e <= last; ++e)
+            l = std::min<int64_t>(l, t.values[e]), h = std::max<int64_t>(h, t.values[e]);
+        } else {
+          l = t.min, h = t.max;
+        }
         break;
       }
       case MaskOp::add:

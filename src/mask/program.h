@@ -72,5 +72,15 @@ struct MaskIntervals {
 };
 void intervals(const MaskProgram& p, const std::vector<TensorRanges>& ranges, const IndexBox& box,
                MaskIntervals& out);
+// The same into lo[p.registers] and hi[p.registers] (no allocation, for the kernels); without
+// range tables a lookup's range is found by reading the elements (up to 256 of them, else the
+// tensor's whole range). The report's lo and hi stay empty.
+void intervals(const MaskProgram& p, const TensorRanges* ranges, const IndexBox& box, int64_t* lo,
+               int64_t* hi, MaskIntervals& report);
+
+// What a mask function does to the pairs of a box: hides them all, shows them all, or
+// neither (or the interval arithmetic cannot tell). Kernels refine a partial block's tiles by
+// it; programs of more than 64 registers are not refined.
+BlockState box_state(const MaskProgram& p, const IndexBox& box);
 
 }  // namespace qkv::detail
