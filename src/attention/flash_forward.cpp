@@ -174,8 +174,8 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   const BlockMask* fn = a.block_mask;
   int32_t* mask_regs = nullptr;
   if (fn)
-    mask_regs = reinterpret_cast<int32_t*>(thread_scratch(
-        ForwardSlot::mask_registers, function_register_ints(fn->program())));
+    mask_regs = reinterpret_cast<int32_t*>(
+        thread_scratch(ForwardSlot::mask_registers, function_register_ints(fn->program())));
   Unit::begin();
   QueryTile tiles_of_group[kTilesPerGroup];
   const auto group = std::span(tiles_of_group, static_cast<size_t>(count));
@@ -205,15 +205,16 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   const T* v0 = reinterpret_cast<const T*>(V.row(b, hkv, 0));
   const int64_t ks = in_blocks ? n.D : K.row_stride, vs = V.row_stride;
   simd::PrefetchQueue prefetch;
-  // What the mask function leaves of each tile's key tiles: the empty ones are never read.
-  auto blocks_of = [&](const QueryTile& t, int64_t j0) {
-    return key_tile_state(fn, b, h, t.i0, t.rows, j0, n.Tk);
-  };
+  // What the mask function leaves of each tile's key tile (full without one), found once per
+  // key tile: the empty ones are never read.
+  BlockState seen[kTilesPerGroup];
   for (int64_t j0 = lo / kKeyTile * kKeyTile; j0 < hi; j0 += kKeyTile) {
-    if (fn && std::none_of(group.begin(), group.end(), [&](const QueryTile& t) {
-          return blocks_of(t, j0) != BlockState::empty;
-        }))
-      continue;
+    bool any = false;
+    for (int64_t g = 0; g < count; ++g) {
+      seen[g] = key_tile_state(fn, b, h, group[g].i0, group[g].rows, j0, n.Tk);
+      any |= seen[g] != BlockState::empty;
+    }
+    if (!any) continue;
     // The next key tile's K and V rows, asked for while this one computes.
     prefetch.issue_all();  // what the last tile's products left over
     const int64_t next = j0 + kKeyTile, next_rows = std::min(kKeyTile, hi - next);
@@ -232,11 +233,11 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
       k_rows = k0 + j0 * ks;
       Unit::pack_values(v0 + j0 * vs, vs, rows, n.Dv, Vt);
     }
-    for (QueryTile& t : group) {
+    for (int64_t g = 0; g < count; ++g) {
+      QueryTile& t = group[g];
       // The same key tiles, clipped the same way, as if the tile were alone.
-      if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi) continue;
-      const BlockState st = blocks_of(t, j0);
-      if (st == BlockState::empty) continue;
+      const BlockState st = seen[g];
+      if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi || st == BlockState::empty) continue;
       const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
       simd::with_count<kQueryVectors>(t.nqv, [&](auto c) {
         key_step<decltype(c)::value, Unit>(a, rule, n, b, h, k_rows, ks, Vt, j0, j1, t, S,
