@@ -123,45 +123,27 @@ TEST(MaskFunctionForward, HeldOutAndOtherBlockSizes) {
 
 TEST(MaskFunctionForward, ComposesWithTheOtherOptions) {
   const std::vector<Entry> g = gallery(2, 140, 140);
-  for (const Case& c : {
-           Case{.B = 2,
-          .Hq = 4,
-          .Hkv = 2,
-          .Tq = 140,
-          .Tk = 140,
-          .D = 16,
-          .Dv = 16,
-          .bias = BiasKind::head_query_key,
-          .alibi = true},
-           Case{.B = 2,
-           .Hq = 2,
-           .Hkv = 1,
-           .Tq = 140,
-           .Tk = 140,
-           .D = 16,
-           .Dv = 16,
-           .causal = true,
-           .softcap = 0.9f,
-           .magnitude = 2},
-           Case{.B = 2,
-           .Hq = 2,
-           .Hkv = 2,
-           .Tq = 140,
-           .Tk = 140,
-           .D = 16,
-           .Dv = 8,
-           .window_left = 30,
-           .window_right = 5,
-           .padding = true},
-           Case{.B = 2,
-           .Hq = 2,
-           .Hkv = 2,
-           .Tq = 140,
-           .Tk = 140,
-           .D = 16,
-           .Dv = 16,
-           .seq_major = true},
-       })
+  const Case base{.B = 2, .Hq = 2, .Hkv = 2, .Tq = 140, .Tk = 140, .D = 16, .Dv = 16};
+  for (const Case& c : testing::variations(base, {
+                                                     [](Case& c) {
+                                                       c.Hq = 4;
+                                                       c.bias = BiasKind::head_query_key;
+                                                       c.alibi = true;
+                                                     },
+                                                     [](Case& c) {
+                                                       c.Hkv = 1;
+                                                       c.causal = true;
+                                                       c.softcap = 0.9f;
+                                                       c.magnitude = 2;
+                                                     },
+                                                     [](Case& c) {
+                                                       c.Dv = 8;
+                                                       c.window_left = 30;
+                                                       c.window_right = 5;
+                                                       c.padding = true;
+                                                     },
+                                                     [](Case& c) { c.seq_major = true; },
+                                                 }))
     for (const Entry& e : {g[2], g[3], g[6]}) expect_forward(c, e, 64);
 }
 
