@@ -48,9 +48,11 @@ double loss(const Case& c, const Inputs& in, const Tensor& dout) {
 void expect_matches_finite_differences(const Case& c) {
   Problem p(c);
   Grads g(c);
-  reference::attention_backward(p.args, g.dout, g.dq, g.dk, g.dv);
+  std::vector<float> dsinks(c.Hq, NAN);
+  reference::attention_backward(p.args, g.dout, g.dq, g.dk, g.dv,
+                                {c.sinks ? dsinks.data() : nullptr});
   Inputs in = testing::inputs_of(p);
-  const double h = 1e-6;
+  const double h = 1e-6, h_step = h;
   double worst = 0;
   auto check = [&](std::vector<double>& x, const Tensor& grad, const char* name) {
     ASSERT_EQ(static_cast<int64_t>(x.size()), grad.numel());
@@ -72,6 +74,21 @@ void expect_matches_finite_differences(const Case& c) {
   check(in.q, g.dq, "dq");
   check(in.k, g.dk, "dk");
   check(in.v, g.dv, "dv");
+  if (!c.sinks) return;
+  // Head 0 has no sink (-inf): nothing flows to it.
+  EXPECT_EQ(dsinks[0], 0.0f);
+  std::vector<double> finite(in.sinks.begin() + 1, in.sinks.end());
+  for (size_t h = 0; h < finite.size(); ++h) {
+    const double saved = in.sinks[h + 1];
+    in.sinks[h + 1] = saved + h_step;
+    const double up = loss(c, in, g.dout);
+    in.sinks[h + 1] = saved - h_step;
+    const double down = loss(c, in, g.dout);
+    in.sinks[h + 1] = saved;
+    const double numeric = (up - down) / (2 * h_step);
+    EXPECT_LT(std::abs(dsinks[h + 1] - numeric) / (1 + std::abs(numeric)), 1e-5)
+        << "dsinks[" << h + 1 << "] analytic " << dsinks[h + 1] << " numeric " << numeric;
+  }
 }
 
 class ReferenceBackward : public ::testing::TestWithParam<Case> {};
@@ -120,6 +137,13 @@ std::vector<Case> tiny_grid() {
                                    c.Tk = 2;
                                    c.causal = true;
                                  },  // rows that see nothing
+                                 [](Case& c) {
+                                   c.Hq = 4;
+                                   c.Tq = 5;
+                                   c.Tk = 3;
+                                   c.causal = true;
+                                   c.sinks = true;
+                                 },  // a sink per head, and rows that see only their sink
                              });
 }
 
@@ -132,8 +156,11 @@ void expect_backward_matches_reference(const Case& c) {
   Problem fast(c), ref(c);
   attention(fast.args);            // the fast backward needs the forward's out and lse
   Grads gf(c, true), gr(c, true);  // the same layout: storage compares element by element
-  attention_backward(fast.args, gf.dout_view, gf.dq_view, gf.dk_view, gf.dv_view);
-  reference::attention_backward(ref.args, gr.dout_view, gr.dq_view, gr.dk_view, gr.dv_view);
+  std::vector<float> dsf(c.Hq, NAN), dsr(c.Hq, NAN);
+  attention_backward(fast.args, gf.dout_view, gf.dq_view, gf.dk_view, gf.dv_view,
+                     {c.sinks ? dsf.data() : nullptr});
+  reference::attention_backward(ref.args, gr.dout_view, gr.dq_view, gr.dk_view, gr.dv_view,
+                                {c.sinks ? dsr.data() : nullptr});
   // Gradients sum Tq (or Tk) products of values of size ~magnitude: scale the fp32
   // tolerance by the longer sum.
   const double tol = 64 * FLT_EPSILON * std::sqrt(double(std::max(c.Tq, c.Tk)) * c.D) *
@@ -150,6 +177,10 @@ void expect_backward_matches_reference(const Case& c) {
   compare(gf.dq, gr.dq, "dq");
   compare(gf.dk, gr.dk, "dk");
   compare(gf.dv, gr.dv, "dv");
+  // A sink's gradient sums B · Tq terms, each within the fp32 error of out.
+  for (int64_t h = 0; h < c.Hq && c.sinks; ++h)
+    EXPECT_NEAR(dsf[h], dsr[h], tol * std::sqrt(double(c.B * c.Tq)) * (1 + std::abs(dsr[h])))
+        << "dsinks[" << h << "] " << c.name();
 }
 
 class FlashBackward : public ::testing::TestWithParam<Case> {};
@@ -248,6 +279,14 @@ std::vector<Case> backward_grid() {
                                    c.Hkv = 1;
                                    c.causal = true;
                                  },
+                                 [](Case& c) { c.sinks = true; },
+                                 [](Case& c) {
+                                   c.Tq = 130;
+                                   c.Tk = 7;
+                                   c.Hkv = 2;
+                                   c.causal = true;
+                                   c.sinks = true;
+                                 },
                              });
 }
 
@@ -278,6 +317,25 @@ TEST(FlashBackwardThreads, SameBitsWithOneAndTwoThreads) {
     for (auto [a, b] : {std::pair{&one.dq, &two.dq}, {&one.dk, &two.dk}, {&one.dv, &two.dv}})
       for (int64_t i = 0; i < a->numel(); ++i) ASSERT_EQ(a->data()[i], b->data()[i]) << c.name();
   }
+}
+
+// The sinks' gradient at 1, 2, 3 and 16 threads: the same bits.
+TEST(FlashBackwardThreads, SinkGradientSameBitsAtAnyThreadCount) {
+  const Case c{.B = 3, .Hq = 8, .Hkv = 2, .Tq = 150, .Tk = 150, .D = 32, .Dv = 32,
+               .causal = true, .sinks = true};
+  Problem p(c);
+  attention(p.args);
+  const int saved = num_threads();
+  std::vector<std::vector<float>> runs;
+  for (int threads : {1, 2, 3, 16}) {
+    set_num_threads(threads);
+    Grads g(c);
+    runs.emplace_back(c.Hq, NAN);
+    attention_backward(p.args, g.dout, g.dq, g.dk, g.dv, {runs.back().data()});
+  }
+  set_num_threads(saved);
+  for (size_t r = 1; r < runs.size(); ++r)
+    for (int64_t h = 0; h < c.Hq; ++h) ASSERT_EQ(runs[r][h], runs[0][h]) << "run " << r << " head " << h;
 }
 
 // Rows past a sequence's kv_len may hold anything: NaN there must reach neither dq nor the
@@ -312,6 +370,24 @@ TEST(FlashBackwardErrors, NeedsLseAndMatchingShapes) {
               std::string::npos)
         << e.what();
   }
+  // The sinks' gradient without sinks; a sink that is NaN or +inf.
+  auto expect_error = [&](const AttentionArgs& args, const ParameterGrads& grads,
+                          const std::string& fragment) {
+    try {
+      attention_backward(args, g.dout, g.dq, g.dk, g.dv, grads);
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  float dsinks[2];
+  expect_error(p.args, {dsinks}, "grads.sinks asks for the sinks' gradient, but args.sinks");
+  float sinks[2] = {0, NAN};
+  a = p.args;
+  a.sinks = sinks;
+  expect_error(a, {dsinks}, "the sink of head 1 is nan");
+  sinks[1] = INFINITY;
+  EXPECT_THROW(attention(a), Error);
 }
 
 }  // namespace

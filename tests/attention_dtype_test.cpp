@@ -191,6 +191,8 @@ std::vector<Case> option_grid() {
           [](Case& c) { c.Hq = 16, c.Hkv = 1, c.Tq = 2, c.Tk = 600; },  // decode, rows in lanes
           [](Case& c) { c.Tq = 1, c.Tk = 600, c.D = 8, c.Dv = 8; },    // decode, keys in lanes
           [](Case& c) { c.Tq = 3, c.Tk = 600, c.causal = true, c.bias = BiasKind::batch_key; },
+          [](Case& c) { c.causal = true, c.sinks = true; },  // sinks: tiled, then decoding
+          [](Case& c) { c.Tq = 3, c.Tk = 600, c.D = 64, c.Dv = 32, c.sinks = true; },
       });
 }
 
@@ -365,6 +367,7 @@ std::vector<Case> backward_grid() {
           [](Case& c) { c.Hkv = 1, c.B = 1; },  // MQA at batch 1: key tiles split over threads
           // dims of whole 32s (the bf16 units interleave rows in vectors), an odd key count
           [](Case& c) { c.Tk = 81, c.D = 64, c.Dv = 32, c.causal = true; },
+          [](Case& c) { c.Tq = 90, c.causal = true, c.sinks = true; },
       });
 }
 

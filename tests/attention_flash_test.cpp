@@ -154,6 +154,13 @@ std::vector<Case> option_grid() {
                                    c.softcap = 2;
                                    c.seq_major = true;
                                  },
+                                 [](Case& c) {  // sinks, and rows that see only their sink
+                                   c.Tq = 130;
+                                   c.Tk = 70;
+                                   c.Hkv = 2;
+                                   c.causal = true;
+                                   c.sinks = true;
+                                 },
                              });
 }
 
@@ -221,6 +228,12 @@ std::vector<Case> decode_grid() {
             c.D = 40;
             c.Dv = 24;
           },  // head dims not whole vectors
+          [](Case& c) {
+            c.Tq = 3;
+            c.Hkv = 2;
+            c.window_left = 500;
+            c.sinks = true;
+          },  // sinks merged with the chunks
           // The last chunk holds one key, seen by 2 of the 8 rows of each kv head.
           [](Case& c) {
             c.Tq = 4;

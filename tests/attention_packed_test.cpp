@@ -56,6 +56,7 @@ Inputs sequence_inputs(const PackedProblem& pp, const Inputs& all, int s, Case& 
       for (int64_t e = 0; e < full.Dv; ++e) in.v.push_back(all.v[(h * full.Tk + j) * full.Dv + e]);
     }
   in.alibi = all.alibi;
+  in.sinks = all.sinks;
   return in;
 }
 
@@ -130,12 +131,16 @@ TEST_P(PackedFast, ForwardAndBackwardMatchReference) {
   for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = uniform(rng);
   Tensor dq1({1, t.Hq, t.Tq, t.D}), dk1({1, t.Hkv, t.Tk, t.D}), dv1({1, t.Hkv, t.Tk, t.Dv});
   Tensor dq2({1, t.Hq, t.Tq, t.D}), dk2({1, t.Hkv, t.Tk, t.D}), dv2({1, t.Hkv, t.Tk, t.Dv});
-  attention_backward(fast.p.args, dout, dq1, dk1, dv1);
-  reference::attention_backward(ref.p.args, dout, dq2, dk2, dv2);
+  std::vector<float> ds1(t.Hq, NAN), ds2(t.Hq, NAN);
+  attention_backward(fast.p.args, dout, dq1, dk1, dv1, {t.sinks ? ds1.data() : nullptr});
+  reference::attention_backward(ref.p.args, dout, dq2, dk2, dv2, {t.sinks ? ds2.data() : nullptr});
   const double gtol = 64 * FLT_EPSILON * std::sqrt(300.0 * t.D);
   for (auto [a, b] : {std::pair{&dq1, &dq2}, {&dk1, &dk2}, {&dv1, &dv2}})
     for (int64_t i = 0; i < a->numel(); ++i)
       ASSERT_NEAR(a->data()[i], b->data()[i], gtol * (1 + std::abs(b->data()[i])));
+  // The sinks' gradient sums a term per row: over the packed rows as over a batch.
+  for (int64_t h = 0; h < t.Hq && t.sinks; ++h)
+    ASSERT_NEAR(ds1[h], ds2[h], gtol * std::sqrt(double(t.Tq)) * (1 + std::abs(ds2[h]))) << h;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -144,7 +149,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{.Hq = 4, .Hkv = 4, .D = 32, .Dv = 32},
         Case{.Hq = 4, .Hkv = 2, .D = 64, .Dv = 32, .causal = true},
         Case{.Hq = 4, .Hkv = 1, .D = 16, .Dv = 16, .causal = true, .window_left = 10},
-        Case{.Hq = 2, .Hkv = 2, .D = 32, .Dv = 32, .bias = BiasKind::query_key, .softcap = 2}),
+        Case{.Hq = 2, .Hkv = 2, .D = 32, .Dv = 32, .bias = BiasKind::query_key, .softcap = 2},
+        Case{.Hq = 4, .Hkv = 2, .D = 32, .Dv = 32, .causal = true, .sinks = true}),
     [](const auto& info) { return info.param.name(); });
 
 TEST(PackedErrors, BadOffsetsAreNamed) {

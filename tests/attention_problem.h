@@ -40,6 +40,7 @@ struct Case {
   bool seq_major = false;    // store q, k, v, out as [B, T, H, D] and pass transposed views
   bool dim_strided = false;  // store them as [B, H, D, T]: the head dim has stride T
   float magnitude = 1;       // inputs uniform in [-magnitude, magnitude]
+  bool sinks = false;        // a sink logit per head (head 0's is -inf: none)
 
   std::string name() const;
 };
@@ -63,6 +64,7 @@ inline std::string Case::name() const {
   if (scale != 0) s += "_scale";
   if (seq_major) s += "_bthd";
   if (dim_strided) s += "_bhdt";
+  if (sinks) s += "_sinks";
   return s;
 }
 
@@ -101,6 +103,7 @@ struct Problem {
   Tensor q, k, v, out, lse, bias_storage;
   std::vector<int32_t> kv_len;
   std::vector<float> alibi;
+  std::vector<float> sinks;
   AttentionArgs args;
 
   explicit Problem(const Case& c, uint32_t seed = 1) : c(c) {
@@ -154,6 +157,12 @@ struct Problem {
       for (int64_t h = 1; h <= c.Hq; ++h) alibi.push_back(std::exp2(-8.0f * h / c.Hq));
       args.mask.alibi = alibi.data();
     }
+    if (c.sinks) {
+      // Head 0 without one; the others from below the scores to well above them.
+      for (int64_t h = 0; h < c.Hq; ++h)
+        sinks.push_back(h == 0 ? -INFINITY : -1.5f + 3.0f * static_cast<float>(h % 4) / 3);
+      args.sinks = sinks.data();
+    }
   }
 
   // The bias entry for (b, h, i, j), broadcasting by hand.
@@ -202,6 +211,7 @@ struct Inputs {
   std::vector<double> q, k, v, bias;
   std::vector<int32_t> kv_len;
   std::vector<float> alibi;
+  std::vector<double> sinks;  // [Hq] when the case has sinks
 };
 
 inline Inputs inputs_of(const Problem& p) {
@@ -224,6 +234,7 @@ inline Inputs inputs_of(const Problem& p) {
           for (int64_t j = 0; j < c.Tk; ++j) in.bias.push_back(p.bias_at(b, h, i, j));
   in.kv_len = p.kv_len;
   in.alibi = p.alibi;
+  in.sinks.assign(p.sinks.begin(), p.sinks.end());
   return in;
 }
 
@@ -237,8 +248,13 @@ struct Expected {
 // `visible`, when given, is a further mask written by hand (a mask function's formula): key j
 // is hidden from query i of (b, h) where it returns false.
 using VisibleFn = std::function<bool(int64_t b, int64_t h, int64_t i, int64_t j)>;
+// `score_fn`, when given, is a score function written by hand: the score of query i and key j
+// of (b, h) becomes score_fn(scale · q·k, b, h, i, j) (before the fixed steps, which a score
+// function replaces).
+using ScoreFn = std::function<double(double s, int64_t b, int64_t h, int64_t i, int64_t j)>;
 
-inline Expected naive_attention(const Case& c, const Inputs& in, const VisibleFn& visible = {}) {
+inline Expected naive_attention(const Case& c, const Inputs& in, const VisibleFn& visible = {},
+                                const ScoreFn& score_fn = {}) {
   const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D));
   const double inf = std::numeric_limits<double>::infinity();
   Expected e;
@@ -263,16 +279,19 @@ inline Expected naive_attention(const Case& c, const Inputs& in, const VisibleFn
           double dot = 0;
           for (int64_t d = 0; d < c.D; ++d) dot += q[d] * k[d];
           double x = dot * scale;
+          if (score_fn) x = score_fn(x, b, h, i, j);
           if (c.softcap > 0) x = c.softcap * std::tanh(x / c.softcap);
           if (!in.bias.empty()) x += in.bias[row * c.Tk + j];
           if (c.alibi) x -= in.alibi[h] * std::abs(double(pos - j));
           s[j] = x;
-          e.max_abs_score = std::max(e.max_abs_score, std::abs(x));
+          if (std::isfinite(x)) e.max_abs_score = std::max(e.max_abs_score, std::abs(x));
         }
-        double max = -inf;
+        // A sink: one more logit in the denominator, with no value.
+        const double sink = c.sinks ? in.sinks[h] : -inf;
+        double max = sink;
         for (double x : s) max = std::max(max, x);
         if (max == -inf) continue;  // fully masked: out 0, lse -inf, weights 0
-        double z = 0;
+        double z = sink == -inf ? 0 : std::exp(sink - max);
         for (double x : s) z += std::exp(x - max);
         e.lse[row] = max + std::log(z);
         for (int64_t j = 0; j < c.Tk; ++j) {

@@ -32,6 +32,7 @@ struct StoredCase {
   bool fresh = false;      // the queries' own keys and values given beside the storage
   int64_t Hq = 4, L = 37;  // query heads (of 2 key/value heads); positions
   int64_t rotation = 0;    // the rows' rotation block; 0: none
+  bool sinks = false;      // a sink logit per query head
 };
 
 bool in_blocks(TensorType t) { return is_kv_block_type(t); }
@@ -45,6 +46,7 @@ std::string name_of(const StoredCase& c) {
   if (c.Hq != 4) s += "_Hq" + std::to_string(c.Hq);
   if (c.L != 37) s += "_L" + std::to_string(c.L);
   if (c.rotation) s += "_rot" + std::to_string(c.rotation);
+  if (c.sinks) s += "_sinks";
   return s;
 }
 
@@ -140,6 +142,9 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   a.mask.causal = true;
   a.mask.window_left = c.window;
   if (c.alibi) a.mask.alibi = slopes.data();
+  std::vector<float> sinks(Hq);
+  for (int64_t h = 0; h < Hq; ++h) sinks[h] = h == 0 ? -INFINITY : -2.0f + static_cast<float>(h % 5);
+  if (c.sinks) a.sinks = sinks.data();
   attention(a, kv);
   // Blocks again with int8 scores (the default): each score moves by at most what rounding
   // the scaled (and rotated) query to int8 blocks moves it, δ = Σ_b d_b / 2 · Σ_b |k| (k as
@@ -223,6 +228,13 @@ std::vector<StoredCase> stored_cases() {
   for (TensorType type : kv_row_types()) {
     cases.push_back({.type = type, .slots = 600, .Tq = 2, .window = 590, .L = 1100});
     cases.push_back({.type = type, .slots = 600, .Tq = 1, .window = 599, .alibi = true, .L = 1100});
+  }
+  // Sinks over every storage: decoding, a ring with fresh rows (gathered), the tiled forward.
+  for (TensorType type : kv_row_types()) {
+    cases.push_back({.type = type, .Tq = 1, .sinks = true});
+    cases.push_back({.type = type, .slots = 6, .Tq = 3, .window = 5, .fresh = true, .sinks = true});
+    if (type == TensorType::f32 || in_blocks(type))
+      cases.push_back({.type = type, .Tq = 40, .L = 100, .sinks = true});
   }
   // Rotated rows, every storage: decoding, a ring with fresh rows, a rotation block below the
   // head dim, and the tiled forward (f32 and blocks: bf16 and f16 rows meet the bf16 units

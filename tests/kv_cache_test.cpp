@@ -23,7 +23,16 @@ ModelConfig config_of(const std::string& style, int64_t d_model = 32) {
   if (style == "alibi") c.positions = PositionKind::alibi;
   if (style == "mqa") use_llama_style(c), c.n_kv_heads = 1;
   if (style == "window") c.window = 3;
+  if (style == "sinks") use_llama_style(c), c.sinks = true;
   return c;
+}
+
+// Sink logits from -1 to 2 (a model starts them at 0), so that each head's differs.
+void spread_sinks(Model& m) {
+  for (int64_t l = 0; l < m.config().n_layers && m.config().sinks; ++l) {
+    const View s = m.weight("layers." + std::to_string(l) + ".attn.sinks");
+    for (int64_t h = 0; h < s.shape[0]; ++h) s.data[h] = -1.0f + 3.0f * float(h + l) / float(s.shape[0]);
+  }
 }
 
 std::vector<int32_t> tokens_of(int64_t n, int seed, int64_t vocab) {
@@ -57,6 +66,7 @@ class CacheMatchesFullForward : public ::testing::TestWithParam<std::string> {};
 TEST_P(CacheMatchesFullForward, PrefillThenOneTokenAtATime) {
   const ModelConfig c = config_of(GetParam());
   Model m(c, 3);
+  spread_sinks(m);
   const auto tokens = tokens_of(23, 1, c.vocab_size);
   const auto expected = full_logits(m, tokens);
   KVCache cache(c, {.max_seq = 32});
@@ -74,6 +84,7 @@ TEST_P(CacheMatchesFullForward, PrefillThenOneTokenAtATime) {
 TEST_P(CacheMatchesFullForward, PrefillInChunks) {
   const ModelConfig c = config_of(GetParam());
   Model m(c, 4);
+  spread_sinks(m);
   const auto tokens = tokens_of(20, 2, c.vocab_size);
   const auto expected = full_logits(m, tokens);
   KVCache cache(c, {.max_seq = 20});
@@ -88,7 +99,7 @@ TEST_P(CacheMatchesFullForward, PrefillInChunks) {
 
 INSTANTIATE_TEST_SUITE_P(Styles, CacheMatchesFullForward,
                          ::testing::Values("gpt2", "llama", "mqa", "sinusoidal", "alibi",
-                                           "window"));
+                                           "window", "sinks"));
 
 // Three sequences of different lengths in one cache: prompts prefilled one by one, then
 // decoded together, each step one token for every sequence.

@@ -27,8 +27,9 @@ void expect_model_gradients(const ModelConfig& c) {
   Model m(c, 7);
   // Larger weights than the 0.02 init, so every path carries a visible gradient.
   const auto w = testing::random_vector(m.num_params(), 3, 0.5f);
+  // (And the sinks, which start at 0 as biases do.)
   for (const ParamInfo& p : m.params())
-    if (p.decay)
+    if (p.decay || p.name.ends_with("attn.sinks"))
       for (int64_t i = 0; i < p.rows * p.cols; ++i) m.weights()[p.offset + i] = w[p.offset + i];
   const int64_t B = 2, T = 5;
   std::vector<int32_t> tokens(B * T), targets(B * T);
@@ -47,6 +48,12 @@ void expect_model_gradients(const ModelConfig& c) {
 TEST(ModelGradients, Gpt2StyleMatchesFiniteDifferences) { expect_model_gradients(tiny(false)); }
 
 TEST(ModelGradients, LlamaStyleMatchesFiniteDifferences) { expect_model_gradients(tiny(true)); }
+
+TEST(ModelGradients, SinksMatchFiniteDifferences) {
+  ModelConfig c = tiny(true);
+  c.sinks = true;
+  expect_model_gradients(c);
+}
 
 TEST(ModelGradients, SinusoidalAndAlibiMatchFiniteDifferences) {
   ModelConfig c = tiny(false);

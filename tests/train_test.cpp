@@ -80,7 +80,9 @@ TEST(TrainConfig, EachFieldOutOfRangeIsNamed) {
 TEST(Checkpoint, RoundTripsWeightsOptimizerAndConfig) {
   for (bool llama : {false, true}) {
     TaskData data(Task::recall, 4, 8);
-    Model m(small(data, llama), 3);
+    ModelConfig config = small(data, llama);
+    config.sinks = llama;  // learned sinks travel with the config and the weights
+    Model m(config, 3);
     AdamW opt(m);
     TrainConfig cfg{.steps = 3, .batch = 4, .eval_every = 0};
     train(m, opt, data, cfg, 0, nullptr);

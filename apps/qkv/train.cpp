@@ -41,7 +41,7 @@ struct TrainOptions {
   TrainConfig train;
   float weight_decay = 0.1f, init_std = 0;
   int threads = 0;
-  bool json = false, quiet = false;
+  bool json = false, quiet = false, sinks = false;
   std::string dtype = "fp32";
   ParallelOptions parallel;
 };
@@ -98,6 +98,7 @@ ModelConfig model_config(const TrainOptions& o, const TaskData& data) {
       if (to_string(p) == o.positions) c.positions = p, found = true;
     check(found, "train: --positions must be learned, sinusoidal, rotary, alibi or none");
   }
+  c.sinks = o.sinks;
   return c;
 }
 
@@ -245,6 +246,7 @@ void add_train(CLI::App& app) {
       ->check(CLI::IsMember({"gpt2", "llama"}));
   cmd->add_option("--positions", o->positions,
                   "Override: learned, sinusoidal, rotary, alibi, none");
+  cmd->add_flag("--sinks", o->sinks, "A learned attention-sink logit per head and layer (gpt-oss)");
   cmd->add_option("--size", o->size,
                   "tiny, small, medium or gpt2-small (sets width, layers, heads)");
   cmd->add_option("--d-model", o->d_model, "Embedding width")->capture_default_str();

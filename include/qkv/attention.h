@@ -15,13 +15,19 @@
 //   s = -inf where the mask hides key j from query i
 // then p = softmax over j, out_i = Σ_j p_ij v_j, lse_i = log Σ_j exp(s_ij).
 //
+// Attention sinks (gpt-oss): with args.sinks, head h's softmax has one more logit, sinks[h],
+// in its denominator and no value: p_ij = exp(s_ij) / (exp(sinks[h]) + Σ_j exp(s_ij)), and
+// lse_i = log(exp(sinks[h]) + Σ_j exp(s_ij)). The weights then sum to less than one; a row
+// whose keys are all masked returns out = 0 with lse = sinks[h]. A sink of -inf is no sink.
+//
 // The mask. Query i sits at position i + (Tk - Tq) on the key axis ("bottom-right
 // alignment": the last query lines up with the last key, as in FlashAttention-2 and a
 // KV-cache decode). Key j is visible when all of these hold:
 //   causal:   j <= i + (Tk - Tq)
 //   window:   i + (Tk - Tq) - window_left <= j <= i + (Tk - Tq) + window_right  (-1 = no limit)
 //   padding:  j < kv_len[b]
-// A query row that sees no key gets out = 0 and lse = -inf, never NaN.
+// A query row that sees no key gets out = 0 and lse = -inf (the sink's logit with one), never
+// NaN.
 //
 // Element types. q, k, v and out are fp32, bf16 or fp16 views (include/qkv/tensor.h):
 //   k and v share one type; q may be any (an fp32 or bf16 query against a bf16 or fp16 cache);
@@ -44,7 +50,8 @@
 
 namespace qkv {
 
-class BlockMask;  // a mask function's blocks: include/qkv/mask_function.h
+class BlockMask;      // a mask function's blocks: include/qkv/mask_function.h
+class ScoreFunction;  // a score function: include/qkv/score_function.h
 
 struct Mask {
   bool causal = false;              // query i sees keys <= i + (Tk - Tq)
@@ -82,6 +89,22 @@ struct AttentionArgs {
   // pair is visible when both `mask` and the function show it. The tiled forward and backward
   // take it, for every element type; not with packed sequences or over a cache.
   const BlockMask* block_mask = nullptr;
+  // Optional [Hq] sink logits (above): finite or -inf. Every kernel takes them, forward,
+  // backward (ParameterGrads::sinks), decoding and attention over a cache.
+  const float* sinks = nullptr;
+  // Optional: a score function applied to each scaled score q·k · scale in place of the
+  // softcap, bias and ALiBi steps (it is to hold them itself: a qkv::Error when both are
+  // given), with q_idx 0 … Tq − 1 and kv_idx 0 … Tk − 1; the masks (and a block_mask) apply
+  // after it. The tiled forward and backward take it, for every element type; not with
+  // packed sequences or over a cache.
+  const ScoreFunction* score_mod = nullptr;
+};
+
+// The gradients attention_backward writes beyond dq, dk and dv, each when asked for.
+struct ParameterGrads {
+  // [Hq], written: ∂L/∂sinks[h] = −Σ_(b, i) exp(sinks[h] − lse_bhi) · (dO_bhi · O_bhi),
+  // summed in a fixed order (the same bits for any thread count). Needs args.sinks.
+  float* sinks = nullptr;
 };
 
 // The fast path: tiled FlashAttention-2 forward, or split-KV decoding when Tq is small.
@@ -92,9 +115,11 @@ void attention(const AttentionArgs& args);
 // as the forward wrote them (lse is required); dout = ∂L/∂out [B, Hq, Tq, Dv]. Writes (does
 // not accumulate into) dq [B, Hq, Tq, D], dk [B, Hkv, Tk, D], dv [B, Hkv, Tk, Dv]; with GQA,
 // dk and dv sum over the query heads of each group. The scores are recomputed from lse, so
-// nothing Tq × Tk is stored. The bias and ALiBi slopes are constants: no gradient for them.
-// Same bits for any thread count.
-void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv);
+// nothing Tq × Tk is stored. The bias and ALiBi slopes are constants: no gradient for them;
+// the sinks' gradient is written to grads.sinks when it is given. Same bits for any thread
+// count.
+void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv,
+                        const ParameterGrads& grads = {});
 
 // The (query, key) pairs the mask leaves visible, summed over the batch: the work a kernel
 // does (4 · Hq · D flops per pair forward, counting multiplies and adds), for benchmarks.
@@ -107,7 +132,7 @@ double visible_pairs(const AttentionArgs& args);
 // compared element by element.
 void validate(const AttentionArgs& args, const char* where);
 void validate_backward(const AttentionArgs& args, const View& dout, const View& dq, const View& dk,
-                       const View& dv, const char* where);
+                       const View& dv, const char* where, const ParameterGrads& grads = {});
 
 // ---- attention over stored keys and values (a key/value cache) ----------------------------
 
@@ -195,8 +220,10 @@ void attention(const AttentionArgs& args, View weights = {});
 
 // The backward written from the formula: recomputes P, then dV = Pᵀ dO, dP = dO Vᵀ,
 // dS = P ∘ (dP − rowsum(P ∘ dP)), dQ = scale · dS K, dK = scale · dSᵀ Q (through the softcap's
-// derivative when it is on). Does not need args.out or args.lse.
-void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv);
+// derivative when it is on); a sink's gradient from its own weight, −Σ_i p_i,sink (dO_i · O_i).
+// Does not need args.out or args.lse.
+void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv,
+                        const ParameterGrads& grads = {});
 
 }  // namespace reference
 }  // namespace qkv

@@ -52,9 +52,12 @@ class MaskExpr {
   MaskExpr(int64_t constant);  // an integer constant (it must fit 32 bits)
   MaskExpr(int constant) : MaskExpr(static_cast<int64_t>(constant)) {}
   MaskExpr(bool constant);
+  MaskExpr(double constant);  // a float constant (score functions), held as a 32-bit float
+  MaskExpr(float constant) : MaskExpr(static_cast<double>(constant)) {}
   explicit MaskExpr(std::shared_ptr<const detail::MaskNode> node) : node_(std::move(node)) {}
 
   bool is_bool() const;
+  bool is_real() const;  // a float (include/qkv/score_function.h)
   const detail::MaskNode& node() const { return *node_; }
   const std::shared_ptr<const detail::MaskNode>& shared() const { return node_; }
 
@@ -79,6 +82,14 @@ class MaskExpr {
   friend MaskExpr min(const MaskExpr& x, const MaskExpr& y);
   friend MaskExpr max(const MaskExpr& x, const MaskExpr& y);
   friend MaskExpr abs(const MaskExpr& x);
+  // Floats (score functions, include/qkv/score_function.h): an integer as a float, and the
+  // functions of floats. Arithmetic that mixes an integer and a float is float arithmetic.
+  friend MaskExpr to_float(const MaskExpr& x);
+  friend MaskExpr exp(const MaskExpr& x);
+  friend MaskExpr log(const MaskExpr& x);
+  friend MaskExpr tanh(const MaskExpr& x);
+  friend MaskExpr sigmoid(const MaskExpr& x);
+  friend MaskExpr sqrt(const MaskExpr& x);
 
  private:
   std::shared_ptr<const detail::MaskNode> node_;

@@ -44,6 +44,8 @@ struct MultiHeadAttention {
   bool causal = true;
   int64_t window = 0;                    // > 0: sliding window, keys in [pos - window, pos]
   const float* alibi = nullptr;          // [n_heads] slopes, or null
+  const float* sinks = nullptr;          // [n_heads] attention-sink logits, or null
+  float* d_sinks = nullptr;              // their gradient, added into by the backward (or null)
   const SequenceShard* shard = nullptr;  // self-attention across processes, or null
   bool rotary = false;
   float rope_theta = 10000;

@@ -58,7 +58,7 @@ def _index_array(x, name):
 
 
 def _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q, cu_seqlens_k,
-             layout):
+             layout, sinks=None):
     if layout not in _LAYOUTS:
         raise ValueError(f'layout must be "bhtd" or "bthd", got {layout!r}')
     try:
@@ -84,6 +84,10 @@ def _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_
         o.bias = bias
     if alibi is not None:
         o.alibi = np.ascontiguousarray(np.asarray(alibi, dtype=np.float32).reshape(-1))
+    if sinks is not None:
+        if hasattr(sinks, "detach"):  # a torch tensor: its float32 values (no gradient here)
+            sinks = sinks.detach().float().contiguous().numpy()
+        o.sinks = np.ascontiguousarray(np.asarray(sinks, dtype=np.float32).reshape(-1))
     return o
 
 
@@ -101,7 +105,7 @@ def _lse_shape(q, layout, packed):
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None, alibi=None,
               softcap=0.0, scale=None, cu_seqlens_q=None, cu_seqlens_k=None, layout="bhtd",
-              return_lse=False, out=None, lse=None):
+              return_lse=False, out=None, lse=None, sinks=None):
     """softmax(q kᵀ · scale + bias, masked) v, with qkv's tiled kernel.
 
     q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] for layout "bhtd" (PyTorch's), or
@@ -119,12 +123,15 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
     kv_len: [B] keys per batch row (the rest is padding).   bias: additive, broadcastable to
     [B, Hq, Tq, Tk].   alibi: [Hq] slopes.   softcap: tanh capping of the scores (0 = off).
     scale: default 1/sqrt(D).   out, lse: arrays to write into (lse [B, Hq, Tq] float32).
+    sinks: [Hq] attention-sink logits (gpt-oss): one more term exp(sinks[h]) in each row's
+    softmax denominator, with no value.
 
-    Returns out, or (out, lse) with return_lse. A query that sees no key gets 0 and lse -inf.
+    Returns out, or (out, lse) with return_lse. A query that sees no key gets 0 and lse -inf
+    (lse = sinks[h] with sinks).
     """
     _arrays(q=q, k=k, v=v)
     o = _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
-                 cu_seqlens_k, layout)
+                 cu_seqlens_k, layout, sinks)
     if out is None:
         out = _empty(q, tuple(q.shape[:-1]) + (v.shape[-1],))
     if lse is None and return_lse:
@@ -138,22 +145,24 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
 
 def attention_backward(q, k, v, out, lse, dout, *, causal=False, window=(-1, -1), kv_len=None,
                        bias=None, alibi=None, softcap=0.0, scale=None, cu_seqlens_q=None,
-                       cu_seqlens_k=None, layout="bhtd", dq=None, dk=None, dv=None):
+                       cu_seqlens_k=None, layout="bhtd", dq=None, dk=None, dv=None, sinks=None):
     """Gradients (dq, dk, dv) of attention given dout = ∂L/∂out.
 
     q, k, v and every option as the forward saw them, with the forward's out and lse
     (``attention(..., return_lse=True)``). dq, dk, dv are written into the arrays given, or into
     new ones of q's, k's and v's shapes and dtypes (a given one may be float32 instead); with
     grouped-query heads dk and dv sum over each group. dout is in out's dtype or float32.
+    With sinks, returns (dq, dk, dv, dsinks): dsinks [Hq] float32.
     """
     _arrays(q=q, k=k, v=v, out=out, lse=lse, dout=dout)
     o = _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
-                 cu_seqlens_k, layout)
+                 cu_seqlens_k, layout, sinks)
     dq = _empty(q, tuple(q.shape)) if dq is None else dq
     dk = _empty(k, tuple(k.shape)) if dk is None else dk
     dv = _empty(v, tuple(v.shape)) if dv is None else dv
     for a, name in ((dq, "dq"), (dk, "dk"), (dv, "dv"), (lse, "lse")):
         _writable(a, name)
+    dsinks = None if sinks is None else _empty(q, (len(o.sinks),), float32=True)
     _qkv._attention_backward(_bits(q), _bits(k), _bits(v), _bits(out), lse, _bits(dout),
-                             _bits(dq), _bits(dk), _bits(dv), o)
-    return dq, dk, dv
+                             _bits(dq), _bits(dk), _bits(dv), o, dsinks)
+    return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)

@@ -1,11 +1,15 @@
-"""A PyTorch mask_mod(b, h, q_idx, kv_idx) traced once with torch.fx into qkv's text form of a
-mask function (docs/api.md: "Mask functions"), with the integer tensors it captures.
+"""A PyTorch mask_mod(b, h, q_idx, kv_idx) or score_mod(score, b, h, q_idx, kv_idx) traced once
+with torch.fx into qkv's text form (docs/api.md: "Mask functions", "Score functions"), with the
+tensors it captures.
 
 Only what qkv's expression form can say is taken: + - * // %, unary -, comparisons, & | ~ on
 booleans, abs, torch.where, torch.minimum/maximum (and min/max, clamp), and indexing captured
-integer tensors by index expressions. Python control flow on the arguments, .item(), math.* or
-any other operation is an error naming it.
+tensors by index expressions; in a score function also floats: / (true division), float
+constants, exp, log, tanh, sigmoid, sqrt, and captured float tensors. Python control flow on the
+arguments, .item(), math.* or any other operation is an error naming it.
 """
+import inspect
+import math
 import operator
 
 import torch
@@ -24,63 +28,158 @@ _BINARY_METHODS = {
     "add": "+", "sub": "-", "mul": "*", "floor_divide": "/", "remainder": "%", "eq": "==",
     "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "logical_and": "&&",
     "logical_or": "||", "bitwise_and": "&&", "bitwise_or": "||", "__and__": "&&", "__or__": "||",
+    "__add__": "+", "__sub__": "-", "__mul__": "*", "__floordiv__": "/", "__mod__": "%",
 }
 _FUNCTIONS = {torch.minimum: "min", torch.maximum: "max", torch.min: "min", torch.max: "max",
               min: "min", max: "max"}
+# Functions of one float (score functions).
+_REAL_FUNCTIONS = {torch.exp: "exp", torch.log: "log", torch.tanh: "tanh",
+                   torch.sigmoid: "sigmoid", torch.sqrt: "sqrt"}
+_REAL_METHODS = {"exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "sqrt": "sqrt"}
+for _f in ("exp", "log", "tanh", "sqrt"):
+    _REAL_FUNCTIONS[getattr(math, _f)] = _f  # (math.* on a traced value fails before here)
+_REAL_FUNCTIONS[torch.nn.functional.sigmoid] = "sigmoid"
+_REAL_FUNCTIONS[torch.nn.functional.tanh] = "tanh"
 # Conversions between integer types change nothing here (values stay 32-bit).
 _SAME = {"long", "int", "to", "clone", "contiguous"}
+_TO_FLOAT = {"float", "double", "half", "bfloat16"}
 
 
 class MaskTraceError(ValueError):
     pass
 
 
-def _fail(what):
-    raise MaskTraceError(f"create_block_mask: mask_mod {what}")
+class _Tracer(torch.fx.Tracer):
+    """torch.fx's tracer, with captured nn.Parameters (a learnable bias in a score_mod) taken as
+    the tensors they are, by reference, as fx takes other captured tensors."""
+
+    def create_arg(self, a):
+        if isinstance(a, torch.nn.Parameter):
+            for name, p in self.root.named_parameters():
+                if p is a:
+                    return self.create_node("get_attr", name, (), {})
+            name = f"_qkv_parameter{len(list(self.root.parameters()))}"
+            self.root.register_parameter(name, a)
+            return self.create_node("get_attr", name, (), {})
+        return super().create_arg(a)
 
 
 def _name(target):
     return getattr(target, "__name__", None) or str(target)
 
 
-def trace(mask_mod):
-    """(text, [(name, int32 ndarray)]) for mask_mod."""
+def _float_text(x):
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "(-inf)"
+    t = repr(float(x))
+    return f"({t})" if x < 0 else t
+
+
+def trace(fn, score=False):
+    """(text, int tensors [(name, int32 ndarray)], float tensors [(name, tensor)]) for a mask_mod,
+    or with score=True a score_mod."""
+    who = "flex_attention: score_mod" if score else "create_block_mask: mask_mod"
+
+    def fail(what):
+        raise MaskTraceError(f"{who} {what}")
+
+    if not inspect.isfunction(fn):  # a bound method, a functools.partial, a callable object
+        f = fn
+        if score:
+            def fn(score, b, h, q_idx, kv_idx):
+                return f(score, b, h, q_idx, kv_idx)
+        else:
+            def fn(b, h, q_idx, kv_idx):
+                return f(b, h, q_idx, kv_idx)
     try:
-        graph = torch.fx.symbolic_trace(mask_mod)
+        tracer = _Tracer()
+        traced = tracer.trace(fn)
+        graph = torch.fx.GraphModule(tracer.root, traced)
     except torch.fx.proxy.TraceError as e:
-        _fail(f"uses Python control flow (if, while, and, or, not, bool()) on its arguments, "
-              f"which tracing cannot follow; write it with torch.where, & and |. ({e})")
+        fail(f"uses Python control flow (if, while, and, or, not, bool()) on its arguments, "
+             f"which tracing cannot follow; write it with torch.where, & and |. ({e})")
     except TypeError as e:
-        _fail(f"calls something that cannot take traced tensors (math.*, a list index, ...): {e}")
+        fail(f"calls something that cannot take traced tensors (math.*, a list index, ...): {e}")
     placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != 4:
-        _fail(f"must take 4 arguments (b, h, q_idx, kv_idx), it takes {len(placeholders)}")
+    names = ("score", "b", "h", "q_idx", "kv_idx") if score else ("b", "h", "q_idx", "kv_idx")
+    if len(placeholders) != len(names):
+        fail(f"must take {len(names)} arguments ({', '.join(names)}), it takes "
+             f"{len(placeholders)}")
     text = {}  # node → its text
-    tensors = []  # (name, int32 array)
-    tensor_names = {}  # get_attr node → (name, boolean)
+    kind = {}  # node → "i" (integer), "b" (boolean) or "f" (float)
+    ints, floats = [], []  # captured tensors
+    tensor_names = {}  # get_attr node → (name, kind of its elements)
     by_target = {}
     for i, p in enumerate(placeholders):
-        text[p] = ("b", "h", "q_idx", "kv_idx")[i]
+        text[p] = names[i]
+        kind[p] = "f" if names[i] == "score" else "i"
 
     def arg(a):
+        """(text, kind) of an argument."""
         if isinstance(a, torch.fx.Node):
+            if a in tensor_names and tensor_names[a][3] == 0:  # a 0-dim tensor: its value
+                name, element_kind = tensor_names[a][:2]
+                return (f"({name}[0] != 0)" if element_kind == "b" else f"{name}[0]"), \
+                    ("b" if element_kind == "b" else element_kind)
             if a not in text:
-                _fail(f"uses {a.op} {_name(a.target)} where a value was expected")
-            return text[a]
+                fail(f"uses {a.op} {_name(a.target)} where a value was expected")
+            return text[a], kind[a]
         if isinstance(a, bool):
-            return "true" if a else "false"
+            return ("true" if a else "false"), "b"
         if isinstance(a, int):
             if not -2**31 <= a < 2**31:
-                _fail(f"uses the constant {a}, outside 32 bits")
-            return f"({a})"
-        _fail(f"uses a {type(a).__name__} constant ({a!r}): qkv's masks hold 32-bit integers "
-              "and booleans")
+                fail(f"uses the constant {a}, outside 32 bits")
+            return f"({a})", "i"
+        if isinstance(a, float) and score:
+            return _float_text(a), "f"
+        fail(f"uses a {type(a).__name__} constant ({a!r}): qkv's masks hold 32-bit integers "
+             "and booleans" + ("" if score else " (floats are for score_mod)"))
 
-    def lookup(tensor_node, index):
-        name, boolean = tensor_names[tensor_node]
+    def numbers(*kinds):
+        return "f" if "f" in kinds else "i"
+
+    def lookup(node, tensor_node, index):
+        """An element (text, kind) of a captured tensor, or None when `node` indexes fewer dims
+        than it has (t[h][d]: node is recorded as a tensor with its first indices)."""
+        name, element_kind, prefix, ndim = tensor_names[tensor_node]
         indices = index if isinstance(index, tuple) else (index,)
-        element = f"{name}[{', '.join(arg(i) for i in indices)}]"
-        return f"({element} != 0)" if boolean else element  # a boolean tensor's elements
+        pieces = list(prefix)
+        for i in indices:
+            t, k = arg(i)
+            if k == "f":
+                fail(f"indexes {name} with a float")
+            pieces.append(t)
+        if len(pieces) < max(ndim, 1):
+            tensor_names[node] = (name, element_kind, tuple(pieces), ndim)
+            return None
+        element = f"{name}[{', '.join(pieces)}]"
+        if element_kind == "b":  # a boolean tensor's elements
+            return f"({element} != 0)", "b"
+        return element, element_kind
+
+    def index_into(node, tensor_node, index):
+        found = lookup(node, tensor_node, index)
+        if found is not None:
+            text[node], kind[node] = found
+
+    def binary(op, a, b):
+        (x, kx), (y, ky) = arg(a), arg(b)
+        if op in ("==", "!=", "<", "<=", ">", ">="):
+            return f"({x} {op} {y})", "b"
+        if op in ("&&", "||"):
+            return f"({x} {op} {y})", "b"
+        if op in ("/", "%") and "f" in (kx, ky):  # (qkv's / of floats divides truly)
+            fail(f"takes {'//' if op == '/' else '%'} of a float, which qkv's score functions "
+                 "cannot express")
+        return f"({x} {op} {y})", numbers(kx, ky)
+
+    def true_division(a, b):
+        (x, kx), (y, ky) = arg(a), arg(b)
+        if not score:
+            fail("divides with / (true division, floats); use // (floor division)")
+        return f"(float({x}) / {y})", "f"
 
     for node in graph.graph.nodes:
         if node.op == "placeholder":
@@ -90,62 +189,105 @@ def trace(mask_mod):
             if node.target not in by_target:
                 t = getattr(graph, node.target)
                 if not torch.is_tensor(t):
-                    _fail(f"reads {node.target}, which is not a tensor")
-                if t.dtype.is_floating_point or t.dtype.is_complex:
-                    _fail(f"reads a captured tensor of {str(t.dtype).replace('torch.', '')}: "
-                          "qkv's masks read integer (or boolean) tensors")
-                t = t.detach().cpu()
-                if t.numel() and (int(t.min()) < -2**31 or int(t.max()) >= 2**31):
-                    _fail("reads a captured tensor whose values leave 32 bits")
-                name = f"captured{len(tensors)}"
-                tensors.append((name, t.to(torch.int32).contiguous().numpy()))
-                by_target[node.target] = (name, t.dtype == torch.bool)
+                    fail(f"reads {node.target}, which is not a tensor")
+                if t.dtype.is_complex:
+                    fail(f"reads a captured tensor of {str(t.dtype).replace('torch.', '')}")
+                if t.dtype.is_floating_point:
+                    if not score:
+                        fail(f"reads a captured tensor of {str(t.dtype).replace('torch.', '')}: "
+                             "qkv's masks read integer (or boolean) tensors")
+                    name = f"param{len(floats)}"
+                    floats.append((name, t))
+                    by_target[node.target] = (name, "f", (), t.dim())
+                else:
+                    c = t.detach().cpu()
+                    if c.numel() and (int(c.min()) < -2**31 or int(c.max()) >= 2**31):
+                        fail("reads a captured tensor whose values leave 32 bits")
+                    name = f"captured{len(ints)}"
+                    ints.append((name, c.to(torch.int32).contiguous().numpy()))
+                    by_target[node.target] = (name, "b" if t.dtype == torch.bool else "i", (),
+                                              t.dim())
             tensor_names[node] = by_target[node.target]
             continue
         if node.op == "output":
-            return arg(node.args[0]), tensors
+            out, k = arg(node.args[0])
+            if score and k == "b":
+                fail("returns a boolean: a score_mod returns the score (a mask goes in block_mask)")
+            return out, ints, floats
         target, args = node.target, node.args
         if node.op == "call_method":
             if target == "__getitem__" and args[0] in tensor_names:
-                text[node] = lookup(args[0], args[1])
+                index_into(node, args[0], args[1])
             elif target in _BINARY_METHODS and len(args) == 2 and not node.kwargs:
-                text[node] = f"({arg(args[0])} {_BINARY_METHODS[target]} {arg(args[1])})"
-            elif target in ("abs", "logical_not", "__invert__", "neg") and len(args) == 1:
-                op = {"abs": "abs(", "neg": "(-", "logical_not": "(!", "__invert__": "(!"}[target]
-                text[node] = f"{op}{arg(args[0])})"
+                text[node], kind[node] = binary(_BINARY_METHODS[target], args[0], args[1])
+            elif target in ("div", "true_divide", "__truediv__") and len(args) == 2 and \
+                    node.kwargs.get("rounding_mode") is None:
+                text[node], kind[node] = true_division(args[0], args[1])
+            elif target in ("abs", "neg", "__neg__") and len(args) == 1:
+                x, k = arg(args[0])
+                text[node] = f"abs({x})" if target == "abs" else f"(-{x})"
+                kind[node] = k
+            elif target in ("logical_not", "__invert__") and len(args) == 1:
+                text[node], kind[node] = f"(!{arg(args[0])[0]})", "b"
+            elif target in _REAL_METHODS and score and len(args) == 1:
+                text[node], kind[node] = f"{_REAL_METHODS[target]}({arg(args[0])[0]})", "f"
+            elif target in _TO_FLOAT and score:
+                text[node], kind[node] = f"float({arg(args[0])[0]})", "f"
             elif target in _SAME:
-                text[node] = arg(args[0])
+                x, k = arg(args[0])
+                dtype = args[1] if len(args) > 1 else node.kwargs.get("dtype")
+                to_float = isinstance(dtype, torch.dtype) and dtype.is_floating_point
+                if to_float and score:
+                    text[node], kind[node] = f"float({x})", "f"
+                elif k == "f" and (target in ("long", "int") or
+                                   (isinstance(dtype, torch.dtype) and not dtype.is_floating_point)):
+                    fail(f"converts a float to an integer (.{target}()), which qkv's score "
+                         "functions cannot express")
+                else:
+                    text[node], kind[node] = x, k
             else:
-                _fail(f"calls .{target}(), which qkv's mask functions cannot express")
+                fail(f"calls .{target}(), which qkv's {'score' if score else 'mask'} functions "
+                     "cannot express")
             continue
         # call_function
         if target is operator.getitem and args[0] in tensor_names:
-            text[node] = lookup(args[0], args[1])
+            index_into(node, args[0], args[1])
         elif target in _BINARY and len(args) == 2 and not node.kwargs:
-            text[node] = f"({arg(args[0])} {_BINARY[target]} {arg(args[1])})"
+            text[node], kind[node] = binary(_BINARY[target], args[0], args[1])
         elif target in (operator.neg, torch.neg):
-            text[node] = f"(-{arg(args[0])})"
+            x, k = arg(args[0])
+            text[node], kind[node] = f"(-{x})", k
         elif target in (operator.invert, torch.logical_not, operator.not_):
-            text[node] = f"(!{arg(args[0])})"
+            text[node], kind[node] = f"(!{arg(args[0])[0]})", "b"
         elif target in (operator.abs, torch.abs, abs):
-            text[node] = f"abs({arg(args[0])})"
+            x, k = arg(args[0])
+            text[node], kind[node] = f"abs({x})", k
         elif target is torch.where and len(args) == 3:
-            text[node] = f"where({arg(args[0])}, {arg(args[1])}, {arg(args[2])})"
+            c, _ = arg(args[0])
+            (x, kx), (y, ky) = arg(args[1]), arg(args[2])
+            text[node], kind[node] = f"where({c}, {x}, {y})", "b" if kx == ky == "b" else numbers(kx, ky)
         elif target in _FUNCTIONS and len(args) == 2 and not node.kwargs:
-            text[node] = f"{_FUNCTIONS[target]}({arg(args[0])}, {arg(args[1])})"
+            (x, kx), (y, ky) = arg(args[0]), arg(args[1])
+            text[node], kind[node] = f"{_FUNCTIONS[target]}({x}, {y})", numbers(kx, ky)
         elif target is torch.clamp:
-            x = arg(args[0])
+            x, k = arg(args[0])
             lo = node.kwargs.get("min", args[1] if len(args) > 1 else None)
             hi = node.kwargs.get("max", args[2] if len(args) > 2 else None)
             if lo is not None:
-                x = f"max({x}, {arg(lo)})"
+                t, kl = arg(lo)
+                x, k = f"max({x}, {t})", numbers(k, kl)
             if hi is not None:
-                x = f"min({x}, {arg(hi)})"
-            text[node] = x
+                t, kh = arg(hi)
+                x, k = f"min({x}, {t})", numbers(k, kh)
+            text[node], kind[node] = x, k
         elif target is torch.div and node.kwargs.get("rounding_mode") == "floor" and len(args) == 2:
-            text[node] = f"({arg(args[0])} / {arg(args[1])})"
-        elif target in (operator.truediv, torch.div, torch.true_divide):
-            _fail("divides with / (true division, floats); use // (floor division)")
+            text[node], kind[node] = binary("/", args[0], args[1])
+        elif target in (operator.truediv, torch.div, torch.true_divide) and len(args) == 2 and \
+                node.kwargs.get("rounding_mode") is None:
+            text[node], kind[node] = true_division(args[0], args[1])
+        elif target in _REAL_FUNCTIONS and score and len(args) == 1:
+            text[node], kind[node] = f"{_REAL_FUNCTIONS[target]}({arg(args[0])[0]})", "f"
         else:
-            _fail(f"calls {_name(target)}, which qkv's mask functions cannot express")
-    _fail("returns nothing")
+            fail(f"calls {_name(target)}, which qkv's {'score' if score else 'mask'} functions "
+                 "cannot express")
+    fail("returns nothing")

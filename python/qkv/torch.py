@@ -23,13 +23,20 @@ class AttentionFunction(torch.autograd.Function):
     """out, lse = attention(q, k, v) with qkv's forward, and qkv's backward for dq, dk, dv."""
 
     @staticmethod
-    def forward(ctx, q, k, v, options, lse_shape, keep_alive=None):
+    def forward(ctx, q, k, v, options, lse_shape, keep_alive=None, sinks=None, score_grads=None,
+                *score_tensors):
+        # (sinks: the tensor options.sinks holds a float32 copy of, for its gradient;
+        # score_tensors: the float tensors a score function reads, and score_grads the float32
+        # buffers the backward writes their gradients to, None for those without one.)
         out = q.new_empty(tuple(q.shape[:-1]) + (v.shape[-1],))
         lse = torch.empty(lse_shape, dtype=torch.float32)
         _qkv._attention(q.detach(), k.detach(), v.detach(), out, lse, options)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.options = options
         ctx.keep_alive = keep_alive  # what options points at (a BlockMask), until the backward
+        ctx.sinks = sinks
+        ctx.score_grads = score_grads or ()
+        ctx.score_tensors = [(t.shape, t.dtype) for t in score_tensors]
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -37,9 +44,17 @@ class AttentionFunction(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dsinks = None
+        if ctx.sinks is not None and ctx.needs_input_grad[6]:
+            dsinks = torch.empty(ctx.sinks.numel(), dtype=torch.float32)
         _qkv._attention_backward(q.detach(), k.detach(), v.detach(), out, lse, dout.detach(), dq, dk, dv,
-                                 ctx.options)
-        return dq, dk, dv, None, None, None
+                                 ctx.options, dsinks)
+        if dsinks is not None:
+            dsinks = dsinks.view(ctx.sinks.shape).to(ctx.sinks.dtype)
+        # (Copies: the buffers are written again if this backward runs again.)
+        score = tuple(None if g is None else g.view(shape).to(dtype, copy=True)
+                      for g, (shape, dtype) in zip(ctx.score_grads, ctx.score_tensors))
+        return (dq, dk, dv, None, None, None, dsinks, None) + score
 
 
 def _check_cpu(*tensors):
@@ -50,9 +65,10 @@ def _check_cpu(*tensors):
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None, alibi=None,
               softcap=0.0, scale=None, cu_seqlens_q=None, cu_seqlens_k=None, layout="bhtd",
-              return_lse=False):
+              return_lse=False, sinks=None):
     """qkv.attention on torch tensors, differentiable in q, k and v (float32, bfloat16 or
-    float16; k and v of one dtype; CPU)."""
+    float16; k and v of one dtype; CPU), and in sinks ([Hq] attention-sink logits, gpt-oss's:
+    one more term in each row's softmax denominator, with no value) when they are given."""
     _check_cpu(q, k, v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dtype not in _KERNEL_DTYPES:
@@ -60,10 +76,14 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
                             f"{str(t.dtype).replace('torch.', '')}")
     if bias is not None:
         bias = bias.detach()
+    if sinks is not None:
+        _check_cpu(sinks)
+        if not sinks.is_floating_point():
+            raise TypeError(f"sinks must be floating-point, got {str(sinks.dtype).replace('torch.', '')}")
     o = _attention._options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
-                            cu_seqlens_k, layout)
+                            cu_seqlens_k, layout, sinks)
     lse_shape = _attention._lse_shape(q, layout, cu_seqlens_q is not None)
-    out, lse = AttentionFunction.apply(q, k, v, o, lse_shape, None)
+    out, lse = AttentionFunction.apply(q, k, v, o, lse_shape, None, sinks)
     return (out, lse) if return_lse else out
 
 
@@ -234,25 +254,42 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=12
     from . import _mask_trace
     if str(device) != "cpu":
         raise ValueError(f"qkv runs on the CPU; create_block_mask got device={device!r}")
-    text, tensors = _mask_trace.trace(mask_mod)
+    text, tensors, _ = _mask_trace.trace(mask_mod)
     blocks = _qkv._create_block_mask(text, tensors, 1 if B is None else int(B),
                                       1 if H is None else int(H), int(Q_LEN), int(KV_LEN),
                                       int(BLOCK_SIZE))
     return BlockMask(blocks, mask_mod)
 
 
+def _score_function(score_mod):
+    """score_mod traced into qkv's score function: (the C++ object, the captured float tensors,
+    the float32 buffers their gradients go to: one for each that requires grad, else None)."""
+    from . import _mask_trace
+    text, ints, floats = _mask_trace.trace(score_mod, score=True)
+    names, values, tensors, grads = [], [], [], []
+    for name, t in floats:
+        _check_cpu(t)
+        names.append(name)
+        values.append(t.detach().to(torch.float32).contiguous())
+        grads.append(torch.zeros(values[-1].shape, dtype=torch.float32) if t.requires_grad else None)
+        tensors.append(t)
+    return _qkv._score_function(text, names, values, grads, ints), tensors, grads
+
+
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
-                   return_lse=False, kernel_options=None):
+                   return_lse=False, kernel_options=None, sinks=None):
     """torch.nn.attention.flex_attention.flex_attention on a CPU, forward and backward (through
     autograd) with qkv's tiled kernels; no compilation step.
 
     query [B, Hq, L, E], key [B, Hkv, S, E], value [B, Hkv, S, Ev] (float32, bfloat16 or float16;
     float64 through float32); block_mask from create_block_mask (None: every pair visible).
-    score_mod is not supported yet (a ValueError). return_lse also gives the log-sum-exp
-    [B, Hq, L] (natural log). A query that sees no key gets 0 and lse -inf."""
-    if score_mod is not None:
-        raise ValueError("qkv.torch.flex_attention: score_mod is not supported yet; "
-                         "masks go through block_mask")
+    score_mod(score, b, h, q_idx, kv_idx) -> score, as written for PyTorch: traced at each call
+    with torch.fx into qkv's expression form (create_block_mask's, with float arithmetic, /,
+    exp, log, tanh, sigmoid, sqrt and captured float tensors); captured tensors that require
+    grad get their gradients through autograd. An operation the form cannot express is a
+    ValueError naming it. return_lse also gives the log-sum-exp [B, Hq, L] (natural log). A
+    query that sees no key gets 0 and lse -inf. qkv's own addition: sinks, [Hq] attention-sink
+    logits (gpt-oss's), differentiable, as qkv.torch.attention takes them."""
     _check_cpu(query, key, value)
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError(f"flex_attention: query, key and value must have 4 dims [B, H, L, E], "
@@ -261,12 +298,23 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         raise ValueError(f"flex_attention: query has {query.shape[1]} heads but key and value "
                          f"{key.shape[1]}: pass enable_gqa=True for grouped-query attention")
     dtype, (q, k, v) = _as_kernel_dtype(query, key, value)
-    o = _attention._options(q, False, (-1, -1), None, None, None, 0.0, scale, None, None, "bhtd")
+    if sinks is not None:
+        _check_cpu(sinks)
+        if not sinks.is_floating_point():
+            raise TypeError(f"sinks must be floating-point, got {str(sinks.dtype).replace('torch.', '')}")
+    o = _attention._options(q, False, (-1, -1), None, None, None, 0.0, scale, None, None, "bhtd",
+                            sinks)
     if block_mask is not None:
         if not isinstance(block_mask, BlockMask):
             raise TypeError("flex_attention: block_mask must come from qkv.torch.create_block_mask")
         o.block_mask = block_mask._blocks
+    keep_alive, score_grads, score_tensors = block_mask, None, ()
+    if score_mod is not None:
+        fn, tensors, score_grads = _score_function(score_mod)
+        o.score_mod = fn.function
+        keep_alive, score_tensors = (block_mask, fn), tuple(tensors)
     lse_shape = _attention._lse_shape(q, "bhtd", False)
-    out, lse = AttentionFunction.apply(q, k, v, o, lse_shape, block_mask)
+    out, lse = AttentionFunction.apply(q, k, v, o, lse_shape, keep_alive, sinks, score_grads,
+                                       *score_tensors)
     out = out if out.dtype == dtype else out.to(dtype)
     return (out, lse) if return_lse else out

@@ -61,6 +61,12 @@ AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, co
           " contiguous slopes, one per query head, got ", shape_of(s));
     a.mask.alibi = s.data;
   }
+  if (o.sinks) {
+    const View s = float_view(*o.sinks, "sinks");
+    check(s.ndim == 1 && s.shape[0] == Hq && s.is_contiguous(), "attention: sinks must be ", Hq,
+          " contiguous logits, one per query head, got ", shape_of(s));
+    a.sinks = s.data;
+  }
   check(o.cu_seqlens_q.has_value() == o.cu_seqlens_k.has_value(),
         "attention: cu_seqlens_q and cu_seqlens_k go together");
   if (o.cu_seqlens_q) {
@@ -72,6 +78,7 @@ AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, co
                 int32_data(*o.cu_seqlens_k, "cu_seqlens_k")};
   }
   a.block_mask = o.block_mask;
+  a.score_mod = o.score_mod;
   return a;
 }
 
@@ -90,17 +97,25 @@ void bind_attention(nb::module_& m) {
       "_attention_backward",
       [](const InArray& q, const InArray& k, const InArray& v, const InArray& out,
          const OutArray& lse, const InArray& dout, const OutArray& dq, const OutArray& dk,
-         const OutArray& dv, const Options& o) {
+         const OutArray& dv, const Options& o, const std::optional<OutArray>& dsinks) {
         const AttentionArgs a = make_args(q, k, v, element_view(out, "out"), lse, o);
         const View g = as_bhtd(element_view(dout, "dout"), o, "dout");
         const View gq = as_bhtd(element_view(dq, "dq"), o, "dq"),
                    gk = as_bhtd(element_view(dk, "dk"), o, "dk"),
                    gv = as_bhtd(element_view(dv, "dv"), o, "dv");
+        ParameterGrads grads;
+        if (dsinks) {
+          const View s = float_view(*dsinks, "dsinks");
+          check(s.numel() == a.q.shape[1] && s.is_contiguous(), "attention_backward: dsinks must be ",
+                a.q.shape[1], " contiguous floats, one per query head, got ", shape_of(s));
+          grads.sinks = s.data;
+        }
         nb::gil_scoped_release unlocked;
-        attention_backward(a, g, gq, gk, gv);
+        attention_backward(a, g, gq, gk, gv, grads);
       },
       nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"), nb::arg("dout"),
-      nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("options"));
+      nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("options"),
+      nb::arg("dsinks").none() = nb::none());
 
   nb::class_<Options>(m, "_AttentionOptions")
       .def(nb::init<>())
@@ -110,6 +125,7 @@ void bind_attention(nb::module_& m) {
       .def_rw("kv_len", &Options::kv_len, nb::arg().none())
       .def_rw("bias", &Options::bias, nb::arg().none())
       .def_rw("alibi", &Options::alibi, nb::arg().none())
+      .def_rw("sinks", &Options::sinks, nb::arg().none())
       .def_rw("cu_seqlens_q", &Options::cu_seqlens_q, nb::arg().none())
       .def_rw("cu_seqlens_k", &Options::cu_seqlens_k, nb::arg().none())
       .def_rw("softcap", &Options::softcap)
@@ -117,7 +133,10 @@ void bind_attention(nb::module_& m) {
       .def_rw("layout", &Options::layout)
       .def_prop_rw(
           "block_mask", [](const Options&) { return nb::none(); },
-          [](Options& o, const BlockMask* m) { o.block_mask = m; }, nb::arg().none());
+          [](Options& o, const BlockMask* m) { o.block_mask = m; }, nb::arg().none())
+      .def_prop_rw(
+          "score_mod", [](const Options&) { return nb::none(); },
+          [](Options& o, const ScoreFunction* f) { o.score_mod = f; }, nb::arg().none());
 }
 
 }  // namespace qkv::python

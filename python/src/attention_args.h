@@ -8,6 +8,7 @@
 #include "arrays.h"
 #include "qkv/attention.h"
 #include "qkv/mask_function.h"
+#include "qkv/score_function.h"
 
 namespace qkv::python {
 
@@ -16,10 +17,11 @@ using Opt = std::optional<InArray>;
 struct Options {
   bool causal = false;
   int window_left = -1, window_right = -1;
-  Opt kv_len, bias, alibi, cu_seqlens_q, cu_seqlens_k;
+  Opt kv_len, bias, alibi, cu_seqlens_q, cu_seqlens_k, sinks;
   float softcap = 0, scale = 0;
   std::string layout = "bhtd";
-  const BlockMask* block_mask = nullptr;  // (the Python side keeps its object alive)
+  const BlockMask* block_mask = nullptr;      // (the Python side keeps its object alive)
+  const ScoreFunction* score_mod = nullptr;  // (the same)
 };
 
 // A q/k/v/out-like array as [B, H, T, D]: "bhtd" as it is, "bthd" (FlashAttention's) with T

@@ -1,10 +1,16 @@
 // qkv._qkv._BlockMask: create_block_mask over a mask function in the text form, its captured
-// tensors given as (name, int32 array) pairs (qkv/torch.py traces Python functions into this).
+// tensors given as (name, int32 array) pairs (qkv/torch.py traces Python functions into this);
+// qkv._qkv._ScoreFunction: a score function in the text form over float32 arrays (with
+// gradient arrays for the learnable ones) and int32 ones.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +18,7 @@
 #include "arrays.h"
 #include "qkv/error.h"
 #include "qkv/mask_function.h"
+#include "qkv/score_function.h"
 
 namespace qkv::python {
 
@@ -35,9 +42,68 @@ MaskTensor captured(const std::string& name, const InArray& a) {
   return MaskTensor(name, shape, std::vector<int32_t>(p, p + count));
 }
 
+using FloatArray = nb::ndarray<nb::device::cpu>;
+
+// A ScoreFunction and the arrays its tensors borrow (kept alive with it).
+struct PyScoreFunction {
+  ScoreFunction fn;
+  std::vector<FloatArray> arrays;
+};
+
+// A contiguous float32 array's shape and data, checked.
+std::vector<int64_t> float_shape(const std::string& name, const FloatArray& a) {
+  if (a.dtype() != nb::dtype<float>())
+    throw nb::type_error(
+        ("captured tensor " + name + " must be float32, got " + dtype_name(a.dtype())).c_str());
+  std::vector<int64_t> shape;
+  int64_t stride = 1;
+  for (size_t d = 0; d < a.ndim(); ++d) shape.push_back(static_cast<int64_t>(a.shape(d)));
+  for (size_t d = a.ndim(); d-- > 0;) {
+    check(a.shape(d) <= 1 || a.stride(d) == stride, "captured tensor ", name,
+          " must be contiguous");
+    stride *= static_cast<int64_t>(a.shape(d));
+  }
+  if (shape.empty()) shape.push_back(1);
+  return shape;
+}
+
 }  // namespace
 
 void bind_mask(nb::module_& m) {
+  nb::class_<PyScoreFunction>(m, "_ScoreFunction")
+      .def_prop_ro("text", [](const PyScoreFunction& f) { return to_string(f.fn.expr()); })
+      .def_prop_ro("tables", [](const PyScoreFunction& f) { return f.fn.tables(); })
+      .def_prop_ro("learnable", [](const PyScoreFunction& f) { return f.fn.learnable(); })
+      .def_prop_ro("function", [](const PyScoreFunction& f) { return &f.fn; },
+                   nb::rv_policy::reference_internal);
+  nb::class_<ScoreFunction>(m, "_ScoreFunctionRef");
+  m.def(
+      "_score_function",
+      [](const std::string& text, const std::vector<std::string>& names,
+         const std::vector<FloatArray>& values, const std::vector<std::optional<FloatArray>>& grads,
+         const std::vector<std::pair<std::string, InArray>>& ints) {
+        check(names.size() == values.size() && names.size() == grads.size(),
+              "_score_function: names, values and grads differ in length");
+        auto f = std::make_unique<PyScoreFunction>();
+        std::vector<ScoreTensor> tensors;
+        for (size_t i = 0; i < names.size(); ++i) {
+          const std::vector<int64_t> shape = float_shape(names[i], values[i]);
+          float* grad = nullptr;
+          if (grads[i]) {
+            check(float_shape(names[i], *grads[i]) == shape, "captured tensor ", names[i],
+                  ": its grad has another shape");
+            grad = static_cast<float*>(grads[i]->data());
+            f->arrays.push_back(*grads[i]);
+          }
+          tensors.emplace_back(names[i], shape, static_cast<const float*>(values[i].data()), grad);
+          f->arrays.push_back(values[i]);
+        }
+        std::vector<MaskTensor> int_tensors;
+        for (const auto& [name, a] : ints) int_tensors.push_back(captured(name, a));
+        f->fn = ScoreFunction(parse_score(text, tensors, int_tensors));
+        return f;
+      },
+      nb::arg("text"), nb::arg("names"), nb::arg("values"), nb::arg("grads"), nb::arg("ints"));
   nb::class_<BlockMask>(m, "_BlockMask")
       .def_prop_ro("text", [](const BlockMask& b) { return to_string(b.mask()); })
       .def_prop_ro("shape",

@@ -67,7 +67,7 @@ nb::dict config_dict(const ModelConfig& c) {
   d["mlp"] = to_string(c.mlp), d["positions"] = to_string(c.positions), d["bias"] = c.bias;
   d["tied_embeddings"] = c.tied_embeddings, d["norm_eps"] = c.norm_eps,
   d["rope_theta"] = c.rope_theta;
-  d["causal"] = c.causal, d["window"] = c.window;
+  d["causal"] = c.causal, d["window"] = c.window, d["sinks"] = c.sinks;
   return d;
 }
 

@@ -147,8 +147,6 @@ def test_what_cannot_be_traced_is_named():
     with pytest.raises(ValueError, match="CPU"):
         qt.create_block_mask(causal, 1, 1, 8, 8, device="cuda")
     q = torch.zeros(1, 1, 8, 4)
-    with pytest.raises(ValueError, match="score_mod"):
-        qt.flex_attention(q, q, q, score_mod=lambda s, b, h, i, j: s)
     with pytest.raises(ValueError, match="KV_LEN 9"):
         qt.flex_attention(q, q, q, block_mask=qt.create_block_mask(causal, 1, 1, 8, 9))
 

@@ -11,6 +11,7 @@
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/mask_function.h"
+#include "qkv/score_function.h"
 
 namespace qkv {
 namespace detail {
@@ -128,6 +129,19 @@ void detail::validate_shapes(const AttentionArgs& a, const char* where) {
   if (a.mask.alibi)
     for (int64_t h = 0; h < Hq; ++h)
       check(std::isfinite(a.mask.alibi[h]), where, ": alibi slope of head ", h, " is not finite");
+  if (a.score_mod) {
+    check(!a.score_mod->empty(), where, ": score_mod is an empty ScoreFunction");
+    check(a.softcap == 0 && a.mask.bias.empty() && a.mask.alibi == nullptr, where,
+          ": a score_mod does not mix with softcap, bias or alibi (write them into the score "
+          "function: each is one)");
+    check(a.packed.num_seqs == 0, where,
+          ": a score_mod does not take packed sequences (a document mask function does what "
+          "they do)");
+  }
+  if (a.sinks)
+    for (int64_t h = 0; h < Hq; ++h)
+      check(std::isfinite(a.sinks[h]) || a.sinks[h] == -INFINITY, where, ": the sink of head ", h,
+            " is ", a.sinks[h], " (a sink is finite, or -inf for none)");
   validate_packed(a, where);
   if (const BlockMask* m = a.block_mask) {
     check(m->has_mask(), where, ": block_mask was not made by create_block_mask");
@@ -156,8 +170,10 @@ void validate(const AttentionArgs& a, const char* where) {
 }
 
 void validate_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
-                       const View& dv, const char* where) {
+                       const View& dv, const char* where, const ParameterGrads& grads) {
   validate(a, where);
+  check(!grads.sinks || a.sinks, where,
+        ": grads.sinks asks for the sinks' gradient, but args.sinks is not given");
   const struct {
     const View& grad;
     const View& like;
@@ -179,9 +195,12 @@ void validate_backward(const AttentionArgs& a, const View& dout, const View& dq,
   using detail::extent_of;
   const int64_t rows = a.q.shape[0] * a.q.shape[1] * a.q.shape[2];
   detail::check_no_overlap(
-      where, {extent_of("dq", dq), extent_of("dk", dk), extent_of("dv", dv)},
+      where,
+      {extent_of("dq", dq), extent_of("dk", dk), extent_of("dv", dv),
+       extent_of("grads.sinks", grads.sinks, a.q.shape[1])},
       {extent_of("q", a.q), extent_of("k", a.k), extent_of("v", a.v), extent_of("out", a.out),
-       extent_of("dout", dout), extent_of("lse", a.lse, rows), extent_of("bias", a.mask.bias)});
+       extent_of("dout", dout), extent_of("lse", a.lse, rows), extent_of("bias", a.mask.bias),
+       extent_of("sinks", a.sinks, a.q.shape[1])});
 }
 
 std::atomic<uint32_t>& detail::kernels_reached() {
@@ -208,8 +227,9 @@ void forward_one(const AttentionArgs& args) {
 void detail::forward_validated(const AttentionArgs& args, const KvRows& K, const KvRows& V) {
   // A few queries (decoding against a cache): split the keys instead of the queries, so
   // every core streams its share of K and V.
-  // (A mask function runs on the tiled kernel at any length.)
-  if (!args.block_mask && decodes(args.q.shape[2], K.rows, args.q.shape[1] / K.heads))
+  // (A mask or score function runs on the tiled kernel at any length.)
+  if (!args.block_mask && !args.score_mod &&
+      decodes(args.q.shape[2], K.rows, args.q.shape[1] / K.heads))
     decode_forward(args, K, V);
   else flash_forward(args, K, V);
 }
@@ -227,12 +247,15 @@ void attention(const AttentionArgs& args) {
   detail::forward_validated(args);
 }
 
-void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv) {
-  validate_backward(args, dout, dq, dk, dv, "attention_backward");
+void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv,
+                        const ParameterGrads& grads) {
+  validate_backward(args, dout, dq, dk, dv, "attention_backward", grads);
   check(args.lse != nullptr, "attention_backward: lse is required (pass the forward's lse)");
   if (args.packed.num_seqs > 0)
     detail::run_packed_backward(args, dout, dq, dk, dv, detail::flash_backward);
   else detail::flash_backward(args, dout, dq, dk, dv);
+  // (Over packed sequences too: lse, out and dout keep the packed [1, Hq, T] rows.)
+  if (grads.sinks) detail::sink_gradients(args, dout, grads.sinks);
 }
 
 }  // namespace qkv

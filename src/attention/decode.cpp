@@ -480,11 +480,12 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
       return PartialRow{p[0], p[1], p + 2};
     };
     float* lse = a.lse ? &a.lse[(b * n.Hq + h) * n.Tq + i] : nullptr;
+    const float sink = a.sinks ? a.sinks[h] : simd::kMinusInf;
     if (a.out.type == TensorType::f32)
-      return merge_partials(n.chunks, chunk, n.Dv, &a.out(b, h, i, 0), a.out.stride[3], lse);
+      return merge_partials(n.chunks, chunk, n.Dv, &a.out(b, h, i, 0), a.out.stride[3], lse, sink);
     // A 16-bit output: merged in fp32, then rounded once.
     float* merged = thread_scratch(ForwardSlot::merged_row, n.Dv);
-    merge_partials(n.chunks, chunk, n.Dv, merged, 1, lse);
+    merge_partials(n.chunks, chunk, n.Dv, merged, 1, lse, sink);
     for (int64_t e = 0; e < n.Dv; ++e) a.out.set(b, h, i, e, merged[e]);
   });
 }

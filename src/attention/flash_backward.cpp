@@ -441,6 +441,59 @@ struct AmxBackwardUnit {
 };
 #endif  // QKV_AMX_UNIT
 
+// A score function in the backward: the call, and the running unit's sums of the gradients
+// of its learnable values (per source of the program: a table's rows of the unit's heads, or
+// a tensor's elements), in double.
+struct ScoreGrads {
+  const ScoreCall* call = nullptr;
+  double* sums = nullptr;                // the unit's, at offsets[k] for source k
+  const std::vector<int64_t>* offsets = nullptr;
+  int64_t first_head = 0;                // the unit's first query head
+};
+
+// Source k's sums in a unit: a table's rows (one per head of the group when it reads h, else
+// one) of call.width entries, or a tensor's elements.
+int64_t source_size(const ScoreCall& call, int64_t k, int64_t group) {
+  const ScoreProgram& p = *call.program;
+  const MaskInstr& in = p.main.code[p.sources[k]];
+  if (in.op == MaskOp::table) return (p.tables[in.value].reads_h ? group : 1) * call.width;
+  return p.main.tensors[in.tensor]->numel;
+}
+
+// The learnable values' part of one key step: each visible pair (P > 0) adds dS ·
+// ∂score_mod/∂value to its value's sum, in a fixed order (the chunks', then key rows, then
+// queries): the same bits whichever thread runs the unit.
+template <class Chunks>
+void add_source_gradients(const ScoreGrads& g, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+                          int64_t Mq, const float* P, const float* dS,
+                          float* const* d_sources, int32_t* const* index_of, Chunks&& chunks) {
+  const ScoreCall& call = *g.call;
+  const ScoreProgram& p = *call.program;
+  const int64_t N = static_cast<int64_t>(simd::lanes());
+  for (size_t k = 0; k < p.sources.size(); ++k) {
+    const MaskInstr& in = p.main.code[p.sources[k]];
+    double* sums = g.sums + (*g.offsets)[k];
+    const bool table = in.op == MaskOp::table;
+    if (table && p.tables[in.value].reads_h) sums += (h - g.first_head) * call.width;
+    const float* d = d_sources[k];
+    chunks([&](int64_t jj0, int64_t keys, int64_t v0, int64_t count) {
+      const int64_t q0 = v0 * N, q1 = std::min((v0 + count) * N, rows);
+      for (int64_t jj = jj0; jj < jj0 + keys; ++jj) {
+        const int64_t at = jj * Mq;
+        if (table) {  // a contiguous run of the table row: entry q − kv + Tk − 1
+          double* row = sums + (i0 - (j0 + jj) + call.Tk - 1);
+          for (int64_t q = q0; q < q1; ++q)
+            if (P[at + q] != 0) row[q] += double(dS[at + q]) * d[at + q];
+        } else {
+          const int32_t* index = index_of[k] + at;
+          for (int64_t q = q0; q < q1; ++q)
+            if (P[at + q] != 0) sums[index[q]] += double(dS[at + q]) * d[at + q];
+        }
+      }
+    });
+  }
+}
+
 // One key tile [j0, ...) of a query tile: adds to the tile's rows of dK and dV, and delivers
 // this key tile's part of dQ, Kᵀ dS [D][Mq], into dQt as `dq` says. K and V are T, on the
 // unit that multiplies T. A masked tile computes only its visible blocks (as the forward
@@ -450,7 +503,7 @@ template <int NQV, class Unit, class T>
 void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t h,
               int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p, int64_t j0,
               const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq,
-              int32_t* mask_regs) {
+              int32_t* mask_regs, const ScoreGrads& score) {
   using Tile = typename Unit::Tile;
   Unit::begin();
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -486,6 +539,26 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
   // S ← K Qt, transformed; P ← e^(S − lse) in place, on the blocks computed.
   tiles::tile_scores<NQV, Tile>(masked, blocks, k0 + j0 * ks, ks, nk, p.Qt, n.D, Mq, p.q_split,
                                 effective_scale(a), w.S, nullptr);
+  // A score function: its values, ∂/∂score into w.tanh, its learnable values' derivatives.
+  const ScoreCall* call = score.call;
+  float* d_sources[32] = {};
+  int32_t* index_of[32] = {};
+  if (call) {
+    const ScoreProgram& sp = *call->program;
+    const int64_t sources = static_cast<int64_t>(sp.sources.size()), tile = kKeyTile * Mq;
+    float* d = thread_scratch(BackwardSlot::score_derivatives, std::max<int64_t>(1, 2 * sources * tile));
+    for (int64_t k = 0; k < sources; ++k) {
+      d_sources[k] = d + 2 * k * tile;
+      index_of[k] = reinterpret_cast<int32_t*>(d + (2 * k + 1) * tile);
+    }
+    tiles::apply_score_function(
+        *call, b, h, i0, rows, j0, nk, Mq, w.S,
+        reinterpret_cast<int32_t*>(
+            thread_scratch(BackwardSlot::score_ints, tiles::score_register_ints(*call, Mq))),
+        thread_scratch(BackwardSlot::score_floats,
+                       tiles::score_register_floats(*call, Mq, 1 + sources)),
+        w.tanh, d_sources, index_of);
+  }
   if (rule.transforms())
     tiles::transform_scores(rule, tm, b, h, i0, rows, j0, nk, masked, n, w.S, w.tanh);
   else if (masked) blocks.apply(tm, NQV, j0, nk, Mq, w.S);
@@ -508,6 +581,19 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
     for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
       for (int64_t v = v0c; v < v0c + count; ++v) score_gradient(a, p, w, jj * Mq + v * N, v);
   });
+  // Through a score function: its learnable values take dS · ∂/∂value, q and k dS · ∂/∂score.
+  if (call && call->program->learnable())
+    add_source_gradients(score, h, i0, rows, j0, Mq, w.S, w.dP, d_sources, index_of, chunks);
+  if (call && !call->program->additive)  // (not where P = 0: 0 · inf would be NaN)
+    chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
+      for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
+        for (int64_t v = v0c; v < v0c + count; ++v) {
+          const int64_t at = jj * Mq + v * N;
+          const Vf ds = hn::Mul(hn::Load(df, w.dP + at), hn::Load(df, w.tanh + at));
+          hn::Store(hn::IfThenZeroElse(hn::Eq(hn::Load(df, w.S + at), hn::Zero(df)), ds), df,
+                    w.dP + at);
+        }
+    });
   // dK[j0:j1] += dS Qr;  dQ's part Kᵀ dS.
   reduce_over_queries(w.dP, p.Qr, p.q_split, Dp, dK);
   Unit::template dq<NQV>(masked, chunks, w.dP, nk, Mq, k0 + j0 * ks, ks, n.D, w.dq_part, dQt, dq);
@@ -538,7 +624,8 @@ inline constexpr int64_t kKeyTilesPerBatch = 64;
 template <int NQV, class Unit, class T>
 void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, const Shape& n,
                 const View& dout, const View& dq, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                bool split_keys, PackedTile& p, float* dQt, float* dK, float* dV) {
+                bool split_keys, PackedTile& p, float* dQt, float* dK, float* dV,
+                const ScoreGrads& score) {
   const int64_t Mq = n.Mq;
   TileMask tm;
   tm.init(a.mask, b, i0, rows, n);
@@ -583,7 +670,7 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
           thread_scratch(BackwardSlot::mask_registers,
                          tiles::function_register_ints(fn->program())));
     key_step<NQV, Unit, T>(a, rule, n, b, h, i0, rows, tm, p, tile * kKeyTile, step_buffers(n), dK,
-                           dV, part, dq, mask_regs);
+                           dV, part, dq, mask_regs, score);
   };
   if (!split_keys) {  // each step adds its part to the sum in turn
     for (int64_t k = 0; k < count; ++k) step(k, dQt, k == 0 ? DqPart::kFirst : DqPart::kAdd);
@@ -613,6 +700,68 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
   }
 }
 
+// The learnable values' gradients from the units' sums (summed in unit order), written to
+// each ScoreTensor's grad; a table's row through the derivatives of its expression.
+void write_score_gradients(const ScoreCall& call, const std::vector<double>& sums,
+                           int64_t unit_sums, const std::vector<int64_t>& offsets, int64_t B,
+                           int64_t Hkv, int64_t group) {
+  const ScoreProgram& p = *call.program;
+  const int64_t units = B * Hkv, width = call.width;
+  std::vector<const MaskTensorData*> tensors;  // each tensor with a grad once, and its sums
+  std::vector<std::vector<double>> totals;
+  auto total_of = [&](const MaskTensorData* t) -> std::vector<double>& {
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i] == t) return totals[i];
+    tensors.push_back(t);
+    totals.emplace_back(t->numel, 0.0);
+    return totals.back();
+  };
+  for (size_t k = 0; k < p.sources.size(); ++k) {
+    const MaskInstr& in = p.main.code[p.sources[k]];
+    const int64_t off = offsets[k];
+    if (in.op != MaskOp::table) {  // a tensor's elements
+      std::vector<double>& total = total_of(p.main.tensors[in.tensor].get());
+      for (int64_t u = 0; u < units; ++u)
+        for (size_t e = 0; e < total.size(); ++e) total[e] += sums[u * unit_sums + off + e];
+      continue;
+    }
+    const ScoreTable& table = p.tables[in.value];
+    const int64_t slots = 1 + static_cast<int64_t>(table.sources.size());
+    std::vector<int32_t> regs(mask_lanes::register_ints(table.program, width));
+    std::vector<float> reals(score_lanes::register_floats(table.program, width, slots));
+    std::vector<uint32_t> held(std::max(table.program.real_registers, 1));
+    std::vector<std::vector<int32_t>> index(table.sources.size(), std::vector<int32_t>(width));
+    std::vector<int32_t*> index_of;
+    for (auto& x : index) index_of.push_back(x.data());
+    const score_lanes::FloatRegisters r{reals.data(), score_lanes::lane_stride(width), slots};
+    std::vector<double> d_table(width);
+    for (int64_t hr = 0; hr < (table.reads_h ? call.Hq : 1); ++hr) {
+      std::fill(d_table.begin(), d_table.end(), 0.0);
+      for (int64_t u = 0; u < units; ++u) {
+        if (table.reads_h && hr / group != u % Hkv) continue;  // (not a head of unit u)
+        const double* from =
+            sums.data() + u * unit_sums + off + (table.reads_h ? (hr % group) * width : 0);
+        for (int64_t e = 0; e < width; ++e) d_table[e] += from[e];
+      }
+      const mask_lanes::Lanes at{0, hr, -(call.Tk - 1), call.Tq - 1, 0, 0, width, true};
+      const int32_t result =
+          score_lanes::evaluate(table.program, at, 1, {}, regs.data(), r, table.depends.data(),
+                                held.data(), index_of.data(), nullptr);
+      for (size_t s = 0; s < table.sources.size(); ++s) {
+        if (!(held[result] >> (1 + s) & 1)) continue;
+        const float* d = r.derivative(result, static_cast<int64_t>(1 + s));
+        const MaskInstr& lookup = table.program.code[table.sources[s]];
+        std::vector<double>& total = total_of(table.program.tensors[lookup.tensor].get());
+        for (int64_t e = 0; e < width; ++e)
+          if (d_table[e] != 0) total[index[s][e]] += d_table[e] * d[e];
+      }
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    for (int64_t e = 0; e < tensors[i]->numel; ++e)
+      tensors[i]->grad[e] = static_cast<float>(totals[i][e]);
+}
+
 }  // namespace
 
 void flash_backward(const AttentionArgs& args, const View& dout, const View& dq, const View& dk,
@@ -628,12 +777,27 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
   const float scale = effective_scale(a);
   const int64_t Dp = padded(n.D), Dvp = padded(n.Dv), Mq = n.Mq;
   const int64_t tiles_q = (n.Tq + Mq - 1) / Mq, group = n.Hq / n.Hkv;
+  ScoreCall call;  // a score function's tables, filled before the threads start
+  prepare_score_call(a, n.Tk, call, "attention_backward");
+  if (call) tiles::fill_score_tables(call);
+  const bool learnable = call && call.program->learnable();
 
   // One (batch, key/value head) per thread in whole rounds; the units left over, fewer than
   // the threads (all of them for MQA or GQA at batch 1; the third of 3 on 2 threads), run
   // one after another with the key tiles of each query tile spread over the threads instead,
-  // so that no thread idles through a whole unit. Same arithmetic either way.
-  const int64_t units = n.B * n.Hkv, whole_rounds = units - units % num_threads();
+  // so that no thread idles through a whole unit. Same arithmetic either way. (A score
+  // function's learnable values are summed per unit, each unit on one thread: then every unit
+  // runs alone.)
+  const int64_t units = n.B * n.Hkv;
+  const int64_t whole_rounds = learnable ? units : units - units % num_threads();
+  std::vector<int64_t> offsets;  // each source's sums in a unit's
+  int64_t unit_sums = 0;
+  if (learnable)
+    for (size_t k = 0; k < call.program->sources.size(); ++k) {
+      offsets.push_back(unit_sums);
+      unit_sums += source_size(call, static_cast<int64_t>(k), group);
+    }
+  std::vector<double> sums(units * unit_sums, 0.0);
   auto unit = [&](auto element, auto on, int64_t u, bool split_keys) {
     using T = decltype(element);
     using Unit = decltype(on);
@@ -652,12 +816,14 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
     float* dK = thread_scratch(BackwardSlot::dk_dv, n.Tk * (Dp + Dvp));
     float* dV = dK + n.Tk * Dp;
     std::fill(dK, dK + n.Tk * (Dp + Dvp), 0.0f);
+    const ScoreGrads score{call ? &call : nullptr, sums.data() + u * unit_sums, &offsets,
+                           hkv * group};
     for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h)
       for (int64_t t = 0; t < tiles_q; ++t) {
         const int64_t i0 = t * Mq, rows = std::min(Mq, n.Tq - i0);
         simd::with_count<kQueryVectors>(static_cast<int>((rows + N - 1) / N), [&](auto c) {
           query_tile<decltype(c)::value, Unit, T>(a, rule, scale, n, dout, dq, b, h, i0, rows,
-                                                  split_keys, p, dQt, dK, dV);
+                                                  split_keys, p, dQt, dK, dV, score);
         });
       }
     for (int64_t j = 0; j < n.Tk; ++j) {
@@ -684,6 +850,8 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
 #endif
     run_on(element, BackwardUnit<kOnUnits<T>>{});
   });
+  if (call) call.check_miss();  // an index a kernel found outside its tensor
+  if (learnable) write_score_gradients(call, sums, unit_sums, offsets, n.B, n.Hkv, group);
 }
 
 }  // namespace HWY_NAMESPACE

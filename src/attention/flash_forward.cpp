@@ -12,10 +12,12 @@
 //   for each key tile [j0, j1) that some query of the tile can see:
 //     S[Kt][Mq] ← K[j0:j1] Qt            scores: K rows read in place, broadcast
 //     Vt[Dv][Kt] ← V[j0:j1]ᵀ             packed once for all the query tiles of a group
-//     S ← softcap, + bias, − ALiBi, -inf where masked (only tiles that need it)
+//     S ← softcap, + bias, − ALiBi (or a score function, tiles::apply_score_function),
+//         -inf where masked (only tiles that need it)
 //     m' ← max(m, max_j S);  alpha ← e^(m − m');  P ← e^(S − m')
 //     l ← alpha · l + Σ_j P;  Ot ← alpha · Ot + Vᵀ P;  m ← m'
-//   out ← Otᵀ / l,  lse ← m + log l      (l = 0: the row saw no key → 0 and -inf)
+//   out ← Otᵀ / l,  lse ← m + log l      (l = 0: the row saw no key → 0 and -inf; a sink
+//                                         s adds e^(s − m) to l first)
 //
 // Memory traffic: Qt (D × Mq floats) and Ot (Dv × Mq) stay in L1/L2 for the whole key loop,
 // and the two tile products (2 · Mq · Kt · D flops each) dominate. The query tiles of a group
@@ -109,8 +111,15 @@ void for_visible_scores(bool masked, const VisibleBlocks& blocks, int64_t nk, F&
 // One key tile [j0, j1) for one query tile: scores, online softmax, P V, on the unit that
 // multiplies K's elements T (fp32, bf16 or fp16): key j0 at k_tile, the others ks elements
 // apart; Vt as the unit packed it. A masked tile computes only the blocks some query sees.
+// A score function's registers (a thread's).
+struct ScoreRegisters {
+  int32_t* ints = nullptr;
+  float* reals = nullptr;
+};
+
 template <int NQV, class Unit, class T>
-void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t h,
+void key_step(const AttentionArgs& a, const ScoreRule& rule, const ScoreCall& call,
+              const ScoreRegisters& score_regs, const Shape& n, int64_t b, int64_t h,
               const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1, QueryTile& t,
               float* S, int32_t* mask_regs, simd::PrefetchQueue& prefetch) {
   const int64_t Mq = n.Mq, nk = j1 - j0;
@@ -121,6 +130,9 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
   if (mask_regs) blocks.narrow(a.block_mask->program(), b, h, NQV, t.i0, t.rows, j0, j1);
   tile_scores<NQV, Unit>(masked, blocks, k_tile, ks, nk, t.Qt, n.D, Mq, t.two, t.scale, S,
                          &prefetch);
+  if (call)  // (over the whole tile: the masks below hide what it must not show)
+    apply_score_function(call, b, h, t.i0, t.rows, j0, nk, Mq, S, score_regs.ints,
+                         score_regs.reals);
   // (The mask below sets -inf where a row of a partial block may not look.)
   if (rule.transforms())
     transform_scores(rule, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
@@ -138,11 +150,22 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
 inline constexpr double kStreamOutputBytes = 4 << 20;
 
 // out ← Otᵀ / l; lse ← m + log l. A row that saw no key (l = 0) gets 0 and -inf; a NaN in
-// the inputs (l NaN) stays NaN, as in the reference.
+// the inputs (l NaN) stays NaN, as in the reference. A sink s adds e^(s − m) to l first (with
+// m raised to s when s is larger): a row that saw no key then gets 0 and lse = s.
 void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, const QueryTile& t,
                  bool stream) {
   float* inv = t.alpha;  // free now
-  for (int64_t r = 0; r < n.Mq; ++r) inv[r] = t.l[r] == 0 ? 0 : 1 / t.l[r];
+  const float sink = a.sinks ? a.sinks[h] : simd::kMinusInf;
+  for (int64_t r = 0; r < n.Mq; ++r) {
+    float shrink = 1;  // Ot's rows are scaled for m, not for the max with the sink
+    if (sink != simd::kMinusInf) {
+      const float m = t.l[r] == 0 ? sink : std::max(t.m[r], sink);
+      shrink = t.l[r] == 0 ? 0 : std::exp(t.m[r] - m);
+      t.l[r] = t.l[r] * shrink + std::exp(sink - m);
+      t.m[r] = m;
+    }
+    inv[r] = t.l[r] == 0 ? 0 : shrink / t.l[r];
+  }
   if (a.out.stride[3] == 1) {
     with_typed(a.out, b, h, t.i0, 0, [&](auto* out) {
       simd::unpack_transposed(t.Ot, n.Mq, t.rows, n.Dv, inv, out, a.out.stride[2], stream);
@@ -161,8 +184,8 @@ void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, c
 // and V are T (fp32, bf16 or fp16), read in place, multiplied on Unit.
 template <class T, class Unit>
 void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
-                      const ScoreRule& rule, float scale, const Shape& n, int64_t b, int64_t h,
-                      int64_t first, int64_t count, bool stream_out) {
+                      const ScoreRule& rule, const ScoreCall& call, float scale, const Shape& n,
+                      int64_t b, int64_t h, int64_t first, int64_t count, bool stream_out) {
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq;
   float* Qt = thread_scratch(ForwardSlot::q_tiles, count * n.D * Mq);
@@ -176,6 +199,12 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   if (fn)
     mask_regs = reinterpret_cast<int32_t*>(
         thread_scratch(ForwardSlot::mask_registers, function_register_ints(fn->program())));
+  ScoreRegisters score_regs;
+  if (call) {
+    score_regs.ints = reinterpret_cast<int32_t*>(
+        thread_scratch(ForwardSlot::score_ints, score_register_ints(call, n.Mq)));
+    score_regs.reals = thread_scratch(ForwardSlot::score_floats, score_register_floats(call, n.Mq, 0));
+  }
   Unit::begin();
   QueryTile tiles_of_group[kTilesPerGroup];
   const auto group = std::span(tiles_of_group, static_cast<size_t>(count));
@@ -240,7 +269,8 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
       if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi || st == BlockState::empty) continue;
       const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
       simd::with_count<kQueryVectors>(t.nqv, [&](auto c) {
-        key_step<decltype(c)::value, Unit>(a, rule, n, b, h, k_rows, ks, Vt, j0, j1, t, S,
+        key_step<decltype(c)::value, Unit>(a, rule, call, score_regs, n, b, h, k_rows, ks, Vt,
+                                           j0, j1, t, S,
                                            st == BlockState::partial ? mask_regs : nullptr,
                                            prefetch);
       });
@@ -286,6 +316,9 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
   const Shape n{a.q.shape[0], a.q.shape[1], K.heads, a.q.shape[2],
                 K.rows,       a.q.shape[3], V.dim,   static_cast<int64_t>(kQueryVectors * N)};
   const ScoreRule rule = score_rule(a, n.Tk, "attention");
+  ScoreCall call;  // a score function's tables, filled before the threads start
+  prepare_score_call(a, n.Tk, call, "attention");
+  if (call) fill_score_tables(call);
   const float scale = effective_scale(a);
   const int64_t tiles = (n.Tq + n.Mq - 1) / n.Mq;
   // Groups as large as kTilesPerGroup while every thread still gets several units.
@@ -308,7 +341,7 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
       const int64_t w = order[u];
       const int64_t g = w % groups, h = (w / groups) % n.Hq, b = w / (groups * n.Hq);
       const int64_t first = g * per_group;
-      query_tile_group<T, Unit>(a, K, V, rule, scale, n, b, h, first,
+      query_tile_group<T, Unit>(a, K, V, rule, call, scale, n, b, h, first,
                                 std::min(per_group, tiles - first), stream_out);
     });
   };
@@ -322,6 +355,7 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
   };
   if (K.in_blocks()) group(float{});  // widened to fp32 a tile at a time
   else with_element_type(K.type, group);
+  if (call) call.check_miss();  // an index a kernel found outside its tensor
 }
 
 }  // namespace HWY_NAMESPACE

@@ -73,6 +73,10 @@ inline bool decodes(int64_t queries, int64_t keys, int64_t query_heads_per_kv_he
   return keys >= keys_per_query * queries;
 }
 
+// ∂L/∂sinks [Hq] from the forward's out and lse and dout (sinks.cpp): the same bits for any
+// thread count.
+void sink_gradients(const AttentionArgs& a, const View& dout, float* dsinks);
+
 // Tiled FlashAttention-2 backward (flash_backward.cpp).
 void flash_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
                     const View& dv);

@@ -8,6 +8,7 @@
 
 #include "qkv/attention.h"
 #include "qkv/mask_function.h"
+#include "qkv/score_function.h"
 
 namespace qkv::detail {
 
@@ -58,11 +59,14 @@ struct ScoreRule {
   Mask mask;
   int64_t Tq = 0, Tk = 0;
   const BlockMask* block_mask = nullptr;  // a mask function, or null
+  const ScoreFunction* score_mod = nullptr;  // a score function (then none of the three)
 
-  // Whether any step runs between q·k and the mask.
+  // Whether any step of the three fixed ones runs between q·k and the mask.
   bool transforms() const { return softcap > 0 || !bias.empty() || alibi != nullptr; }
-  // Score s of (b, h, i, j) after the steps before the mask.
+  // Score s of (b, h, i, j) after the steps before the mask (a score function evaluated node
+  // by node, in double).
   float transform(int64_t b, int64_t h, int64_t i, int64_t j, float s) const {
+    if (score_mod) return static_cast<float>(evaluate_score(score_mod->expr(), s, b, h, i, j));
     if (softcap > 0) s = softcap * std::tanh(s / softcap);
     if (!bias.empty()) s += bias(b, h, i, j);
     if (alibi) s += alibi_bias(mask, h, i, j, Tq, Tk);
@@ -78,7 +82,8 @@ struct ScoreRule {
 
 // The rule of a call over Tk keys (a.k's when it has them).
 inline ScoreRule score_rule(const AttentionArgs& a, int64_t Tk, const char* where) {
-  return {a.softcap, full_bias(a, Tk, where), a.mask.alibi, a.mask, a.q.shape[2], Tk, a.block_mask};
+  return {a.softcap,    full_bias(a, Tk, where), a.mask.alibi, a.mask, a.q.shape[2], Tk,
+          a.block_mask, a.score_mod};
 }
 inline ScoreRule score_rule(const AttentionArgs& a, const char* where) {
   return score_rule(a, a.k.shape[2], where);

@@ -114,7 +114,8 @@ void run_packed_forward(const AttentionArgs& a, const ForwardKernel& kernel) {
     if (a.lse)
       for (int64_t h = 0; h < a.q.shape[1]; ++h)
         for (int32_t i = a.packed.cu_seqlens_q[s]; i < a.packed.cu_seqlens_q[s + 1]; ++i)
-          a.lse[h * a.q.shape[2] + i] = -std::numeric_limits<float>::infinity();
+          a.lse[h * a.q.shape[2] + i] =
+              a.sinks ? a.sinks[h] : -std::numeric_limits<float>::infinity();
   });
 }
 

@@ -19,7 +19,9 @@
 
 #include "attention/masks.h"
 #include "attention/products-inl.h"
+#include "attention/score_call.h"
 #include "mask/lanes-inl.h"
+#include "mask/score_lanes-inl.h"
 #include "qkv/attention.h"
 #include "simd/convert-inl.h"
 #include "simd/simd-inl.h"
@@ -182,6 +184,36 @@ auto every_score(int64_t nk) {
 void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b, int64_t h, int64_t i0,
                       int64_t rows, int64_t j0, int64_t nk, bool masked, const Shape& n, float* S,
                       float* tanh_out);
+
+// ---- Score functions (include/qkv/score_function.h) ----
+
+// Key rows of a score tile evaluated at once: 4 × Mq lanes, whose registers stay in L1.
+inline constexpr int64_t kScoreRows = 4;
+
+// The relative tables of the call, evaluated over the lanes of d = q_idx − kv_idx. Throws
+// qkv::Error for an index outside a tensor, naming it (before any kernel runs).
+void fill_score_tables(ScoreCall& call);
+
+// Integers and floats a thread needs to evaluate the call's function over a score tile, with
+// `slots` derivatives per float register (0 in the forward).
+inline int64_t score_register_ints(const ScoreCall& call, int64_t Mq) {
+  return mask_lanes::register_ints(call.program->main, kScoreRows * Mq);
+}
+inline int64_t score_register_floats(const ScoreCall& call, int64_t Mq, int64_t slots) {
+  return score_lanes::register_floats(call.program->main, kScoreRows * Mq, slots) +
+         call.program->main.real_registers + 1;  // (and a word per register: what it holds)
+}
+
+// S ← score_mod(S) on a tile of nk key rows from j0 ([Kt][Mq]) for the query rows
+// [i0, i0 + rows) of (b, h). Without `d_score`, values only (the forward). With it (the
+// backward), also d_score [Kt][Mq] ← ∂score_mod/∂score (left alone when the function is
+// additive: it is 1), and per learnable source k of the program d_sources[k] [Kt][Mq] ← the
+// derivative with respect to it and, for a lookup, index_of[k] [Kt][Mq] ← the element read.
+// An index outside a tensor is reported to the call (ScoreCall::report_miss).
+void apply_score_function(const ScoreCall& call, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                          int64_t j0, int64_t nk, int64_t Mq, float* S, int32_t* regs,
+                          float* reals, float* d_score = nullptr, float* const* d_sources = nullptr,
+                          int32_t* const* index_of = nullptr);
 
 // The registers VisibleBlocks::apply_function evaluates a mask function in.
 inline int64_t function_register_ints(const MaskProgram& p) {

@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "attention/tiles-inl.h"
+#include "qkv/error.h"
 
 #if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
@@ -190,6 +193,83 @@ void transform_scores(const ScoreRule& rule, const TileMask& tm, int64_t b, int6
       }
       if (masked) x = tm.hide(v, j, x);
       hn::Store(x, df, s);
+    }
+  }
+}
+
+// "index 40 is outside bias (dim 1 has 32 elements) at …": a miss, where it was found.
+std::string miss_text(const MaskProgram& p, const MaskMiss& miss, const std::string& at) {
+  const MaskTensorData& t = *p.tensors[miss.tensor];
+  std::string s = "score function: index ";
+  s += std::to_string(miss.index) + " is outside " + t.name + " (dim " + std::to_string(miss.dim);
+  s += " has " + std::to_string(t.shape[miss.dim]) + " elements) at " + at;
+  return s;
+}
+
+void fill_score_tables(ScoreCall& call) {
+  const ScoreProgram& p = *call.program;
+  for (size_t t = 0; t < p.tables.size(); ++t) {
+    const ScoreTable& table = p.tables[t];
+    std::vector<int32_t> regs(mask_lanes::register_ints(table.program, call.width));
+    std::vector<float> reals(score_lanes::register_floats(table.program, call.width, 0));
+    const score_lanes::FloatRegisters r{reals.data(), score_lanes::lane_stride(call.width), 0};
+    const int64_t heads = table.reads_h ? call.Hq : 1;
+    for (int64_t hr = 0; hr < heads; ++hr) {
+      // Lane e: q_idx − kv_idx = e − (Tk − 1).
+      const mask_lanes::Lanes at{0, hr, -(call.Tk - 1), call.Tq - 1, 0, 0, call.width, true};
+      MaskMiss miss;
+      const int32_t result = score_lanes::evaluate(table.program, at, 1, {}, regs.data(), r,
+                                                   nullptr, nullptr, nullptr, &miss);
+      if (miss.found) {
+        std::string where = "h = " + std::to_string(hr) + ", q_idx - kv_idx = ";
+        where += std::to_string(miss.lane - (call.Tk - 1));
+        fail(miss_text(table.program, miss, where));
+      }
+      std::copy_n(r.value(result), call.width, call.tables[t].data() + hr * call.width);
+    }
+  }
+}
+
+void apply_score_function(const ScoreCall& call, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                          int64_t j0, int64_t nk, int64_t Mq, float* S, int32_t* regs,
+                          float* reals, float* d_score, float* const* d_sources,
+                          int32_t* const* index_of) {
+  const ScoreProgram& p = *call.program;
+  const float* table_rows[kMostScoreTables];
+  for (size_t t = 0; t < p.tables.size(); ++t) table_rows[t] = call.table_row(t, h);
+  const bool derivatives = d_score != nullptr;
+  const int64_t sources = static_cast<int64_t>(p.sources.size());
+  const int64_t slots = derivatives ? 1 + sources : 0;
+  const int64_t lanes = kScoreRows * Mq;
+  const score_lanes::FloatRegisters r{reals, score_lanes::lane_stride(lanes), slots};
+  // (What each float register's derivatives hold: after the registers.)
+  uint32_t* held = reinterpret_cast<uint32_t*>(
+      reals + score_lanes::register_floats(p.main, lanes, slots));
+  int32_t* index_rows[32];
+  for (int64_t jj = 0; jj < nk; jj += kScoreRows) {
+    const int64_t count = std::min(kScoreRows, nk - jj), n = count * Mq;
+    const mask_lanes::Lanes at{b, h, i0, i0 + rows - 1, j0 + jj, j0 + nk - 1, Mq, true};
+    const score_lanes::ScoreInputs in{S + jj * Mq, table_rows, call.Tk};
+    for (int64_t k = 0; derivatives && k < sources; ++k)
+      index_rows[k] = index_of && index_of[k] ? index_of[k] + jj * Mq : nullptr;
+    MaskMiss miss;
+    const int32_t result =
+        score_lanes::evaluate(p.main, at, count, in, regs, r, p.depends.data(), held,
+                              derivatives ? index_rows : nullptr, call.may_miss ? &miss : nullptr);
+    std::copy_n(r.value(result), n, S + jj * Mq);
+    if (derivatives) {
+      auto derivative = [&](int64_t slot, float* to) {
+        if (held[result] >> slot & 1) std::copy_n(r.derivative(result, slot), n, to);
+        else std::fill(to, to + n, 0.0f);
+      };
+      if (!p.additive) derivative(0, d_score + jj * Mq);
+      for (int64_t k = 0; k < sources; ++k) derivative(1 + k, d_sources[k] + jj * Mq);
+    }
+    if (miss.found) {
+      const int64_t q = std::min(i0 + miss.lane % Mq, i0 + rows - 1), kv = j0 + jj + miss.lane / Mq;
+      std::string where = "b = " + std::to_string(b) + ", h = " + std::to_string(h);
+      where += ", q_idx = " + std::to_string(q) + ", kv_idx = " + std::to_string(kv);
+      call.report_miss({b, h, q, kv}, miss_text(p.main, miss, where));
     }
   }
 }

@@ -63,12 +63,12 @@ GgufSaveStats save_gguf(const std::string& path, const Model& model, const Token
         "save_gguf: the matrices can be Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, F16 or F32, not ",
         to_string(type));
   check(c.norm == NormKind::rms_norm && c.mlp == MlpKind::swiglu &&
-            c.positions == PositionKind::rotary && !c.bias && c.causal && c.window == 0,
+            c.positions == PositionKind::rotary && !c.bias && c.causal && c.window == 0 &&
+            !c.sinks,
         "save_gguf: GGUF's llama architecture is RMSNorm, SwiGLU, rotary positions, no biases, "
-        "causal, no "
-        "window; this model has ",
+        "causal, no window, no sinks; this model has ",
         to_string(c.norm), ", ", to_string(c.mlp), ", ", to_string(c.positions), " positions",
-        c.bias ? ", biases" : "", c.window ? ", a window" : "");
+        c.bias ? ", biases" : "", c.window ? ", a window" : "", c.sinks ? ", sinks" : "");
   check(!model.has_external_weights(),
         "save_gguf: the model's weights are already in a block format");
   if (tokenizer)

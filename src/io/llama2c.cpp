@@ -223,9 +223,9 @@ void save_llama2c(const std::string& path, const Model& model) {
   const ModelConfig& c = model.config();
   check(c.norm == NormKind::rms_norm && c.mlp == MlpKind::swiglu &&
             c.positions == PositionKind::rotary && !c.bias && !c.rope_halves &&
-            c.d_model == c.n_heads * c.d_head && c.window == 0,
+            c.d_model == c.n_heads * c.d_head && c.window == 0 && !c.sinks,
         "save_llama2c: the model is not in llama2.c's architecture (Llama style, rotary on "
-        "adjacent pairs, d_model = n_heads · d_head, no window)");
+        "adjacent pairs, d_model = n_heads · d_head, no window, no sinks)");
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::binary);
   check(out.good(), "save_llama2c: cannot write \"", tmp, "\"");

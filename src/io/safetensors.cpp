@@ -45,7 +45,8 @@ std::string config_to_json(const ModelConfig& c) {
               {"rope_theta", c.rope_theta},
               {"rope_halves", c.rope_halves},
               {"causal", c.causal},
-              {"window", c.window}}
+              {"window", c.window},
+              {"sinks", c.sinks}}
       .dump();
 }
 
@@ -76,6 +77,7 @@ ModelConfig config_from_json(const std::string& text) {
   c.rope_halves = get<bool>(j, "rope_halves", where);
   c.causal = get<bool>(j, "causal", where);
   c.window = get_or<int64_t>(j, "window", 0, where);  // absent in checkpoints before windows
+  c.sinks = get_or<bool>(j, "sinks", false, where);   // … and before sinks
   validate(c);
   return c;
 }

@@ -38,142 +38,162 @@ inline int64_t register_ints(const MaskProgram& p, int64_t lanes) {
   return (p.registers + 1) * lanes;
 }
 
+// Index lanes along rows (inner) or across them (outer), clamped to the real ones.
+inline void fill_index(int32_t* d, int64_t rows, int64_t width, int64_t first, int64_t last,
+                       bool inner) {
+  for (int64_t o = 0; o < rows; ++o) {
+    int32_t* row = d + o * width;
+    if (inner) {
+      for (int64_t i = 0; i < width; ++i) row[i] = static_cast<int32_t>(std::min(first + i, last));
+    } else {
+      std::fill(row, row + width, static_cast<int32_t>(std::min(first + o, last)));
+    }
+  }
+}
+
+// The flat element index of lookup `in` at each of n lanes, into the spare register
+// (register p.registers), clamped into the tensor; with `miss`, the first index outside its
+// tensor is reported there.
+inline const int32_t* flat_indices(const MaskProgram& p, const MaskInstr& in, int64_t n,
+                                   int32_t* regs, MaskMiss* miss) {
+  const MaskTensorData& t = *p.tensors[in.tensor];
+  int32_t* flat = regs + p.registers * n;
+  for (int32_t k = 0; k < in.dims; ++k) {
+    const int32_t* index = regs + p.operands[in.first_index + k] * n;
+    const int32_t size = static_cast<int32_t>(t.shape[k]);
+    const int32_t stride = static_cast<int32_t>(t.stride[k]);
+    uint32_t outside = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      const int32_t i = index[e];
+      outside |= static_cast<uint32_t>(i) >= static_cast<uint32_t>(size);
+      const int32_t at_k = std::min(std::max(i, 0), size - 1) * stride;
+      flat[e] = k == 0 ? at_k : flat[e] + at_k;
+    }
+    if (outside && miss && !miss->found)
+      for (int64_t e = 0; e < n; ++e)
+        if (index[e] < 0 || index[e] >= size) {
+          *miss = {true, in.tensor, k, index[e], e};
+          break;
+        }
+  }
+  return flat;
+}
+
+// One integer or boolean instruction of p over rows × at.width lanes of regs (operands that
+// are integers or booleans too). Returns false, doing nothing, for an instruction that reads or
+// writes floats (the score evaluator's: mask/score_lanes-inl.h).
+inline bool integer_step(const MaskProgram& p, const MaskInstr& in, const Lanes& at, int64_t rows,
+                         int32_t* regs, MaskMiss* miss) {
+  if (in.real || in.real_operands) return false;
+  const int64_t n = rows * at.width;
+  auto reg = [&](int32_t r) { return regs + r * n; };
+  // (Sums and products wrap as unsigned, never overflow: create_block_mask has shown that
+  // no real pair leaves 32 bits.)
+  auto wrap = [](uint32_t x) { return static_cast<int32_t>(x); };
+  int32_t* d = reg(in.dst);
+  const int32_t* x = in.a >= 0 ? reg(in.a) : nullptr;
+  const int32_t* y = in.b >= 0 ? reg(in.b) : nullptr;
+  const int32_t* z = in.c >= 0 ? reg(in.c) : nullptr;
+  switch (in.op) {
+    case MaskOp::constant:
+      std::fill(d, d + n, in.value);
+      break;
+    case MaskOp::batch:
+      std::fill(d, d + n, static_cast<int32_t>(at.b));
+      break;
+    case MaskOp::head:
+      std::fill(d, d + n, static_cast<int32_t>(at.h));
+      break;
+    case MaskOp::q_idx:
+      fill_index(d, rows, at.width, at.q0, at.q_last, at.q_inner);
+      break;
+    case MaskOp::kv_idx:
+      fill_index(d, rows, at.width, at.kv0, at.kv_last, !at.q_inner);
+      break;
+    case MaskOp::lookup: {
+      const int32_t* flat = flat_indices(p, in, n, regs, miss);
+      const int32_t* values = p.tensors[in.tensor]->values.data();
+      for (int64_t e = 0; e < n; ++e) d[e] = values[flat[e]];
+      break;
+    }
+    case MaskOp::add:
+      for (int64_t e = 0; e < n; ++e) d[e] = wrap(static_cast<uint32_t>(x[e]) + y[e]);
+      break;
+    case MaskOp::sub:
+      for (int64_t e = 0; e < n; ++e) d[e] = wrap(static_cast<uint32_t>(x[e]) - y[e]);
+      break;
+    case MaskOp::mul:
+      for (int64_t e = 0; e < n; ++e) d[e] = wrap(static_cast<uint32_t>(x[e]) * y[e]);
+      break;
+    case MaskOp::div:  // floor(x / y) in doubles (exact for 32-bit operands); x / 0 = 0
+      for (int64_t e = 0; e < n; ++e) {
+        const double q = std::floor(static_cast<double>(x[e]) / (y[e] == 0 ? 1 : y[e]));
+        d[e] = y[e] == 0 ? 0 : static_cast<int32_t>(q);
+      }
+      break;
+    case MaskOp::mod:  // x − y · floor(x / y) in 64 bits (-2^31 % -1 too); x % 0 = x
+      for (int64_t e = 0; e < n; ++e) {
+        const int64_t s = y[e] == 0 ? 1 : y[e];
+        const auto q = static_cast<int64_t>(std::floor(static_cast<double>(x[e]) / s));
+        d[e] = y[e] == 0 ? x[e] : static_cast<int32_t>(x[e] - s * q);
+      }
+      break;
+    case MaskOp::neg:
+      for (int64_t e = 0; e < n; ++e) d[e] = wrap(0u - static_cast<uint32_t>(x[e]));
+      break;
+    case MaskOp::min:
+      for (int64_t e = 0; e < n; ++e) d[e] = std::min(x[e], y[e]);
+      break;
+    case MaskOp::max:
+      for (int64_t e = 0; e < n; ++e) d[e] = std::max(x[e], y[e]);
+      break;
+    case MaskOp::abs:
+      for (int64_t e = 0; e < n; ++e)
+        d[e] = x[e] < 0 ? wrap(0u - static_cast<uint32_t>(x[e])) : x[e];
+      break;
+    case MaskOp::eq:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] == y[e];
+      break;
+    case MaskOp::ne:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] != y[e];
+      break;
+    case MaskOp::lt:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] < y[e];
+      break;
+    case MaskOp::le:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] <= y[e];
+      break;
+    case MaskOp::gt:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] > y[e];
+      break;
+    case MaskOp::ge:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] >= y[e];
+      break;
+    case MaskOp::logical_and:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] & y[e];
+      break;
+    case MaskOp::logical_or:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] | y[e];
+      break;
+    case MaskOp::logical_not:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] ^ 1;
+      break;
+    case MaskOp::where:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] ? y[e] : z[e];
+      break;
+    default:  // (floats: never here, see above)
+      return false;
+  }
+  return true;
+}
+
 // Evaluates p over rows × at.width lanes into regs (register_ints of them); returns the register
 // holding the mask (0 or 1 per lane). Lookups read clamped indices; with `miss`, the first index
 // outside its tensor is reported there.
 inline const int32_t* evaluate(const MaskProgram& p, const Lanes& at, int64_t rows, int32_t* regs,
                                MaskMiss* miss) {
-  const int64_t n = rows * at.width, width = at.width;
-  auto reg = [&](int32_t r) { return regs + r * n; };
-  // Indices along rows (inner) or across them (outer), clamped to the real ones.
-  auto fill_index = [&](int32_t* d, int64_t first, int64_t last, bool inner) {
-    for (int64_t o = 0; o < rows; ++o) {
-      int32_t* row = d + o * width;
-      if (inner) {
-        for (int64_t i = 0; i < width; ++i)
-          row[i] = static_cast<int32_t>(std::min(first + i, last));
-      } else {
-        std::fill(row, row + width, static_cast<int32_t>(std::min(first + o, last)));
-      }
-    }
-  };
-  // (Sums and products wrap as unsigned, never overflow: create_block_mask has shown that
-  // no real pair leaves 32 bits.)
-  auto wrap = [](uint32_t x) { return static_cast<int32_t>(x); };
-  for (const MaskInstr& in : p.code) {
-    int32_t* d = reg(in.dst);
-    const int32_t* x = in.a >= 0 ? reg(in.a) : nullptr;
-    const int32_t* y = in.b >= 0 ? reg(in.b) : nullptr;
-    const int32_t* z = in.c >= 0 ? reg(in.c) : nullptr;
-    switch (in.op) {
-      case MaskOp::constant:
-        std::fill(d, d + n, in.value);
-        break;
-      case MaskOp::batch:
-        std::fill(d, d + n, static_cast<int32_t>(at.b));
-        break;
-      case MaskOp::head:
-        std::fill(d, d + n, static_cast<int32_t>(at.h));
-        break;
-      case MaskOp::q_idx:
-        fill_index(d, at.q0, at.q_last, at.q_inner);
-        break;
-      case MaskOp::kv_idx:
-        fill_index(d, at.kv0, at.kv_last, !at.q_inner);
-        break;
-      case MaskOp::lookup: {
-        const MaskTensorData& t = *p.tensors[in.tensor];
-        const int32_t* values = t.values.data();
-        int32_t* flat = reg(p.registers);  // the spare register
-        for (int32_t k = 0; k < in.dims; ++k) {
-          const int32_t* index = reg(p.operands[in.first_index + k]);
-          const int32_t size = static_cast<int32_t>(t.shape[k]);
-          const int32_t stride = static_cast<int32_t>(t.stride[k]);
-          uint32_t outside = 0;
-          for (int64_t e = 0; e < n; ++e) {
-            const int32_t i = index[e];
-            outside |= static_cast<uint32_t>(i) >= static_cast<uint32_t>(size);
-            const int32_t at_k = std::min(std::max(i, 0), size - 1) * stride;
-            flat[e] = k == 0 ? at_k : flat[e] + at_k;
-          }
-          if (outside && miss && !miss->found)
-            for (int64_t e = 0; e < n; ++e)
-              if (index[e] < 0 || index[e] >= size) {
-                *miss = {true, in.tensor, k, index[e], e};
-                break;
-              }
-        }
-        for (int64_t e = 0; e < n; ++e) d[e] = values[flat[e]];
-        break;
-      }
-      case MaskOp::add:
-        for (int64_t e = 0; e < n; ++e) d[e] = wrap(static_cast<uint32_t>(x[e]) + y[e]);
-        break;
-      case MaskOp::sub:
-        for (int64_t e = 0; e < n; ++e) d[e] = wrap(static_cast<uint32_t>(x[e]) - y[e]);
-        break;
-      case MaskOp::mul:
-        for (int64_t e = 0; e < n; ++e) d[e] = wrap(static_cast<uint32_t>(x[e]) * y[e]);
-        break;
-      case MaskOp::div:  // floor(x / y) in doubles (exact for 32-bit operands); x / 0 = 0
-        for (int64_t e = 0; e < n; ++e) {
-          const double q = std::floor(static_cast<double>(x[e]) / (y[e] == 0 ? 1 : y[e]));
-          d[e] = y[e] == 0 ? 0 : static_cast<int32_t>(q);
-        }
-        break;
-      case MaskOp::mod:  // x − y · floor(x / y) in 64 bits (-2^31 % -1 too); x % 0 = x
-        for (int64_t e = 0; e < n; ++e) {
-          const int64_t s = y[e] == 0 ? 1 : y[e];
-          const auto q = static_cast<int64_t>(std::floor(static_cast<double>(x[e]) / s));
-          d[e] = y[e] == 0 ? x[e] : static_cast<int32_t>(x[e] - s * q);
-        }
-        break;
-      case MaskOp::neg:
-        for (int64_t e = 0; e < n; ++e) d[e] = wrap(0u - static_cast<uint32_t>(x[e]));
-        break;
-      case MaskOp::min:
-        for (int64_t e = 0; e < n; ++e) d[e] = std::min(x[e], y[e]);
-        break;
-      case MaskOp::max:
-        for (int64_t e = 0; e < n; ++e) d[e] = std::max(x[e], y[e]);
-        break;
-      case MaskOp::abs:
-        for (int64_t e = 0; e < n; ++e)
-          d[e] = x[e] < 0 ? wrap(0u - static_cast<uint32_t>(x[e])) : x[e];
-        break;
-      case MaskOp::eq:
-        for (int64_t e = 0; e < n; ++e) d[e] = x[e] == y[e];
-        break;
-      case MaskOp::ne:
-        for (int64_t e = 0; e < n; ++e) d[e] = x[e] != y[e];
-        break;
-      case MaskOp::lt:
-        for (int64_t e = 0; e < n; ++e) d[e] = x[e] < y[e];
-        break;
-      case MaskOp::le:
-        for (int64_t e = 0; e < n; ++e) d[e] = x[e] <= y[e];
-        break;
-      case MaskOp::gt:
-        for (int64_t e = 0; e < n; ++e) d[e] = x[e] > y[e];
-        break;
-      case MaskOp::ge:
-        for (int64_t e = 0; e < n; ++e) d[e] = x[e] >= y[e];
-        break;
-      case MaskOp::logical_and:
-        for (int64_t e = 0; e < n; ++e) d[e] = x[e] & y[e];
-        break;
-      case MaskOp::logical_or:
-        for (int64_t e = 0; e < n; ++e) d[e] = x[e] | y[e];
-        break;
-      case MaskOp::logical_not:
-        for (int64_t e = 0; e < n; ++e) d[e] = x[e] ^ 1;
-        break;
-      case MaskOp::where:
-        for (int64_t e = 0; e < n; ++e) d[e] = x[e] ? y[e] : z[e];
-        break;
-    }
-  }
-  return reg(p.result);
+  for (const MaskInstr& in : p.code) integer_step(p, in, at, rows, regs, miss);
+  return regs + p.result * rows * at.width;
 }
 
 }  // namespace mask_lanes

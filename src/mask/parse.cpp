@@ -1,18 +1,23 @@
-// The text form of a mask expression: a recursive-descent parser over C's precedence levels
-// (include/qkv/mask_function.h). Errors name the column, from 1, of what could not be read.
+// The text form of a mask or score expression: a recursive-descent parser over C's precedence
+// levels (include/qkv/mask_function.h, include/qkv/score_function.h). Errors name the column, from 1, of what could not be read.
 #include <cctype>
+#include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "mask/expr.h"
 #include "qkv/error.h"
+#include "qkv/score_function.h"
 
 namespace qkv {
 namespace {
 
 class Parser {
  public:
-  Parser(std::string_view text, std::span<const MaskTensor> tensors)
-      : text_(text), tensors_(tensors) {}
+  // `what`: "mask" or "score function", for messages.
+  Parser(std::string_view text, std::vector<std::shared_ptr<const detail::MaskTensorData>> tensors,
+         bool scores)
+      : text_(text), tensors_(std::move(tensors)), scores_(scores) {}
 
   MaskExpr parse() {
     check(text_.size() <= 1 << 16, "mask: the text is ", text_.size(),
@@ -28,10 +33,11 @@ class Parser {
     // (Pieces streamed one by one: concatenated std::strings trip GCC 12's false -Wrestrict.)
     const bool long_text = text_.size() > 80;
     const std::string_view shown = long_text ? text_.substr(0, 77) : text_;
+    const char* kind = scores_ ? "score function" : "mask";
     if (at_ < text_.size())
-      fail("mask \"", shown, long_text ? "..." : "", "\": column ", at_ + 1, ": ", what,
+      fail(kind, " \"", shown, long_text ? "..." : "", "\": column ", at_ + 1, ": ", what,
            ", found \"", text_.substr(at_, 12), "\"");
-    fail("mask \"", shown, long_text ? "..." : "", "\": column ", at_ + 1, ": ", what,
+    fail(kind, " \"", shown, long_text ? "..." : "", "\": column ", at_ + 1, ": ", what,
          ", found the end");
   }
 
@@ -144,7 +150,7 @@ class Parser {
     if (take("-")) {
       skip_space();
       if (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_])))
-        return MaskExpr(-literal());  // a negative constant, -2^31 included
+        return number(true);  // a negative constant, -2^31 included
       enter();
       MaskExpr x = unary();
       --depth_;
@@ -162,7 +168,7 @@ class Parser {
     skip_space();
     if (at_ >= text_.size()) error("expected an operand");
     const char c = text_[at_];
-    if (std::isdigit(static_cast<unsigned char>(c))) return number();
+    if (std::isdigit(static_cast<unsigned char>(c))) return number(false);
     if (take("(")) {
       enter();
       MaskExpr x = logical_or();
@@ -185,36 +191,64 @@ class Parser {
     if (name == "false") return MaskExpr(false);
     if (name == "where" || name == "min" || name == "max" || name == "abs")
       return call(name, start);
-    for (const MaskTensor& t : tensors_)
-      if (t.name() == name) return lookup(t, start);
+    for (const auto& t : tensors_)
+      if (t->name == name) return lookup(t, start);
+    if (scores_) {
+      if (name == "score") return score_args::score;
+      if (name == "inf") return MaskExpr(std::numeric_limits<double>::infinity());
+      if (name == "nan") return MaskExpr(std::numeric_limits<double>::quiet_NaN());
+      if (name == "float" || name == "exp" || name == "log" || name == "tanh" ||
+          name == "sigmoid" || name == "sqrt")
+        return call(name, start);
+      at_ = start;
+      error(
+          "expected score, b, h, q_idx, kv_idx, a function (where, min, max, abs, float, exp, "
+          "log, tanh, sigmoid, sqrt), inf, nan or a captured tensor");
+    }
     at_ = start;
     error("expected b, h, q_idx, kv_idx, a function (where, min, max, abs) or a captured tensor");
   }
-  // Digits at the cursor, up to 2^31 (which only a minus sign before it makes a constant).
-  int64_t literal() {
+  bool digit_at() const {
+    return at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]));
+  }
+  // A number at the cursor (after a minus sign when `negative`): an integer of 32 bits, or in a
+  // score function a float when a '.' or an exponent follows the digits.
+  MaskExpr number(bool negative) {
     const size_t start = at_;
+    while (digit_at()) ++at_;
+    bool real = false;
+    if (scores_ && at_ < text_.size() && text_[at_] == '.') {
+      real = true;
+      ++at_;
+      while (digit_at()) ++at_;
+    }
+    if (scores_ && at_ < text_.size() && (text_[at_] == 'e' || text_[at_] == 'E')) {
+      const size_t mark = at_++;
+      if (at_ < text_.size() && (text_[at_] == '+' || text_[at_] == '-')) ++at_;
+      if (digit_at()) {
+        real = true;
+        while (digit_at()) ++at_;
+      } else {
+        at_ = mark;
+      }
+    }
+    const std::string digits(text_.substr(start, at_ - start));
+    if (real) {
+      const double v = std::strtod(digits.c_str(), nullptr);
+      return MaskExpr(negative ? -v : v);
+    }
     int64_t value = 0;
-    while (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]))) {
-      value = value * 10 + (text_[at_] - '0');
-      if (value > (int64_t{1} << 31)) {
+    for (char ch : digits) {
+      value = value * 10 + (ch - '0');
+      if (value > (int64_t{1} << 31) || (!negative && value == (int64_t{1} << 31))) {
         at_ = start;
         error("an integer larger than 32 bits");
       }
-      ++at_;
     }
-    return value;
-  }
-  MaskExpr number() {
-    const size_t start = at_;
-    const int64_t value = literal();
-    if (value == (int64_t{1} << 31)) {
-      at_ = start;
-      error("an integer larger than 32 bits");
-    }
-    return MaskExpr(value);
+    return MaskExpr(negative ? -value : value);
   }
   MaskExpr call(std::string_view name, size_t start) {
-    const size_t n = name == "where" ? 3 : name == "abs" ? 1 : 2;
+    const size_t n = name == "where" ? 3 : name == "min" || name == "max" ? 2 : 1;
     expect("(", "'(' after the function's name");
     enter();
     std::vector<MaskExpr> args;
@@ -229,10 +263,16 @@ class Parser {
       if (name == "where") return where(args[0], args[1], args[2]);
       if (name == "min") return min(args[0], args[1]);
       if (name == "max") return max(args[0], args[1]);
+      if (name == "float") return to_float(args[0]);
+      if (name == "exp") return exp(args[0]);
+      if (name == "log") return log(args[0]);
+      if (name == "tanh") return tanh(args[0]);
+      if (name == "sigmoid") return sigmoid(args[0]);
+      if (name == "sqrt") return sqrt(args[0]);
       return abs(args[0]);
     });
   }
-  MaskExpr lookup(const MaskTensor& t, size_t start) {
+  MaskExpr lookup(const std::shared_ptr<const detail::MaskTensorData>& t, size_t start) {
     expect("[", "'[' after a tensor's name");
     enter();
     std::vector<MaskExpr> indices;
@@ -240,11 +280,12 @@ class Parser {
     while (take(",")) indices.push_back(logical_or());
     --depth_;
     expect("]", "']' after the indices");
-    return at(start, [&] { return t.at(indices); });
+    return at(start, [&] { return MaskExpr(detail::lookup_node(t, indices)); });
   }
 
   std::string_view text_;
-  std::span<const MaskTensor> tensors_;
+  std::vector<std::shared_ptr<const detail::MaskTensorData>> tensors_;
+  bool scores_;
   size_t at_ = 0;
   int depth_ = 0;
 };
@@ -252,7 +293,21 @@ class Parser {
 }  // namespace
 
 MaskExpr parse_mask(std::string_view text, std::span<const MaskTensor> tensors) {
-  return Parser(text, tensors).parse();
+  std::vector<std::shared_ptr<const detail::MaskTensorData>> all;
+  for (const MaskTensor& t : tensors) all.push_back(t.data());
+  return Parser(text, std::move(all), false).parse();
+}
+
+MaskExpr parse_score(std::string_view text, std::span<const ScoreTensor> tensors,
+                     std::span<const MaskTensor> integer_tensors) {
+  std::vector<std::shared_ptr<const detail::MaskTensorData>> all;
+  for (const ScoreTensor& t : tensors) all.push_back(t.data());
+  for (const MaskTensor& t : integer_tensors) all.push_back(t.data());
+  for (size_t i = 0; i < all.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      check(all[i]->name != all[j]->name, "parse_score: two captured tensors are named ",
+            all[i]->name);
+  return Parser(text, std::move(all), true).parse();
 }
 
 }  // namespace qkv

@@ -2,6 +2,7 @@
 #include "mask/program.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -26,11 +27,16 @@ class Compiler {
       tensor = static_cast<int32_t>(found - p_.tensors.begin());
       if (found == p_.tensors.end()) p_.tensors.push_back(n.tensor);
     }
-    const auto key = std::make_tuple(n.op, n.value, tensor, args);
+    const auto key = std::make_tuple(n.op, n.value, std::bit_cast<uint32_t>(n.real_value),
+                                     n.real, tensor, args);
     if (auto it = by_key_.find(key); it != by_key_.end()) return by_node_[&n] = it->second;
     MaskInstr in{n.op};
     in.node = &n;
     in.value = n.value;
+    in.real_value = n.real_value;
+    in.real = n.real;
+    for (size_t k = 0; k < n.args.size() && k < 3; ++k)
+      if (n.args[k]->real) in.real_operands |= static_cast<uint8_t>(1u << k);
     in.tensor = tensor;
     if (n.op == MaskOp::lookup) {
       in.first_index = static_cast<int32_t>(p_.operands.size());
@@ -49,11 +55,13 @@ class Compiler {
  private:
   MaskProgram& p_;
   std::map<const MaskNode*, int32_t> by_node_;
-  std::map<std::tuple<MaskOp, int32_t, int32_t, std::vector<int32_t>>, int32_t> by_key_;
+  std::map<std::tuple<MaskOp, int32_t, uint32_t, bool, int32_t, std::vector<int32_t>>, int32_t>
+      by_key_;
 };
 
-// Value numbers → registers: a register is free again after its value's last read. An
-// instruction reads its operands at a lane before it writes that lane, so dst may be one of them.
+// Value numbers → registers: a register is free again after its value's last read. Integers
+// and booleans take the integer registers, floats the float ones. An instruction reads its
+// operands at a lane before it writes that lane, so dst may be one of them.
 void allocate_registers(MaskProgram& p, int32_t result) {
   const int32_t n = static_cast<int32_t>(p.code.size());
   std::vector<int32_t> last_read(n, -1);
@@ -64,18 +72,27 @@ void allocate_registers(MaskProgram& p, int32_t result) {
   };
   for (int32_t i = 0; i < n; ++i) reads(p.code[i], [&](int32_t v) { last_read[v] = i; });
   last_read[result] = n;  // read after the program
-  std::vector<int32_t> reg(n, -1), free;
-  int32_t count = 0;
+  std::vector<int32_t> reg(n, -1), free[2];
+  int32_t count[2] = {0, 0};
+  auto pool = [&](int32_t v) { return p.code[v].real ? 1 : 0; };
   for (int32_t i = 0; i < n; ++i) {
     MaskInstr& in = p.code[i];
+    std::vector<int32_t>& mine = free[pool(i)];
+    // A float's derivatives read its operands after its value is written (score_lanes-inl.h):
+    // its register is taken before theirs are freed, so that it is none of them.
+    int32_t r = -1;
+    auto take = [&] {
+      r = mine.empty() ? count[pool(i)]++ : mine.back();
+      if (!mine.empty()) mine.pop_back();
+    };
+    if (in.real) take();
     reads(in, [&](int32_t v) {
       if (last_read[v] == i && reg[v] >= 0) {
-        free.push_back(reg[v]);
+        free[pool(v)].push_back(reg[v]);
         reg[v] = -reg[v] - 2;  // freed; keep the number for the rewrite below
       }
     });
-    const int32_t r = free.empty() ? count++ : free.back();
-    if (!free.empty()) free.pop_back();
+    if (!in.real) take();
     auto to_reg = [&](int32_t v) { return reg[v] >= 0 ? reg[v] : -reg[v] - 2; };
     for (int32_t* o : {&in.a, &in.b, &in.c})
       if (*o >= 0) *o = to_reg(*o);
@@ -84,21 +101,30 @@ void allocate_registers(MaskProgram& p, int32_t result) {
     reg[i] = r;
     in.dst = r;
     // (A value never read is free at once.)
-    if (last_read[i] < 0) free.push_back(r), reg[i] = -r - 2;
+    if (last_read[i] < 0) mine.push_back(r), reg[i] = -r - 2;
   }
-  p.registers = std::max(count, 1);
+  p.registers = std::max(count[0], 1);
+  p.real_registers = count[1];
   p.result = reg[result] >= 0 ? reg[result] : -reg[result] - 2;
+  p.result_real = p.code[result].real;
 }
 
 }  // namespace
 
 MaskProgram compile(const MaskExpr& mask) {
+  check(!has_reals(mask.node()),
+        "mask: a mask function takes integers and booleans; floats and the score are for score "
+        "functions (include/qkv/score_function.h)");
   check(mask.is_bool(),
         "mask: the expression is an integer, not a boolean (compare it: ", to_string(mask),
         " != 0)");
+  return compile_any(mask);
+}
+
+MaskProgram compile_any(const MaskExpr& expr) {
   MaskProgram p;
   Compiler c(p);
-  const int32_t result = c.emit(mask.node());
+  const int32_t result = c.emit(expr.node());
   for (const MaskInstr& in : p.code) {
     p.reads_b |= in.op == MaskOp::batch;
     p.reads_h |= in.op == MaskOp::head;
@@ -197,6 +223,12 @@ void intervals(const MaskProgram& p, const TensorRanges* ranges, const IndexBox&
   out.lookup_outside = false;
   out.wide = -1;
   for (const MaskInstr& in : p.code) {
+    // Floats have no ranges here; a comparison of floats may give either boolean.
+    if (in.real && in.op != MaskOp::lookup) continue;
+    if (in.real_operands) {
+      lo[in.dst] = 0, hi[in.dst] = 1;
+      continue;
+    }
     const int64_t al = in.a >= 0 ? lo[in.a] : 0, ah = in.a >= 0 ? hi[in.a] : 0;
     const int64_t bl = in.b >= 0 ? lo[in.b] : 0, bh = in.b >= 0 ? hi[in.b] : 0;
     int64_t l = 0, h = 0;
@@ -229,6 +261,7 @@ void intervals(const MaskProgram& p, const TensorRanges* ranges, const IndexBox&
           last += std::min<int64_t>(hi[r], t.shape[d] - 1) * t.stride[d];
         }
         if (!inside) out.lookup_outside = true;
+        if (t.real()) continue;  // (a float: its index checked, no range)
         if (inside && one_run && ranges) {
           ranges[in.tensor].range(first, last, l, h);
         } else if (inside && one_run && last - first < 256) {
@@ -314,6 +347,8 @@ void intervals(const MaskProgram& p, const TensorRanges* ranges, const IndexBox&
         else l = std::min(bl, cl), h = std::max(bh, ch);
         break;
       }
+      default:  // (the float operations, skipped above)
+        break;
     }
     lo[in.dst] = l;
     hi[in.dst] = h;

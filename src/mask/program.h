@@ -16,7 +16,10 @@ struct MaskInstr {
   MaskOp op;
   int32_t dst = 0;                    // register written
   int32_t a = -1, b = -1, c = -1;     // operand registers
-  int32_t value = 0;                  // constant
+  bool real = false;                  // dst is a float register (else an integer one)
+  uint8_t real_operands = 0;          // bit k: operand k (a, b, c) is a float register
+  int32_t value = 0;                  // constant; table: its number
+  float real_value = 0;               // a float constant
   int32_t tensor = -1;                // lookup: index into MaskProgram::tensors
   int32_t first_index = 0, dims = 0;  // lookup: its index registers, operands[first, first + dims)
   const MaskNode* node = nullptr;     // what it computes, for messages (the mask owns it)
@@ -26,12 +29,17 @@ struct MaskProgram {
   std::vector<MaskInstr> code;
   std::vector<int32_t> operands;  // lookups' index registers
   std::vector<std::shared_ptr<const MaskTensorData>> tensors;
-  int32_t registers = 0;
-  int32_t result = 0;  // the register holding the mask
+  int32_t registers = 0;       // integer (and boolean) registers
+  int32_t real_registers = 0;  // float registers (score functions)
+  int32_t result = 0;          // the register holding the mask (or the score)
+  bool result_real = false;    // result is a float register
   bool reads_b = false, reads_h = false;
 };
 
+// A mask: a boolean expression without floats (else a qkv::Error).
 MaskProgram compile(const MaskExpr& mask);
+// Any expression (a score function's, or a part of it).
+MaskProgram compile_any(const MaskExpr& expr);
 
 // The first index found outside its tensor by an evaluation over lanes (mask/lanes-inl.h).
 struct MaskMiss {

@@ -39,6 +39,7 @@ std::vector<ParamInfo> Model::param_layout(const ModelConfig& c) {
     if (c.bias) add(p + "attn.qkv.bias", W, 1, false);
     add(p + "attn.out.weight", C, A, true);
     if (c.bias) add(p + "attn.out.bias", C, 1, false);
+    if (c.sinks) add(p + "attn.sinks", c.n_heads, 1, false);
     add(p + "norm2.weight", C, 1, false);
     if (ln) add(p + "norm2.bias", C, 1, false);
     if (c.mlp == MlpKind::gelu) {
@@ -195,6 +196,8 @@ void Model::bind_weights() {
                      .qkv = linear_of(p + "attn.qkv", c.bias),
                      .out = linear_of(p + "attn.out", c.bias),
                      .proj = linear_of(p + "mlp.proj", c.bias)};
+    if (c.sinks)
+      L.sinks = in_buffer(p + "attn.sinks").data, L.d_sinks = grad(p + "attn.sinks").data;
     if (c.mlp == MlpKind::gelu) L.fc = linear_of(p + "mlp.fc", c.bias);
     else L.gate = linear_of(p + "mlp.gate", c.bias), L.up = linear_of(p + "mlp.up", c.bias);
     if (L.gate.blocks && L.up.blocks && !c.bias) {
@@ -243,6 +246,7 @@ MultiHeadAttention Model::attention_layer(int64_t layer) const {
   m.causal = c.causal;
   m.window = c.window;
   m.alibi = c.positions == PositionKind::alibi ? alibi_.data() : nullptr;
+  m.sinks = L.sinks, m.d_sinks = L.d_sinks;
   m.shard = shard_;
   m.rotary = c.positions == PositionKind::rotary;
   m.rope_theta = c.rope_theta;

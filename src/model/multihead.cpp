@@ -2,6 +2,7 @@
 #include "qkv/multihead.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "ops/gemm.h"
 #include "qkv/attention.h"
@@ -88,6 +89,7 @@ AttentionArgs args_of(const MultiHeadAttention& m, const Heads& h, float* lse) {
   a.mask.causal = m.causal;
   if (m.window > 0) a.mask.window_left = static_cast<int>(m.window);
   a.mask.alibi = m.alibi;
+  a.sinks = m.sinks;
   return a;
 }
 
@@ -134,9 +136,9 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
   rows_of(s.lse, B * Hq * T, 1);
   const Heads h = heads_of(m, s.q, s.kv, s.att, B, T, S);
   if (m.shard) {
-    check(!m.is_cross() && m.alibi == nullptr,
+    check(!m.is_cross() && m.alibi == nullptr && m.sinks == nullptr,
           "multihead_forward: across processes only "
-          "self-attention without ALiBi runs");
+          "self-attention without ALiBi or sinks runs");
     check(m.shard->local_len() == T, "multihead_forward: the sequence shard holds ",
           m.shard->local_len(), " positions, the input ", T);
     if (m.rotary) rotate(m, h, false);
@@ -209,9 +211,12 @@ void multihead_backward(const MultiHeadAttention& m, MultiHeadState& s, View dx,
     m.shard->backward(args_of(m, h, s.lse.data()), d.out, d.q, d.k, d.v);
     if (m.rotary) rotate(m, d, true);
   } else {
-    // Written, not added; with compute bf16 the gradients of the rounded q, k, v (fp32).
+    // Written, not added; with compute bf16 the gradients of the rounded q, k, v (fp32). The
+    // sinks' gradient is written to a buffer of its own, then added.
+    std::vector<float> d_sinks(m.sinks && m.d_sinks ? Hq : 0);
     attention_backward(args_of(m, attended_heads(m, s, B, T, S, false), s.lse.data()), d.out, d.q,
-                       d.k, d.v);
+                       d.k, d.v, {d_sinks.empty() ? nullptr : d_sinks.data()});
+    for (int64_t i = 0; i < static_cast<int64_t>(d_sinks.size()); ++i) m.d_sinks[i] += d_sinks[i];
   }
   if (m.rotary && !m.shard) {
     rope_backward(d.q_bthd, S - T, m.rope_theta, m.rope_pairs);

@@ -27,6 +27,8 @@ struct Model::Weights {
     // gate's blocks then up's, when both are in a block format without biases: one product
     // for both (one parallel region, the activations rounded once for int8).
     std::vector<quant::Matrix> gate_up;
+    const float* sinks = nullptr;  // [n_heads] attention-sink logits, when the model has them
+    float* d_sinks = nullptr;
   };
   View token, position;  // token: empty when held in a block format
   View d_token, d_position;

@@ -30,6 +30,8 @@ enum class ForwardSlot {
   key_ranges,
   tile_masks,
   mask_registers,
+  score_ints,
+  score_floats,
   end
 };
 // The tiled backward (src/attention/flash_backward.cpp): the forward's slots, its own uses (the
@@ -45,6 +47,9 @@ enum class BackwardSlot {
   lse,
   key_tiles,
   mask_registers,
+  score_ints,
+  score_floats,
+  score_derivatives,
   end
 };
 inline constexpr int kAttentionSlots = static_cast<int>(ForwardSlot::end) >
