@@ -31,7 +31,8 @@ def materialised(q, k, v, score_mod=None, sinks=None, scale=None):
         s = score_mod(s, *grids(B, H, L, S)).expand(B, H, L, S)
     if sinks is not None:
         s = torch.cat([s, sinks.view(1, H, 1, 1).expand(B, H, L, 1).to(s.dtype)], dim=-1)
-    m = s.amax(dim=-1, keepdim=True).clamp_min(-1e300)  # (a row of −inf: weights 0)
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(m == -math.inf, torch.zeros_like(m), m)  # (a row of −inf: weights 0)
     p = torch.exp(s - m)
     total = p.sum(dim=-1, keepdim=True)
     w = torch.where(total > 0, p / total, torch.zeros_like(p))
@@ -58,11 +59,12 @@ def t5_buckets(L, S, buckets=16, max_distance=64):
 def gallery(H, L, S, dtype):
     g = torch.Generator().manual_seed(7)
     buckets = t5_buckets(L, S)
-    rel = torch.randn(H, 16, generator=g, dtype=dtype) * 0.5
-    slopes = torch.rand(H, generator=g, dtype=dtype) * 0.3
+    # (Drawn as float32, then converted: the same values in either dtype.)
+    rel = (torch.randn(H, 16, generator=g) * 0.5).to(dtype)
+    slopes = (torch.rand(H, generator=g) * 0.3).to(dtype)
     W = 16  # an image 16 positions wide
     R = (max(L, S) + W - 1) // W
-    grid = torch.randn(H, 2 * R - 1, 2 * W - 1, generator=g, dtype=dtype) * 0.5
+    grid = (torch.randn(H, 2 * R - 1, 2 * W - 1, generator=g) * 0.5).to(dtype)
 
     def softcap(score, b, h, q_idx, kv_idx):
         return torch.tanh(score / 2.5) * 2.5
