@@ -3,10 +3,12 @@ through qkv.torch.flex_attention, on the CPU: the score function is PyTorch code
 qkv's expression form at each call; the bias table and the sinks learn through autograd with
 qkv's backward.
 
-    python3 examples/score_training.py        # ~10 s on 2 cores; the loss falls below 0.3
+    python3 examples/score_training.py        # ~20 s on 2 cores
 
-The task: each sequence is a random prefix of 32 tokens, then the same tokens again; the
-model must copy the token 32 positions back, which a relative bias finds quickly.
+The task: each sequence repeats a random pattern of 7 tokens; past the first 7, the model
+predicts the token 6 positions back. The relative bias finds that distance (T5's buckets are
+exact below 8): on 2 Zen 4 cores the loss falls from ln 32 = 3.47 to about 0.02 by step 150
+and about 0.001 by step 300, every head's strongest bucket the distance's.
 """
 import math
 
@@ -14,7 +16,7 @@ import torch
 
 import qkv.torch as qt
 
-V, D, H, T, PERIOD = 32, 64, 4, 64, 32
+V, D, H, T, PERIOD = 32, 64, 4, 64, 7
 
 
 def t5_buckets(T, buckets=32, max_distance=64):
@@ -50,8 +52,8 @@ class Model(torch.nn.Module):
 
 
 def batch(generator, size=16):
-    prefix = torch.randint(0, V, (size, PERIOD), generator=generator)
-    tokens = torch.cat([prefix, prefix, prefix[:, :1]], dim=1)  # T + 1 tokens
+    pattern = torch.randint(0, V, (size, PERIOD), generator=generator)
+    tokens = pattern.repeat(1, (T + 1 + PERIOD - 1) // PERIOD)[:, :T + 1]
     return tokens[:, :-1], tokens[:, 1:]
 
 
@@ -59,11 +61,11 @@ def main():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     model = Model()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     for step in range(1, 301):
         x, y = batch(g)
         logits = model(x)
-        # Only the second half can be predicted: it repeats the first.
+        # Only what follows the first pattern can be predicted.
         loss = torch.nn.functional.cross_entropy(logits[:, PERIOD:].reshape(-1, V),
                                                  y[:, PERIOD:].reshape(-1))
         opt.zero_grad()
@@ -72,8 +74,9 @@ def main():
         if step % 50 == 0:
             print(f"step {step}: loss {loss.item():.3f}")
     strongest = model.bias.detach().argmax(dim=1)
-    print(f"the bias's strongest bucket per head: {strongest.tolist()} "
-          f"(the distance {PERIOD} is bucket {int(t5_buckets(T)[PERIOD + T - 1])}); "
+    # Position t predicts token t + 1, the one PERIOD − 1 positions back from t.
+    print(f"the bias's strongest bucket per head: {strongest.tolist()} (distance "
+          f"{PERIOD - 1} is bucket {int(t5_buckets(T)[PERIOD - 1 + T - 1])}); "
           f"sinks {[round(x, 2) for x in model.sinks.detach().tolist()]}")
 
 
