@@ -18,14 +18,16 @@ int main() {
   for (int64_t d = -(T - 1); d <= T - 1; ++d) {
     const int64_t n = std::abs(d);
     const int64_t far = 8 + static_cast<int64_t>(std::log(n / 8.0) / std::log(16.0) * 8);
-    bucket_of.push_back(static_cast<int32_t>((n < 8 ? n : std::min<int64_t>(far, 15)) + (d > 0 ? 16 : 0)));
+    bucket_of.push_back(
+        static_cast<int32_t>((n < 8 ? n : std::min<int64_t>(far, 15)) + (d > 0 ? 16 : 0)));
   }
   const qkv::MaskTensor bucket("bucket", {2 * T - 1}, bucket_of);
   std::vector<float> table(H * buckets, 0.0f), table_grad(H * buckets);
   for (int64_t i = 0; i < H * buckets; ++i) table[i] = 0.05f * static_cast<float>(i % 7);
   const qkv::ScoreTensor bias("bias", {H, buckets}, table.data(), table_grad.data());
   // The bias depends on (h, q_idx − kv_idx) alone: one table per call, not T × T floats.
-  const qkv::ScoreFunction t5(score + bias.at({h, bucket[q_idx - kv_idx + static_cast<int>(T - 1)]}));
+  const qkv::ScoreFunction t5(score +
+                              bias.at({h, bucket[q_idx - kv_idx + static_cast<int>(T - 1)]}));
 
   std::vector<float> sinks = {0.0f, 0.5f, 1.0f, -1.0f}, sinks_grad(H);
   qkv::Tensor q({1, H, T, D}), k({1, H, T, D}), v({1, H, T, D}), out({1, H, T, D});
@@ -49,6 +51,6 @@ int main() {
               static_cast<long long>(t5.tables()));
   std::printf("out[0, 0, 0, 0] = %.4f (the first query sees its own key and the sink)\n",
               out.view()(0, 0, 0, 0));
-  std::printf("d bias[0, 0] = %.4f, d sinks = %.4f %.4f %.4f %.4f\n", table_grad[0],
-              sinks_grad[0], sinks_grad[1], sinks_grad[2], sinks_grad[3]);
+  std::printf("d bias[0, 0] = %.4f, d sinks = %.4f %.4f %.4f %.4f\n", table_grad[0], sinks_grad[0],
+              sinks_grad[1], sinks_grad[2], sinks_grad[3]);
 }

@@ -321,8 +321,15 @@ TEST(FlashBackwardThreads, SameBitsWithOneAndTwoThreads) {
 
 // The sinks' gradient at 1, 2, 3 and 16 threads: the same bits.
 TEST(FlashBackwardThreads, SinkGradientSameBitsAtAnyThreadCount) {
-  const Case c{.B = 3, .Hq = 8, .Hkv = 2, .Tq = 150, .Tk = 150, .D = 32, .Dv = 32,
-               .causal = true, .sinks = true};
+  const Case c{.B = 3,
+               .Hq = 8,
+               .Hkv = 2,
+               .Tq = 150,
+               .Tk = 150,
+               .D = 32,
+               .Dv = 32,
+               .causal = true,
+               .sinks = true};
   Problem p(c);
   attention(p.args);
   const int saved = num_threads();
@@ -335,7 +342,8 @@ TEST(FlashBackwardThreads, SinkGradientSameBitsAtAnyThreadCount) {
   }
   set_num_threads(saved);
   for (size_t r = 1; r < runs.size(); ++r)
-    for (int64_t h = 0; h < c.Hq; ++h) ASSERT_EQ(runs[r][h], runs[0][h]) << "run " << r << " head " << h;
+    for (int64_t h = 0; h < c.Hq; ++h)
+      ASSERT_EQ(runs[r][h], runs[0][h]) << "run " << r << " head " << h;
 }
 
 // Rows past a sequence's kv_len may hold anything: NaN there must reach neither dq nor the

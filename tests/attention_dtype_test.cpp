@@ -179,7 +179,7 @@ std::vector<Case> option_grid() {
           [](Case& c) { c.seq_major = true; },
           [](Case& c) { c.dim_strided = true; },
           [](Case& c) { c.D = 19, c.Dv = 7, c.scale = 0.5f; },
-          [](Case& c) { c.Tq = 1, c.Tk = 600; },                      // decode, rows in registers
+          [](Case& c) { c.Tq = 1, c.Tk = 600; },  // decode, rows in registers
           // … with dims of whole pairs of vectors, then a vector, then single elements
           [](Case& c) { c.Tq = 1, c.Tk = 600, c.D = 56, c.Dv = 40; },
           // the forward with value dims of whole 32s (the bf16 units interleave V's rows), an
@@ -189,7 +189,7 @@ std::vector<Case> option_grid() {
           [](Case& c) { c.Tq = 3, c.Tk = 601, c.D = 64, c.Dv = 32, c.window_left = 200; },
           [](Case& c) { c.Tq = 2, c.Tk = 600, c.D = 32, c.Dv = 64, c.bias = BiasKind::full; },
           [](Case& c) { c.Hq = 16, c.Hkv = 1, c.Tq = 2, c.Tk = 600; },  // decode, rows in lanes
-          [](Case& c) { c.Tq = 1, c.Tk = 600, c.D = 8, c.Dv = 8; },    // decode, keys in lanes
+          [](Case& c) { c.Tq = 1, c.Tk = 600, c.D = 8, c.Dv = 8; },     // decode, keys in lanes
           [](Case& c) { c.Tq = 3, c.Tk = 600, c.causal = true, c.bias = BiasKind::batch_key; },
           [](Case& c) { c.causal = true, c.sinks = true; },  // sinks: tiled, then decoding
           [](Case& c) { c.Tq = 3, c.Tk = 600, c.D = 64, c.Dv = 32, c.sinks = true; },
@@ -248,8 +248,8 @@ struct UnitsBackward {
 UnitsBackward units_backward(const Case& c, const Types& t, const TypedProblem& tp,
                              const TypedGrads& g, const testing::Expected& e,
                              std::vector<double>& dDi) {
-  const bool on_units = testing::on_bf16_units_target() && t.kv == TensorType::bf16 &&
-                        c.D % 2 == 0 && c.Dv % 2 == 0;
+  const bool on_units =
+      testing::on_bf16_units_target() && t.kv == TensorType::bf16 && c.D % 2 == 0 && c.Dv % 2 == 0;
   if (!on_units) return {};
   const UnitsRounding forward = units_rounding(c, t);
   const double scale = c.scale != 0 ? c.scale : 1 / std::sqrt(double(c.D));
@@ -281,8 +281,7 @@ UnitsBackward units_backward(const Case& c, const Types& t, const TypedProblem& 
             dp += double(go[x]) * v.get(b, hkv, j, x);
             dp_abs += std::abs(double(go[x]) * v.get(b, hkv, j, x));
           }
-          const double eps =
-              (0x1p-8 + rho + q_lo) * p * std::abs(dp - di) + p * dout_lo * dp_abs;
+          const double eps = (0x1p-8 + rho + q_lo) * p * std::abs(dp - di) + p * dout_lo * dp_abs;
           dq_sum += eps;
           const int64_t key = (b * c.Hkv + hkv) * c.Tk + j;
           dk_sum[key] += eps;
@@ -394,9 +393,9 @@ INSTANTIATE_TEST_SUITE_P(Grid, DtypeBackward, ::testing::ValuesIn(backward_grid(
 // The same bits for any thread count, forward (tiled and decoding) and backward.
 TEST(DtypeThreads, SameBitsWithOneAndTwoThreads) {
   const Types t{TensorType::bf16, TensorType::bf16, TensorType::bf16};
-  for (const Case& c : {Case{.B = 1, .Hq = 4, .Hkv = 2, .Tq = 200, .Tk = 300, .D = 64, .Dv = 64,
-                             .causal = true},
-                        Case{.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tk = 5000, .D = 64, .Dv = 64}}) {
+  for (const Case& c :
+       {Case{.B = 1, .Hq = 4, .Hkv = 2, .Tq = 200, .Tk = 300, .D = 64, .Dv = 64, .causal = true},
+        Case{.B = 1, .Hq = 8, .Hkv = 2, .Tq = 1, .Tk = 5000, .D = 64, .Dv = 64}}) {
     auto run = [&](int threads) {
       const int saved = num_threads();
       set_num_threads(threads);
@@ -424,8 +423,10 @@ TEST(DtypeRounding, OutputsRoundToNearestEven) {
   const float values[4] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 1.0f + 0x1p-9f};
   for (int e = 0; e < 4; ++e) v[e] = f16{float_to_half(values[e])};
   std::vector<bf16> out(4);
-  attention({.q = View(q.data(), {1, 1, 1, 4}), .k = View(k.data(), {1, 1, 1, 4}),
-             .v = View(v.data(), {1, 1, 1, 4}), .out = View(out.data(), {1, 1, 1, 4})});
+  attention({.q = View(q.data(), {1, 1, 1, 4}),
+             .k = View(k.data(), {1, 1, 1, 4}),
+             .v = View(v.data(), {1, 1, 1, 4}),
+             .out = View(out.data(), {1, 1, 1, 4})});
   // Ties go to the even neighbour: 1 + 2^-8 → 1, 1 + 3 · 2^-8 → 1 + 2^-6, not 1 + 2^-7.
   for (int e = 0; e < 4; ++e) EXPECT_EQ(out[e].bits, float_to_bf16(values[e])) << e;
   EXPECT_EQ(out[0].bits, 0x3f80);
@@ -451,8 +452,10 @@ TEST(DtypeConversions, EveryPatternWidensExactly) {
         return w;
       };
       Tensor out({1, 1, Tq, n});
-      attention({.q = view(q, {1, 1, Tq, 4}), .k = view(k, {1, 1, 1, 4}),
-                 .v = view(v, {1, 1, 1, n}), .out = out});
+      attention({.q = view(q, {1, 1, Tq, 4}),
+                 .k = view(k, {1, 1, 1, 4}),
+                 .v = view(v, {1, 1, 1, n}),
+                 .out = out});
       // vdpbf16ps (and bfdot) read subnormal bf16 inputs as zero: on the bf16 units (which take
       // this forward, not this decoding: its dim is no multiple of 32) they may come out ±0.
       const bool flushes = testing::on_bf16_units_target() && type == TensorType::bf16;
@@ -462,8 +465,9 @@ TEST(DtypeConversions, EveryPatternWidensExactly) {
           if (flushes && std::fpclassify(want) == FP_SUBNORMAL && got == 0) continue;
           if (std::isnan(want)) ASSERT_TRUE(std::isnan(got)) << i;
           else if (want == 0) ASSERT_EQ(got, 0.0f) << i;  // −0: the sum from +0 gives +0
-          else ASSERT_EQ(std::memcmp(&want, &got, 4), 0)
-                   << dtype_name(type) << " pattern " << i << ": " << got << ", not " << want;
+          else
+            ASSERT_EQ(std::memcmp(&want, &got, 4), 0)
+                << dtype_name(type) << " pattern " << i << ": " << got << ", not " << want;
         }
     }
 }
@@ -531,7 +535,9 @@ TEST(DtypeErrors, CombinationsOutsideTheRulesNameTheTypes) {
   EXPECT_NE(message({.q = q, .k = kbf, .v = vbf, .out = View(ob.data(), {1, 1, 4, 8})})
                 .find("out is bf16 but must be fp32"),
             std::string::npos);
-  EXPECT_NE(message({.q = View(kb.data(), {1, 1, 4, 8}), .k = kbf, .v = vbf,
+  EXPECT_NE(message({.q = View(kb.data(), {1, 1, 4, 8}),
+                     .k = kbf,
+                     .v = vbf,
                      .out = View(oh.data(), {1, 1, 4, 8})})
                 .find("out is fp16 but must be bf16 or fp32"),
             std::string::npos);

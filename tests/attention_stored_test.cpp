@@ -143,7 +143,8 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   a.mask.window_left = c.window;
   if (c.alibi) a.mask.alibi = slopes.data();
   std::vector<float> sinks(Hq);
-  for (int64_t h = 0; h < Hq; ++h) sinks[h] = h == 0 ? -INFINITY : -2.0f + static_cast<float>(h % 5);
+  for (int64_t h = 0; h < Hq; ++h)
+    sinks[h] = h == 0 ? -INFINITY : -2.0f + static_cast<float>(h % 5);
   if (c.sinks) a.sinks = sinks.data();
   attention(a, kv);
   // Blocks again with int8 scores (the default): each score moves by at most what rounding

@@ -31,7 +31,8 @@ ModelConfig config_of(const std::string& style, int64_t d_model = 32) {
 void spread_sinks(Model& m) {
   for (int64_t l = 0; l < m.config().n_layers && m.config().sinks; ++l) {
     const View s = m.weight("layers." + std::to_string(l) + ".attn.sinks");
-    for (int64_t h = 0; h < s.shape[0]; ++h) s.data[h] = -1.0f + 3.0f * float(h + l) / float(s.shape[0]);
+    for (int64_t h = 0; h < s.shape[0]; ++h)
+      s.data[h] = -1.0f + 3.0f * float(h + l) / float(s.shape[0]);
   }
 }
 
@@ -98,8 +99,8 @@ TEST_P(CacheMatchesFullForward, PrefillInChunks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Styles, CacheMatchesFullForward,
-                         ::testing::Values("gpt2", "llama", "mqa", "sinusoidal", "alibi",
-                                           "window", "sinks"));
+                         ::testing::Values("gpt2", "llama", "mqa", "sinusoidal", "alibi", "window",
+                                           "sinks"));
 
 // Three sequences of different lengths in one cache: prompts prefilled one by one, then
 // decoded together, each step one token for every sequence.

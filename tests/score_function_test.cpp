@@ -38,7 +38,7 @@ void expect_error(const std::function<void()>& f, const std::string& fragment) {
 // ---- The expression --------------------------------------------------------------------------
 
 TEST(ScoreExpression, KindsFollowPython) {
-  EXPECT_TRUE((sa::score + 1).is_real());  // int + float is a float
+  EXPECT_TRUE((sa::score + 1).is_real());   // int + float is a float
   EXPECT_FALSE((sa::q_idx / 2).is_real());  // floor division of integers stays an integer
   EXPECT_TRUE((to_float(sa::q_idx) / 2).is_real());
   EXPECT_TRUE((sa::score > 0).is_bool());
@@ -47,12 +47,12 @@ TEST(ScoreExpression, KindsFollowPython) {
   EXPECT_DOUBLE_EQ(evaluate_score(sa::score * 2 + 0.5, 1.25, 0, 0, 0, 0), 3.0);
   EXPECT_DOUBLE_EQ(evaluate_score(where(sa::score > 1.0, sa::score, -INFINITY), 0.5, 0, 0, 0, 0),
                    -INFINITY);
-  EXPECT_NEAR(evaluate_score(sigmoid(sa::score) + tanh(sa::score) + exp(sa::score) +
-                                 log(sa::score) + sqrt(sa::score),
-                             2.0, 0, 0, 0, 0),
-              1 / (1 + std::exp(-2.0)) + std::tanh(2.0) + std::exp(2.0) + std::log(2.0) +
-                  std::sqrt(2.0),
-              1e-12);
+  EXPECT_NEAR(
+      evaluate_score(
+          sigmoid(sa::score) + tanh(sa::score) + exp(sa::score) + log(sa::score) + sqrt(sa::score),
+          2.0, 0, 0, 0, 0),
+      1 / (1 + std::exp(-2.0)) + std::tanh(2.0) + std::exp(2.0) + std::log(2.0) + std::sqrt(2.0),
+      1e-12);
   expect_error([] { (void)(sa::score % 2); }, "% takes integers");
   expect_error([] { (void)(sa::score && sa::score); }, "takes booleans");
   expect_error([] { ScoreFunction f(sa::score > 0); }, "is a boolean");
@@ -67,10 +67,11 @@ TEST(ScoreExpression, TextRoundTrips) {
   const MaskTensor bucket("bucket", {9}, {0, 1, 2, 3, 4, 4, 4, 4, 4});
   const ScoreTensor tensors[] = {bias};
   const MaskTensor ints[] = {bucket};
-  for (const char* text : {"score + 1.5", "where(score > 0.0, score, -inf)",
-                           "tanh(score / 30.0) * 30.0", "score - 0.25 * float(abs(q_idx - kv_idx))",
-                           "score + bias[h, bucket[q_idx - kv_idx + 4]]", "score * 1e-07 + nan",
-                           "exp(-score) + log(sqrt(score * score + 1.0))", "sigmoid(score) * 2.0"}) {
+  for (const char* text :
+       {"score + 1.5", "where(score > 0.0, score, -inf)", "tanh(score / 30.0) * 30.0",
+        "score - 0.25 * float(abs(q_idx - kv_idx))", "score + bias[h, bucket[q_idx - kv_idx + 4]]",
+        "score * 1e-07 + nan", "exp(-score) + log(sqrt(score * score + 1.0))",
+        "sigmoid(score) * 2.0"}) {
     const MaskExpr f = parse_score(text, tensors, ints);
     EXPECT_EQ(to_string(f), text);
     EXPECT_EQ(to_string(parse_score(to_string(f), tensors, ints)), to_string(f));
@@ -113,9 +114,10 @@ TEST(ScoreProgram, RelativeSubexpressionsBecomeTables) {
   EXPECT_EQ(ScoreFunction(score + bias.at({h, bucket[q_idx - kv_idx + 7]})).tables(), 1);
   EXPECT_EQ(ScoreFunction(tanh(score / 20.0) * 20.0).tables(), 0);
   // A 2-D grid's offsets read q_idx and kv_idx apart: evaluated per pair.
-  EXPECT_EQ(ScoreFunction(score + grid.at({h, q_idx / 4 - kv_idx / 4 + 3, q_idx % 4 - kv_idx % 4 + 3}))
-                .tables(),
-            0);
+  EXPECT_EQ(
+      ScoreFunction(score + grid.at({h, q_idx / 4 - kv_idx / 4 + 3, q_idx % 4 - kv_idx % 4 + 3}))
+          .tables(),
+      0);
 }
 
 // ---- The gallery, written twice: as an expression, and as a C++ formula ---------------------
@@ -123,9 +125,9 @@ TEST(ScoreProgram, RelativeSubexpressionsBecomeTables) {
 // One score function of a problem: the expression over its tensors, and the same by hand.
 struct Gallery {
   std::string name;
-  std::vector<float> params;                   // a learnable tensor's values ([] if none)
-  std::vector<int64_t> shape;                  // its shape
-  std::vector<int32_t> ints;                   // an integer tensor's ([] if none)
+  std::vector<float> params;   // a learnable tensor's values ([] if none)
+  std::vector<int64_t> shape;  // its shape
+  std::vector<int32_t> ints;   // an integer tensor's ([] if none)
   std::function<MaskExpr(const ScoreTensor&, const MaskTensor&)> expr;
   // The formula; p: the learnable tensor's values in double (perturbed by finite differences).
   std::function<double(const std::vector<double>& p, double s, int64_t b, int64_t h, int64_t i,
@@ -147,12 +149,19 @@ std::vector<Gallery> gallery(const Case& c) {
     return v;
   };
   const int64_t offset = c.Tk - c.Tq;  // qkv's ALiBi measures |i + Tk − Tq − j|
-  g.push_back({"softcap", {}, {}, {}, [](auto&, auto&) { return tanh(score / 2.0) * 2.0; },
+  g.push_back({"softcap",
+               {},
+               {},
+               {},
+               [](auto&, auto&) { return tanh(score / 2.0) * 2.0; },
                [](auto&, double s, auto, auto, auto, auto) { return 2 * std::tanh(s / 2); }});
   {
     std::vector<float> slopes = random(c.Hq);
     for (float& x : slopes) x = std::abs(x) * 0.5f;
-    g.push_back({"alibi_learned", slopes, {c.Hq}, {},
+    g.push_back({"alibi_learned",
+                 slopes,
+                 {c.Hq},
+                 {},
                  [offset](const ScoreTensor& t, auto&) {
                    return score - t[h] * abs(q_idx - kv_idx + static_cast<int>(offset));
                  },
@@ -163,7 +172,10 @@ std::vector<Gallery> gallery(const Case& c) {
     const int32_t buckets = 8;
     const std::vector<int32_t> bucket = t5_buckets(c.Tq, c.Tk, buckets);
     const int64_t Tk = c.Tk;
-    g.push_back({"t5_bias", random(c.Hq * buckets), {c.Hq, buckets}, bucket,
+    g.push_back({"t5_bias",
+                 random(c.Hq * buckets),
+                 {c.Hq, buckets},
+                 bucket,
                  [Tk](const ScoreTensor& t, const MaskTensor& bk) {
                    return score + t.at({h, bk[q_idx - kv_idx + static_cast<int>(Tk - 1)]});
                  },
@@ -175,34 +187,42 @@ std::vector<Gallery> gallery(const Case& c) {
   {
     const int W = 8;  // a grid of rows of W positions
     const int64_t rows = (std::max(c.Tq, c.Tk) + W - 1) / W;
-    g.push_back({"grid_2d", random(c.Hq * (2 * rows - 1) * (2 * W - 1)),
-                 {c.Hq, 2 * rows - 1, 2 * W - 1}, {},
-                 [rows](const ScoreTensor& t, auto&) {
-                   const int R = static_cast<int>(rows);
-                   return score + t.at({h, q_idx / W - kv_idx / W + (R - 1),
-                                        q_idx % W - kv_idx % W + (W - 1)});
-                 },
-                 [rows](const std::vector<double>& p, double s, auto, int64_t hh, int64_t i,
-                        int64_t j) {
-                   const int64_t r = i / W - j / W + rows - 1, col = i % W - j % W + W - 1;
-                   return s + p[(hh * (2 * rows - 1) + r) * (2 * W - 1) + col];
-                 }});
+    g.push_back(
+        {"grid_2d",
+         random(c.Hq * (2 * rows - 1) * (2 * W - 1)),
+         {c.Hq, 2 * rows - 1, 2 * W - 1},
+         {},
+         [rows](const ScoreTensor& t, auto&) {
+           const int R = static_cast<int>(rows);
+           return score +
+                  t.at({h, q_idx / W - kv_idx / W + (R - 1), q_idx % W - kv_idx % W + (W - 1)});
+         },
+         [rows](const std::vector<double>& p, double s, auto, int64_t hh, int64_t i, int64_t j) {
+           const int64_t r = i / W - j / W + rows - 1, col = i % W - j % W + W - 1;
+           return s + p[(hh * (2 * rows - 1) + r) * (2 * W - 1) + col];
+         }});
   }
   {
     std::vector<float> gates = random(c.Hq);
-    g.push_back({"gated", gates, {c.Hq}, {},
-                 [](const ScoreTensor& t, auto&) {
-                   return score * sigmoid(t[h]) * 2.0 -
-                          0.1 * log(1.0 + to_float(abs(q_idx - kv_idx))) + exp(score * 0.1);
-                 },
-                 [](const std::vector<double>& p, double s, auto, int64_t hh, int64_t i,
-                    int64_t j) {
-                   return s / (1 + std::exp(-p[hh])) * 2 - 0.1 * std::log(1.0 + std::abs(i - j)) +
-                          std::exp(s * 0.1);
-                 }});
+    g.push_back(
+        {"gated",
+         gates,
+         {c.Hq},
+         {},
+         [](const ScoreTensor& t, auto&) {
+           return score * sigmoid(t[h]) * 2.0 - 0.1 * log(1.0 + to_float(abs(q_idx - kv_idx))) +
+                  exp(score * 0.1);
+         },
+         [](const std::vector<double>& p, double s, auto, int64_t hh, int64_t i, int64_t j) {
+           return s / (1 + std::exp(-p[hh])) * 2 - 0.1 * std::log(1.0 + std::abs(i - j)) +
+                  std::exp(s * 0.1);
+         }});
   }
   // A mask by −inf (and a row that sees nothing when Tq > Tk): PyTorch's causal, top-left.
-  g.push_back({"minus_inf", {}, {}, {},
+  g.push_back({"minus_inf",
+               {},
+               {},
+               {},
                [](auto&, auto&) { return where(kv_idx <= q_idx - 3, score, -INFINITY); },
                [](auto&, double s, auto, auto, int64_t i, int64_t j) {
                  return j <= i - 3 ? s : -INFINITY;
@@ -226,9 +246,9 @@ struct ScoredProblem {
     if (none) values = {0.0f};  // a tensor the function does not read
     tensor = std::make_unique<ScoreTensor>("t", none ? std::vector<int64_t>{1} : g.shape,
                                            values.data(), learn && !none ? grad.data() : nullptr);
-    ints = std::make_unique<MaskTensor>(
-        "bucket", std::vector<int64_t>{std::max<int64_t>(1, g.ints.size())},
-        g.ints.empty() ? std::vector<int32_t>{0} : g.ints);
+    ints = std::make_unique<MaskTensor>("bucket",
+                                        std::vector<int64_t>{std::max<int64_t>(1, g.ints.size())},
+                                        g.ints.empty() ? std::vector<int32_t>{0} : g.ints);
     fn = ScoreFunction(g.expr(*tensor, *ints));
     p.args.score_mod = &fn;
   }
@@ -240,14 +260,15 @@ struct ScoredProblem {
 };
 
 std::vector<Case> forward_cases() {
-  return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 2, .Tq = 67, .Tk = 80, .D = 32, .Dv = 24},
-                             {
-                                 [](Case&) {},
-                                 [](Case& c) { c.causal = true; },
-                                 [](Case& c) { c.Tq = 130, c.Tk = 7, c.causal = true; },
-                                 [](Case& c) { c.Tq = 1, c.Tk = 300; },  // one query: tiled
-                                 [](Case& c) { c.D = c.Dv = 64, c.Tq = c.Tk = 129, c.sinks = true; },
-                             });
+  return testing::variations(
+      Case{.B = 2, .Hq = 4, .Hkv = 2, .Tq = 67, .Tk = 80, .D = 32, .Dv = 24},
+      {
+          [](Case&) {},
+          [](Case& c) { c.causal = true; },
+          [](Case& c) { c.Tq = 130, c.Tk = 7, c.causal = true; },
+          [](Case& c) { c.Tq = 1, c.Tk = 300; },  // one query: tiled
+          [](Case& c) { c.D = c.Dv = 64, c.Tq = c.Tk = 129, c.sinks = true; },
+      });
 }
 
 class ScoreForward : public ::testing::TestWithParam<Case> {};
@@ -388,9 +409,9 @@ TEST(ScoreBackward, ReferenceMatchesFiniteDifferences) {
 // The tiled backward against the reference backward, and its learnable tensors' gradients the
 // same bits at 1, 2, 3 and 16 threads.
 TEST(ScoreBackward, TiledMatchesTheReference) {
-  for (const Case& c : {Case{.B = 2, .Hq = 4, .Hkv = 2, .Tq = 67, .Tk = 80, .D = 32, .Dv = 24},
-                        Case{.B = 1, .Hq = 2, .Hkv = 1, .Tq = 130, .Tk = 130, .D = 16, .Dv = 16,
-                             .causal = true}})
+  for (const Case& c :
+       {Case{.B = 2, .Hq = 4, .Hkv = 2, .Tq = 67, .Tk = 80, .D = 32, .Dv = 24},
+        Case{.B = 1, .Hq = 2, .Hkv = 1, .Tq = 130, .Tk = 130, .D = 16, .Dv = 16, .causal = true}})
     for (const Gallery& g : gallery(c)) {
       ScoredProblem fast(c, g, true), ref(c, g, true);
       attention(fast.p.args);
@@ -454,7 +475,8 @@ TEST(ScoreErrors, IndicesOutsideATensorAreNamed) {
     Problem p(c);
     const ScoreFunction f(score + short_rows.at({h, q_idx - kv_idx}));  // a table, d < 0
     p.args.score_mod = &f;
-    expect_error([&] { attention(p.args); }, "is outside bias (dim 1 has 10 elements) at h = 0, q_idx - kv_idx = -19");
+    expect_error([&] { attention(p.args); },
+                 "is outside bias (dim 1 has 10 elements) at h = 0, q_idx - kv_idx = -19");
   }
   {
     Problem p(c);

@@ -41,8 +41,8 @@ struct ModelConfig {
   bool causal = true;        // a decoder; false only for experiments on symmetry
   int64_t window = 0;        // sliding window (Mistral): each position sees itself and the
                              // `window` positions before it; 0 = the whole prefix
-  bool sinks = false;  // a learned attention-sink logit per query head and layer (gpt-oss):
-                       // parameter layers.L.attn.sinks [n_heads], starting at 0
+  bool sinks = false;        // a learned attention-sink logit per query head and layer (gpt-oss):
+                             // parameter layers.L.attn.sinks [n_heads], starting at 0
   float init_std = 0.02f;    // std of the random initial weights (GPT-2: 0.02)
 };
 

@@ -106,8 +106,9 @@ void bind_attention(nb::module_& m) {
         ParameterGrads grads;
         if (dsinks) {
           const View s = float_view(*dsinks, "dsinks");
-          check(s.numel() == a.q.shape[1] && s.is_contiguous(), "attention_backward: dsinks must be ",
-                a.q.shape[1], " contiguous floats, one per query head, got ", shape_of(s));
+          check(s.numel() == a.q.shape[1] && s.is_contiguous(),
+                "attention_backward: dsinks must be ", a.q.shape[1],
+                " contiguous floats, one per query head, got ", shape_of(s));
           grads.sinks = s.data;
         }
         nb::gil_scoped_release unlocked;

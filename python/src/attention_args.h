@@ -20,7 +20,7 @@ struct Options {
   Opt kv_len, bias, alibi, cu_seqlens_q, cu_seqlens_k, sinks;
   float softcap = 0, scale = 0;
   std::string layout = "bhtd";
-  const BlockMask* block_mask = nullptr;      // (the Python side keeps its object alive)
+  const BlockMask* block_mask = nullptr;     // (the Python side keeps its object alive)
   const ScoreFunction* score_mod = nullptr;  // (the same)
 };
 

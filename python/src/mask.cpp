@@ -74,8 +74,9 @@ void bind_mask(nb::module_& m) {
       .def_prop_ro("text", [](const PyScoreFunction& f) { return to_string(f.fn.expr()); })
       .def_prop_ro("tables", [](const PyScoreFunction& f) { return f.fn.tables(); })
       .def_prop_ro("learnable", [](const PyScoreFunction& f) { return f.fn.learnable(); })
-      .def_prop_ro("function", [](const PyScoreFunction& f) { return &f.fn; },
-                   nb::rv_policy::reference_internal);
+      .def_prop_ro(
+          "function", [](const PyScoreFunction& f) { return &f.fn; },
+          nb::rv_policy::reference_internal);
   nb::class_<ScoreFunction>(m, "_ScoreFunctionRef");
   m.def(
       "_score_function",

@@ -446,9 +446,9 @@ struct AmxBackwardUnit {
 // a tensor's elements), in double.
 struct ScoreGrads {
   const ScoreCall* call = nullptr;
-  double* sums = nullptr;                // the unit's, at offsets[k] for source k
+  double* sums = nullptr;  // the unit's, at offsets[k] for source k
   const std::vector<int64_t>* offsets = nullptr;
-  int64_t first_head = 0;                // the unit's first query head
+  int64_t first_head = 0;  // the unit's first query head
 };
 
 // Source k's sums in a unit: a table's rows (one per head of the group when it reads h, else
@@ -465,8 +465,8 @@ int64_t source_size(const ScoreCall& call, int64_t k, int64_t group) {
 // queries): the same bits whichever thread runs the unit.
 template <class Chunks>
 void add_source_gradients(const ScoreGrads& g, int64_t h, int64_t i0, int64_t rows, int64_t j0,
-                          int64_t Mq, const float* P, const float* dS,
-                          float* const* d_sources, int32_t* const* index_of, Chunks&& chunks) {
+                          int64_t Mq, const float* P, const float* dS, float* const* d_sources,
+                          int32_t* const* index_of, Chunks&& chunks) {
   const ScoreCall& call = *g.call;
   const ScoreProgram& p = *call.program;
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -502,8 +502,8 @@ void add_source_gradients(const ScoreGrads& g, int64_t h, int64_t i0, int64_t ro
 template <int NQV, class Unit, class T>
 void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t h,
               int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p, int64_t j0,
-              const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq,
-              int32_t* mask_regs, const ScoreGrads& score) {
+              const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq, int32_t* mask_regs,
+              const ScoreGrads& score) {
   using Tile = typename Unit::Tile;
   Unit::begin();
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -546,7 +546,8 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
   if (call) {
     const ScoreProgram& sp = *call->program;
     const int64_t sources = static_cast<int64_t>(sp.sources.size()), tile = kKeyTile * Mq;
-    float* d = thread_scratch(BackwardSlot::score_derivatives, std::max<int64_t>(1, 2 * sources * tile));
+    float* d =
+        thread_scratch(BackwardSlot::score_derivatives, std::max<int64_t>(1, 2 * sources * tile));
     for (int64_t k = 0; k < sources; ++k) {
       d_sources[k] = d + 2 * k * tile;
       index_of[k] = reinterpret_cast<int32_t*>(d + (2 * k + 1) * tile);
@@ -666,9 +667,8 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
     const int64_t tile = partial ? -key_tiles[k] - 1 : key_tiles[k];
     int32_t* mask_regs = nullptr;  // (the running thread's)
     if (partial)
-      mask_regs = reinterpret_cast<int32_t*>(
-          thread_scratch(BackwardSlot::mask_registers,
-                         tiles::function_register_ints(fn->program())));
+      mask_regs = reinterpret_cast<int32_t*>(thread_scratch(
+          BackwardSlot::mask_registers, tiles::function_register_ints(fn->program())));
     key_step<NQV, Unit, T>(a, rule, n, b, h, i0, rows, tm, p, tile * kKeyTile, step_buffers(n), dK,
                            dV, part, dq, mask_regs, score);
   };

@@ -203,7 +203,8 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   if (call) {
     score_regs.ints = reinterpret_cast<int32_t*>(
         thread_scratch(ForwardSlot::score_ints, score_register_ints(call, n.Mq)));
-    score_regs.reals = thread_scratch(ForwardSlot::score_floats, score_register_floats(call, n.Mq, 0));
+    score_regs.reals =
+        thread_scratch(ForwardSlot::score_floats, score_register_floats(call, n.Mq, 0));
   }
   Unit::begin();
   QueryTile tiles_of_group[kTilesPerGroup];
@@ -269,10 +270,9 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
       if (j0 + kKeyTile <= t.tm.lo || j0 >= t.tm.hi || st == BlockState::empty) continue;
       const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
       simd::with_count<kQueryVectors>(t.nqv, [&](auto c) {
-        key_step<decltype(c)::value, Unit>(a, rule, call, score_regs, n, b, h, k_rows, ks, Vt,
-                                           j0, j1, t, S,
-                                           st == BlockState::partial ? mask_regs : nullptr,
-                                           prefetch);
+        key_step<decltype(c)::value, Unit>(
+            a, rule, call, score_regs, n, b, h, k_rows, ks, Vt, j0, j1, t, S,
+            st == BlockState::partial ? mask_regs : nullptr, prefetch);
       });
     }
   }

@@ -58,7 +58,7 @@ struct ScoreRule {
   const float* alibi = nullptr;  // [Hq] slopes, or null
   Mask mask;
   int64_t Tq = 0, Tk = 0;
-  const BlockMask* block_mask = nullptr;  // a mask function, or null
+  const BlockMask* block_mask = nullptr;     // a mask function, or null
   const ScoreFunction* score_mod = nullptr;  // a score function (then none of the three)
 
   // Whether any step of the three fixed ones runs between q·k and the mask.
@@ -82,8 +82,8 @@ struct ScoreRule {
 
 // The rule of a call over Tk keys (a.k's when it has them).
 inline ScoreRule score_rule(const AttentionArgs& a, int64_t Tk, const char* where) {
-  return {a.softcap,    full_bias(a, Tk, where), a.mask.alibi, a.mask, a.q.shape[2], Tk,
-          a.block_mask, a.score_mod};
+  return {a.softcap,  full_bias(a, Tk, where), a.mask.alibi, a.mask, a.q.shape[2], Tk, a.block_mask,
+          a.score_mod};
 }
 inline ScoreRule score_rule(const AttentionArgs& a, const char* where) {
   return score_rule(a, a.k.shape[2], where);

@@ -300,15 +300,16 @@ void attention(const AttentionArgs& a, View weights) {
   LoopErrors errors;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(threads)
   for (int64_t b = 0; b < n.B; ++b) {
-    for (int64_t h = 0; h < n.Hq; ++h) errors.run([&] {
-      float* S = grids[omp_get_thread_num()].data();
-      scores(a, n, rule, scale, b, h, S);
-      softmax_rows(S, n.Tq, n.Tk, a.lse ? a.lse + (b * n.Hq + h) * n.Tq : nullptr, sink_of(a, h));
-      weighted_values(a, n, b, h, S);
-      if (!weights.empty())
-        for (int64_t i = 0; i < n.Tq; ++i)
-          for (int64_t j = 0; j < n.Tk; ++j) weights(b, h, i, j) = S[i * n.Tk + j];
-    });
+    for (int64_t h = 0; h < n.Hq; ++h)
+      errors.run([&] {
+        float* S = grids[omp_get_thread_num()].data();
+        scores(a, n, rule, scale, b, h, S);
+        softmax_rows(S, n.Tq, n.Tk, a.lse ? a.lse + (b * n.Hq + h) * n.Tq : nullptr, sink_of(a, h));
+        weighted_values(a, n, b, h, S);
+        if (!weights.empty())
+          for (int64_t i = 0; i < n.Tq; ++i)
+            for (int64_t j = 0; j < n.Tk; ++j) weights(b, h, i, j) = S[i * n.Tk + j];
+      });
   }
   errors.rethrow();
 }

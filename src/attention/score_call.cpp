@@ -20,9 +20,8 @@ void check_bounds(const MaskProgram& p, const IndexBox& box, const char* where,
   MaskIntervals report;
   intervals(p, nullptr, box, lo.data(), hi.data(), report);
   if (report.wide >= 0)
-    fail(where, ": the score function's ", node_text(*p.code[report.wide].node),
-         " may reach ", report.wide_lo, " … ", report.wide_hi,
-         " for this call's sizes, outside 32 bits");
+    fail(where, ": the score function's ", node_text(*p.code[report.wide].node), " may reach ",
+         report.wide_lo, " … ", report.wide_hi, " for this call's sizes, outside 32 bits");
   lookup_outside |= report.lookup_outside;
 }
 

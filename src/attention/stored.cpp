@@ -71,9 +71,11 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   check(a.mask.kv_len == nullptr, kWhere,
         ": padding (kv_len) is not supported: the cache's length is every sequence's");
   check(a.packed.num_seqs == 0, kWhere, ": packed sequences are not supported");
-  check(a.block_mask == nullptr, kWhere, ": a block_mask (mask function) is not supported over a "
+  check(a.block_mask == nullptr, kWhere,
+        ": a block_mask (mask function) is not supported over a "
         "cache yet; attention() over views takes it");
-  check(a.score_mod == nullptr, kWhere, ": a score_mod (score function) is not supported over a "
+  check(a.score_mod == nullptr, kWhere,
+        ": a score_mod (score function) is not supported over a "
         "cache yet; attention() over views takes it");
   check_ndim(a.q, 4, kWhere, "q [B, Hq, Tq, D]");
   const int64_t B = a.q.shape[0], Tq = a.q.shape[2];

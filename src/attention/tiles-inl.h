@@ -211,8 +211,8 @@ inline int64_t score_register_floats(const ScoreCall& call, int64_t Mq, int64_t 
 // derivative with respect to it and, for a lookup, index_of[k] [Kt][Mq] ← the element read.
 // An index outside a tensor is reported to the call (ScoreCall::report_miss).
 void apply_score_function(const ScoreCall& call, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                          int64_t j0, int64_t nk, int64_t Mq, float* S, int32_t* regs,
-                          float* reals, float* d_score = nullptr, float* const* d_sources = nullptr,
+                          int64_t j0, int64_t nk, int64_t Mq, float* S, int32_t* regs, float* reals,
+                          float* d_score = nullptr, float* const* d_sources = nullptr,
                           int32_t* const* index_of = nullptr);
 
 // The registers VisibleBlocks::apply_function evaluates a mask function in.

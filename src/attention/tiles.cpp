@@ -134,7 +134,7 @@ void VisibleBlocks::apply_function(const MaskProgram& p, int64_t b, int64_t h, i
           hn::Store(hn::Set(df, simd::kMinusInf), df, s + jj * Mq);
       } else if (evaluate[c][v]) {
         // The block's keys as rows of N lanes, one query per lane, as S holds them.
-        const mask_lanes::Lanes at{b, h, i0 + v * N, i0 + rows - 1, j0 + c * kKeyChunk,
+        const mask_lanes::Lanes at{b,           h, i0 + v * N, i0 + rows - 1, j0 + c * kKeyChunk,
                                    j0 + nk - 1, N, true};
         const int32_t* shown = mask_lanes::evaluate(p, at, keys, regs, nullptr);
         for (int64_t jj = 0; jj < keys; ++jj)
@@ -231,9 +231,8 @@ void fill_score_tables(ScoreCall& call) {
 }
 
 void apply_score_function(const ScoreCall& call, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                          int64_t j0, int64_t nk, int64_t Mq, float* S, int32_t* regs,
-                          float* reals, float* d_score, float* const* d_sources,
-                          int32_t* const* index_of) {
+                          int64_t j0, int64_t nk, int64_t Mq, float* S, int32_t* regs, float* reals,
+                          float* d_score, float* const* d_sources, int32_t* const* index_of) {
   const ScoreProgram& p = *call.program;
   const float* table_rows[kMostScoreTables];
   for (size_t t = 0; t < p.tables.size(); ++t) table_rows[t] = call.table_row(t, h);
@@ -243,8 +242,8 @@ void apply_score_function(const ScoreCall& call, int64_t b, int64_t h, int64_t i
   const int64_t lanes = kScoreRows * Mq;
   const score_lanes::FloatRegisters r{reals, score_lanes::lane_stride(lanes), slots};
   // (What each float register's derivatives hold: after the registers.)
-  uint32_t* held = reinterpret_cast<uint32_t*>(
-      reals + score_lanes::register_floats(p.main, lanes, slots));
+  uint32_t* held =
+      reinterpret_cast<uint32_t*>(reals + score_lanes::register_floats(p.main, lanes, slots));
   int32_t* index_rows[32];
   for (int64_t jj = 0; jj < nk; jj += kScoreRows) {
     const int64_t count = std::min(kScoreRows, nk - jj), n = count * Mq;

@@ -75,9 +75,11 @@ void check_shard(const AttentionArgs& a, const Sharding& s, const char* where) {
   check(a.mask.bias.empty(), where, ": an additive bias is not supported across ranks");
   check(a.mask.alibi == nullptr, where, ": ALiBi is not supported across ranks");
   check(a.packed.num_seqs == 0, where, ": packed sequences are not supported across ranks");
-  check(a.block_mask == nullptr, where, ": a block_mask (mask function) is not supported across ranks");
+  check(a.block_mask == nullptr, where,
+        ": a block_mask (mask function) is not supported across ranks");
   check(a.sinks == nullptr, where, ": attention sinks are not supported across ranks");
-  check(a.score_mod == nullptr, where, ": a score_mod (score function) is not supported across ranks");
+  check(a.score_mod == nullptr, where,
+        ": a score_mod (score function) is not supported across ranks");
   if (a.mask.kv_len)
     for (int64_t b = 0; b < a.q.shape[0]; ++b)
       check(a.mask.kv_len[b] >= 0 && a.mask.kv_len[b] <= s.seq_len, where, ": kv_len[", b,

@@ -63,8 +63,7 @@ GgufSaveStats save_gguf(const std::string& path, const Model& model, const Token
         "save_gguf: the matrices can be Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, F16 or F32, not ",
         to_string(type));
   check(c.norm == NormKind::rms_norm && c.mlp == MlpKind::swiglu &&
-            c.positions == PositionKind::rotary && !c.bias && c.causal && c.window == 0 &&
-            !c.sinks,
+            c.positions == PositionKind::rotary && !c.bias && c.causal && c.window == 0 && !c.sinks,
         "save_gguf: GGUF's llama architecture is RMSNorm, SwiGLU, rotary positions, no biases, "
         "causal, no window, no sinks; this model has ",
         to_string(c.norm), ", ", to_string(c.mlp), ", ", to_string(c.positions), " positions",

@@ -137,8 +137,7 @@ MaskExpr numbers(MaskOp op, bool result_bool, const MaskExpr& x, const MaskExpr&
         reals && !integers_only ? " takes numbers, got " : " takes integers, got ", kind(x),
         " and ", kind(y));
   if (!reals) return make(op, result_bool, {x, y});
-  check(!integers_only, "mask: ", op_name(op), " takes integers, got ", kind(x), " and ",
-        kind(y));
+  check(!integers_only, "mask: ", op_name(op), " takes integers, got ", kind(x), " and ", kind(y));
   return make(op, result_bool, {as_real(x), as_real(y)}, 0, nullptr, !result_bool);
 }
 
@@ -400,7 +399,7 @@ int precedence(const detail::MaskNode& n) {
       return 6;
     case MaskOp::constant:  // "-5" reads as a negation
       return (n.real ? std::signbit(n.real_value) && !std::isnan(n.real_value) : n.value < 0) ? 6
-                                                                                             : 7;
+                                                                                              : 7;
     default:
       return 7;
   }

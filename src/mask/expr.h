@@ -65,8 +65,8 @@ struct MaskTensorData {
   std::vector<int64_t> shape;   // at least one dim, each >= 1
   std::vector<int64_t> stride;  // row-major
   int64_t numel = 0;
-  std::vector<int32_t> values;  // an integer tensor (MaskTensor: a copy)
-  int32_t min = 0, max = 0;     // over all values
+  std::vector<int32_t> values;   // an integer tensor (MaskTensor: a copy)
+  int32_t min = 0, max = 0;      // over all values
   const float* reals = nullptr;  // a float tensor (ScoreTensor: borrowed)
   float* grad = nullptr;         // where the backward writes ∂L/∂reals, or null
   bool real() const { return reals != nullptr; }
@@ -114,8 +114,8 @@ struct ScoreGradient {
   double value = 0;
   std::vector<Derivative> derivatives;  // (an element may appear more than once: add them)
 };
-ScoreGradient differentiate(const MaskNode& node, double score, int64_t b, int64_t h,
-                            int64_t q_idx, int64_t kv_idx);
+ScoreGradient differentiate(const MaskNode& node, double score, int64_t b, int64_t h, int64_t q_idx,
+                            int64_t kv_idx);
 
 // A float value of a score expression at one point (the score given), in double.
 double eval_real(const MaskNode& node, double score, int64_t b, int64_t h, int64_t q_idx,

@@ -106,8 +106,8 @@ inline void floor_divide(const int32_t* x, const int32_t* y, int64_t n, int32_t*
     const auto positive = hn::Gt(ys, zero);
     const auto up = hn::Or(hn::And(positive, hn::Not(hn::Lt(r, ys))),
                            hn::AndNot(positive, hn::Not(hn::Gt(r, ys))));
-    const auto down = hn::Or(hn::And(positive, hn::Lt(r, zero)),
-                             hn::AndNot(positive, hn::Gt(r, zero)));
+    const auto down =
+        hn::Or(hn::And(positive, hn::Lt(r, zero)), hn::AndNot(positive, hn::Gt(r, zero)));
     q = hn::Sub(hn::Add(q, hn::IfThenElseZero(up, one)), hn::IfThenElseZero(down, one));
     if (quotient) hn::StoreU(hn::IfThenZeroElse(by_zero, q), di, quotient + e);
     if (remainder)

@@ -1,5 +1,6 @@
 // The text form of a mask or score expression: a recursive-descent parser over C's precedence
-// levels (include/qkv/mask_function.h, include/qkv/score_function.h). Errors name the column, from 1, of what could not be read.
+// levels (include/qkv/mask_function.h, include/qkv/score_function.h). Errors name the column, from
+// 1, of what could not be read.
 #include <cctype>
 #include <cstdlib>
 #include <limits>

@@ -27,8 +27,8 @@ class Compiler {
       tensor = static_cast<int32_t>(found - p_.tensors.begin());
       if (found == p_.tensors.end()) p_.tensors.push_back(n.tensor);
     }
-    const auto key = std::make_tuple(n.op, n.value, std::bit_cast<uint32_t>(n.real_value),
-                                     n.real, tensor, args);
+    const auto key =
+        std::make_tuple(n.op, n.value, std::bit_cast<uint32_t>(n.real_value), n.real, tensor, args);
     if (auto it = by_key_.find(key); it != by_key_.end()) return by_node_[&n] = it->second;
     MaskInstr in{n.op};
     in.node = &n;

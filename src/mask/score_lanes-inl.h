@@ -216,8 +216,8 @@ inline void compare_step(const MaskInstr& in, int64_t n, int32_t* regs, const Fl
 
 // The derivatives of one float instruction's value (the slots `bits` names; `held` says which
 // slots each register's derivatives hold), after its value is computed.
-inline void derivative_step(const MaskInstr& in, uint32_t bits, const uint32_t* held,
-                            int64_t n, const int32_t* regs, const FloatRegisters& r) {
+inline void derivative_step(const MaskInstr& in, uint32_t bits, const uint32_t* held, int64_t n,
+                            const int32_t* regs, const FloatRegisters& r) {
   const float* x = in.a >= 0 && (in.real_operands & 1) ? r.value(in.a) : nullptr;
   const float* y = in.b >= 0 && (in.real_operands & 2) ? r.value(in.b) : nullptr;
   const float* out = r.value(in.dst);
@@ -263,9 +263,7 @@ inline void derivative_step(const MaskInstr& in, uint32_t bits, const uint32_t* 
         fill([&](int64_t e) { return x[e] >= y[e] ? at(ta, e) : at(tb, e); });
         break;
       case MaskOp::abs:  // sign(x), 0 at 0 (as torch)
-        fill([&](int64_t e) {
-          return x[e] > 0 ? at(ta, e) : x[e] < 0 ? -at(ta, e) : 0.0f;
-        });
+        fill([&](int64_t e) { return x[e] > 0 ? at(ta, e) : x[e] < 0 ? -at(ta, e) : 0.0f; });
         break;
       case MaskOp::exp:
         fill([&](int64_t e) { return out[e] * at(ta, e); });

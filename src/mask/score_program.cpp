@@ -150,8 +150,8 @@ ScoreProgram compile_score(const MaskExpr& f) {
   p.main = compile_any(body);
   for (size_t i = 0; i < p.main.code.size(); ++i) {
     const MaskInstr& in = p.main.code[i];
-    const bool learnable_lookup = in.op == MaskOp::lookup && in.real &&
-                                  p.main.tensors[in.tensor]->grad != nullptr;
+    const bool learnable_lookup =
+        in.op == MaskOp::lookup && in.real && p.main.tensors[in.tensor]->grad != nullptr;
     const bool learnable_table = in.op == MaskOp::table && p.tables[in.value].learnable();
     if (learnable_lookup || learnable_table) p.sources.push_back(static_cast<int32_t>(i));
   }

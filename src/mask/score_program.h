@@ -18,7 +18,7 @@ struct ScoreTable {
   MaskProgram program;
   bool reads_h = false;
   bool learnable() const { return !sources.empty(); }  // it reads a ScoreTensor with a grad
-  std::vector<int32_t> sources;   // its lookups of ScoreTensors with a grad
+  std::vector<int32_t> sources;                        // its lookups of ScoreTensors with a grad
   std::vector<uint32_t> depends;  // derivative_bits of program over those sources
 };
 
