@@ -390,11 +390,12 @@ struct AmxBackwardCase {
   bool causal;
   int window;
   float softcap;
+  float dropout = 0;
 };
 const AmxBackwardCase kAmxBackwardCases[] = {
-    {4, 2, 150, 64, 64, true, -1, 0},   // GQA, causal, partial query and key tiles
-    {2, 2, 70, 128, 64, false, 30, 0},  // a window: masked blocks
-    {2, 1, 90, 32, 32, false, -1, 3},   // a softcap; MQA (the key steps shared out)
+    {4, 2, 150, 64, 64, true, -1, 0},         // GQA, causal, partial query and key tiles
+    {2, 2, 70, 128, 64, false, 30, 0, 0.2f},  // a window: masked blocks; dropout
+    {2, 1, 90, 32, 32, false, -1, 3},         // a softcap; MQA (the key steps shared out)
 };
 
 // dq, dk, dv of one case (fp32 gradients, bf16 q, k, v, dout) on the AMX unit (stand-in or
@@ -421,6 +422,7 @@ std::vector<float> amx_backward(const AmxBackwardCase& c, bool stand_in, std::ve
   a.mask.causal = c.causal;
   a.mask.window_left = c.window;
   a.softcap = c.softcap;
+  a.dropout = {.p = c.dropout, .seed = 11};
   Tensor lse({1, c.Hq, c.T});
   ob.resize(c.Hq * c.T * c.Dv);
   a.out = View(ob.data(), {1, c.Hq, c.T, c.Dv});

@@ -144,6 +144,16 @@ std::vector<Case> tiny_grid() {
                                    c.causal = true;
                                    c.sinks = true;
                                  },  // a sink per head, and rows that see only their sink
+                                 [](Case& c) { c.dropout = 0.3f; },
+                                 [](Case& c) {
+                                   c.Hq = 4;
+                                   c.Hkv = 1;
+                                   c.Tq = 5;
+                                   c.Tk = 7;
+                                   c.causal = true;
+                                   c.sinks = true;
+                                   c.dropout = 0.5f;
+                                 },  // dropout with a sink, MQA and rows that see nothing
                              });
 }
 
@@ -164,7 +174,7 @@ void expect_backward_matches_reference(const Case& c) {
   // Gradients sum Tq (or Tk) products of values of size ~magnitude: scale the fp32
   // tolerance by the longer sum.
   const double tol = 64 * FLT_EPSILON * std::sqrt(double(std::max(c.Tq, c.Tk)) * c.D) *
-                     c.magnitude * (1 + std::abs(c.softcap));
+                     c.magnitude * (1 + std::abs(c.softcap)) / (1 - c.dropout);
   auto compare = [&](const Tensor& a, const Tensor& b, const char* name) {
     double worst = 0;
     for (int64_t i = 0; i < a.numel(); ++i) {
@@ -191,6 +201,17 @@ std::vector<Case> backward_grid() {
   return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32},
                              {
                                  [](Case&) {},
+                                 [](Case& c) {
+                                   c.causal = true;
+                                   c.dropout = 0.1f;
+                                 },
+                                 [](Case& c) {
+                                   c.Hkv = 1;
+                                   c.Tq = c.Tk = 129;
+                                   c.window_left = 9;
+                                   c.window_right = 30;
+                                   c.dropout = 0.6f;
+                                 },
                                  [](Case& c) { c.causal = true; },
                                  [](Case& c) {
                                    c.Tq = 1;

@@ -193,6 +193,7 @@ std::vector<Case> option_grid() {
           [](Case& c) { c.Tq = 3, c.Tk = 600, c.causal = true, c.bias = BiasKind::batch_key; },
           [](Case& c) { c.causal = true, c.sinks = true; },  // sinks: tiled, then decoding
           [](Case& c) { c.Tq = 3, c.Tk = 600, c.D = 64, c.Dv = 32, c.sinks = true; },
+          [](Case& c) { c.Tk = 81, c.D = 64, c.Dv = 32, c.causal = true, c.dropout = 0.2f; },
       });
 }
 
@@ -367,6 +368,7 @@ std::vector<Case> backward_grid() {
           // dims of whole 32s (the bf16 units interleave rows in vectors), an odd key count
           [](Case& c) { c.Tk = 81, c.D = 64, c.Dv = 32, c.causal = true; },
           [](Case& c) { c.Tq = 90, c.causal = true, c.sinks = true; },
+          [](Case& c) { c.Tk = 81, c.D = 64, c.Dv = 32, c.causal = true, c.dropout = 0.2f; },
       });
 }
 

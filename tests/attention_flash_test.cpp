@@ -51,6 +51,19 @@ std::vector<Case> option_grid() {
   return testing::variations(Case{.B = 2, .Hq = 4, .Hkv = 4, .Tq = 67, .Tk = 67, .D = 32, .Dv = 32},
                              {
                                  [](Case&) {},
+                                 [](Case& c) {
+                                   c.causal = true;
+                                   c.dropout = 0.2f;
+                                 },
+                                 [](Case& c) {
+                                   c.B = 3;
+                                   c.Tq = 130;
+                                   c.Tk = 150;
+                                   c.padding = true;
+                                   c.sinks = true;
+                                   c.window_left = 40;
+                                   c.dropout = 0.5f;
+                                 },
                                  [](Case& c) { c.causal = true; },
                                  [](Case& c) {
                                    c.Tq = 1;
@@ -196,6 +209,7 @@ std::vector<Case> decode_grid() {
       Case{.B = 2, .Hq = 8, .Hkv = 8, .Tq = 1, .Tk = 1000, .D = 64, .Dv = 64},
       {
           [](Case&) {},
+          [](Case& c) { c.dropout = 0.25f; },  // (on the tiled kernel: decoding has none)
           [](Case& c) {
             c.Tq = 4;
             c.causal = true;

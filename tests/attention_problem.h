@@ -28,6 +28,9 @@ namespace qkv::testing {
 
 enum class BiasKind { none, full, query_key, batch_key, head_query_key };
 
+inline constexpr uint64_t kDropoutSeed = 0x0123456789ABCDEFull;
+inline constexpr uint32_t kDropoutOffset = 5;
+
 struct Case {
   int64_t B = 1, Hq = 2, Hkv = 2, Tq = 5, Tk = 5, D = 8, Dv = 8;
   bool causal = false;
@@ -41,6 +44,7 @@ struct Case {
   bool dim_strided = false;  // store them as [B, H, D, T]: the head dim has stride T
   float magnitude = 1;       // inputs uniform in [-magnitude, magnitude]
   bool sinks = false;        // a sink logit per head (head 0's is -inf: none)
+  float dropout = 0;         // dropout p (seed and offset: kDropoutSeed, kDropoutOffset)
 
   std::string name() const;
 };
@@ -65,6 +69,7 @@ inline std::string Case::name() const {
   if (seq_major) s += "_bthd";
   if (dim_strided) s += "_bhdt";
   if (sinks) s += "_sinks";
+  if (dropout > 0) s += "_drop" + std::to_string(static_cast<int>(dropout * 100));
   return s;
 }
 
@@ -163,6 +168,7 @@ struct Problem {
         sinks.push_back(h == 0 ? -INFINITY : -1.5f + 3.0f * static_cast<float>(h % 4) / 3);
       args.sinks = sinks.data();
     }
+    args.dropout = {c.dropout, kDropoutSeed, kDropoutOffset};
   }
 
   // The bias entry for (b, h, i, j), broadcasting by hand.
@@ -212,6 +218,7 @@ struct Inputs {
   std::vector<int32_t> kv_len;
   std::vector<float> alibi;
   std::vector<double> sinks;  // [Hq] when the case has sinks
+  std::vector<uint8_t> keep;  // [B, Hq, Tq, Tk] when the case has dropout: dropout_mask's
 };
 
 inline Inputs inputs_of(const Problem& p) {
@@ -235,11 +242,16 @@ inline Inputs inputs_of(const Problem& p) {
   in.kv_len = p.kv_len;
   in.alibi = p.alibi;
   in.sinks.assign(p.sinks.begin(), p.sinks.end());
+  if (c.dropout > 0) {
+    in.keep.resize(c.B * c.Hq * c.Tq * c.Tk);
+    dropout_mask(p.args.dropout, c.B, c.Hq, c.Tq, c.Tk, in.keep.data());
+  }
   return in;
 }
 
 // The answer in double precision: out [B, Hq, Tq, Dv], lse [B, Hq, Tq] and weights
-// [B, Hq, Tq, Tk], all flattened in that order.
+// [B, Hq, Tq, Tk] (before dropout), all flattened in that order. Dropout multiplies the weights
+// that reach the values by keep / (1 − p).
 struct Expected {
   std::vector<double> out, lse, weights;
   double max_abs_score = 0;  // over visible scores: sets the tolerance
@@ -297,8 +309,10 @@ inline Expected naive_attention(const Case& c, const Inputs& in, const VisibleFn
         for (int64_t j = 0; j < c.Tk; ++j) {
           const double w = std::exp(s[j] - max) / z;
           e.weights[row * c.Tk + j] = w;
+          const double z =
+              c.dropout == 0 ? 1 : in.keep[row * c.Tk + j] / (1 - double(c.dropout));
           const double* v = &in.v[((b * c.Hkv + hkv) * c.Tk + j) * c.Dv];
-          for (int64_t d = 0; d < c.Dv; ++d) e.out[row * c.Dv + d] += w * v[d];
+          for (int64_t d = 0; d < c.Dv; ++d) e.out[row * c.Dv + d] += w * z * v[d];
         }
       }
   return e;
@@ -311,7 +325,7 @@ inline Expected naive_attention(const Problem& p) { return naive_attention(p.c, 
 // about that much relative; outputs are weighted sums of values of size `magnitude`.
 inline double attention_tolerance(const Case& c, double max_abs_score) {
   const double score_error = 8 * FLT_EPSILON * (1 + max_abs_score) * std::sqrt(double(c.D));
-  return (score_error + 8 * FLT_EPSILON) * c.magnitude;
+  return (score_error + 8 * FLT_EPSILON) * c.magnitude / (1 - c.dropout);
 }
 
 // Largest |actual - expected| over a view [B, H, T, X] against a flat [B, H, T, X] vector.

@@ -13,7 +13,8 @@
 //   s = s + bias[b, h, i, j]                     optional additive bias, broadcast
 //   s = s - alibi[h] · |i + Tk - Tq - j|         optional ALiBi slopes (as FlashAttention-2)
 //   s = -inf where the mask hides key j from query i
-// then p = softmax over j, out_i = Σ_j p_ij v_j, lse_i = log Σ_j exp(s_ij).
+// then p = softmax over j, out_i = Σ_j p_ij v_j, lse_i = log Σ_j exp(s_ij) (with dropout, p_ij is
+// first dropped or scaled: struct Dropout).
 //
 // Attention sinks (gpt-oss): with args.sinks, head h's softmax has one more logit, sinks[h],
 // in its denominator and no value: p_ij = exp(s_ij) / (exp(sinks[h]) + Σ_j exp(s_ij)), and
@@ -74,6 +75,27 @@ struct Packed {
   const int32_t* cu_seqlens_k = nullptr;  // [num_seqs + 1], 0 … Tk, non-decreasing
 };
 
+// Attention dropout (training): after the softmax, each weight p_ij is kept with probability
+// 1 − p and scaled by 1/(1 − p), or dropped to 0, as torch.nn.functional.dropout applied to the
+// weights (lse stays that of the undropped softmax). Whether pair (b, h, i, j) is kept depends
+// on (seed, offset, b + batch_offset, h, i, j) alone: word j mod 4 of Philox4x32-10 (Salmon et
+// al. 2011) with key = seed and counter = (i, ⌊j / 4⌋, (b + batch_offset) · Hq + h, offset),
+// kept when the word is ≥ round(p · 2³²). Nothing is stored: the backward regenerates the mask,
+// and it is the same bits for any thread count and CPU. The tiled forward and backward and the
+// reference take it (packed sequences too: sequence s is batch s); decoding, attention over a
+// cache and ring attention refuse it.
+struct Dropout {
+  float p = 0;               // 0 = off; 0 <= p <= 1 (p = 1 drops every weight)
+  uint64_t seed = 0;         // the Philox key
+  uint32_t offset = 0;       // e.g. a step or layer count: a new mask from the same seed
+  int64_t batch_offset = 0;  // batch b draws the mask of batch b + batch_offset (a batch split
+                             //   over calls keeps the mask of the whole)
+};
+
+// keep [B, Hq, Tq, Tk] ← 1 where `d` keeps pair (b, h, i, j), 0 where it drops it: the mask the
+// kernels apply, for tests and for materialising the formula elsewhere.
+void dropout_mask(const Dropout& d, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk, uint8_t* keep);
+
 struct AttentionArgs {
   View q;                // [B, Hq, Tq, D]
   View k;                // [B, Hkv, Tk, D]
@@ -98,6 +120,8 @@ struct AttentionArgs {
   // after it. The tiled forward and backward take it, for every element type; not with
   // packed sequences or over a cache.
   const ScoreFunction* score_mod = nullptr;
+  // Optional: dropout on the softmax weights (above); p = 0 is off, to the bit.
+  Dropout dropout;
 };
 
 // The gradients attention_backward writes beyond dq, dk and dv, each when asked for.

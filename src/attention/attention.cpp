@@ -6,6 +6,7 @@
 #include "attention/kernels.h"
 #include "attention/masks.h"
 #include "attention/overlap.h"
+#include "attention/dropout.h"
 #include "attention/packed.h"
 #include "util/parallel.h"
 #include "qkv/attention.h"
@@ -143,6 +144,7 @@ void detail::validate_shapes(const AttentionArgs& a, const char* where) {
       check(std::isfinite(a.sinks[h]) || a.sinks[h] == -INFINITY, where, ": the sink of head ", h,
             " is ", a.sinks[h], " (a sink is finite, or -inf for none)");
   validate_packed(a, where);
+  validate_dropout(a.dropout, a.packed.num_seqs > 0 ? a.packed.num_seqs : B, Hq, Tq, Tk, where);
   if (const BlockMask* m = a.block_mask) {
     check(m->has_mask(), where, ": block_mask was not made by create_block_mask");
     check(a.packed.num_seqs == 0, where,
@@ -227,8 +229,8 @@ void forward_one(const AttentionArgs& args) {
 void detail::forward_validated(const AttentionArgs& args, const KvRows& K, const KvRows& V) {
   // A few queries (decoding against a cache): split the keys instead of the queries, so
   // every core streams its share of K and V.
-  // (A mask or score function runs on the tiled kernel at any length.)
-  if (!args.block_mask && !args.score_mod &&
+  // (A mask or score function, or dropout, runs on the tiled kernel at any length.)
+  if (!args.block_mask && !args.score_mod && args.dropout.p == 0 &&
       decodes(args.q.shape[2], K.rows, args.q.shape[1] / K.heads))
     decode_forward(args, K, V);
   else flash_forward(args, K, V);

@@ -17,8 +17,9 @@
 //     Di  ← rowsum(dO ∘ O) [Mq]
 //     for each key tile [j0, j1) the tile can see (the key steps):
 //       S  ← K Qt, transformed and masked as in the forward;  P ← e^(S − lse)
-//       dV[j0:j1] += P  dOr            (reduced over the queries)
-//       dP ← V dOt;  dS ← P ∘ (dP − Di)  (∘ (1 − tanh²) under a softcap)
+//       dV[j0:j1] += P̃ dOr           (reduced over the queries; P̃ = P ∘ Z with dropout,
+//                                       the mask regenerated: dropout-inl.h)
+//       dP ← V dOt;  dS ← P ∘ (dP ∘ Z − Di)  (∘ (1 − tanh²) under a softcap)
 //       dK[j0:j1] += dS Qr;  dQt ← dQt + (Kᵀ dS)   (the part summed from zero, then added)
 //     dq ← scale · dQtᵀ: the parts summed in key order
 // (With the key steps spread over threads, each part is written alone and the parts summed
@@ -50,6 +51,7 @@
 #include "simd/dispatch.h"
 #include "simd/units.h"
 #include "attention/tile_units-inl.h"
+#include "attention/dropout-inl.h"
 
 #if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
@@ -83,11 +85,11 @@ struct PackedTile {
   bool q_split = false, dout_split = false;
 };
 
-// A thread's buffers for one key step: S (then P), dP (then dS), tanh, each [Kt][Mq], a
-// masked step's part of dQ, [D][Mq] (on the bf16 units: K's rows interleaved in pairs,
-// [Kt/2][D] words), and on the bf16 units P, then dS, in bf16 rows [Kt][Mq].
+// A thread's buffers for one key step: S (then P), dP (then dS), tanh, P after dropout, each
+// [Kt][Mq], a masked step's part of dQ, [D][Mq] (on the bf16 units: K's rows interleaved in
+// pairs, [Kt/2][D] words), and on the bf16 units P, then dS, in bf16 rows [Kt][Mq].
 struct StepBuffers {
-  float *S, *dP, *tanh, *dq_part;
+  float *S, *dP, *tanh, *dropped, *dq_part;
   uint16_t* rows16;
 };
 
@@ -95,9 +97,9 @@ StepBuffers step_buffers(const Shape& n) {
   // (The part holds a masked step's part of dQ, [D][Mq], or on the bf16 units K's rows in
   // pairs; on AMX tiles both a part and K transposed, [D][Kt + 32] bf16.)
   const int64_t tile = kKeyTile * n.Mq, part = n.D * (std::max(n.Mq, kKeyTile / 2) + kKeyTile);
-  float* w = thread_scratch(BackwardSlot::tile, 3 * tile + part + tile / 2);
-  return {w, w + tile, w + 2 * tile, w + 3 * tile,
-          reinterpret_cast<uint16_t*>(w + 3 * tile + part)};
+  float* w = thread_scratch(BackwardSlot::tile, 4 * tile + part + tile / 2);
+  return {w, w + tile, w + 2 * tile, w + 3 * tile, w + 4 * tile,
+          reinterpret_cast<uint16_t*>(w + 4 * tile + part)};
 }
 
 // How a key step delivers its part of dQ, Kᵀ dS: alone (the caller sums the parts in key
@@ -168,12 +170,14 @@ double row_dot(const float* g, const float* o, int64_t E) {
 }
 
 // dS ← P ∘ (dP − Di) (∘ (1 − tanh²) under a softcap) for the vector of query vector v at
-// `at` in the step's tiles, written over dP.
-HWY_INLINE void score_gradient(const AttentionArgs& a, const PackedTile& p, const StepBuffers& w,
-                               int64_t at, int64_t v) {
+// `at` in the step's tiles, written over dP. With dropout (P̃ = P ∘ Z the weights V met), the
+// gradient reaching P is dP ∘ Z: dS ← P̃ ∘ dP − P ∘ Di.
+HWY_INLINE void score_gradient(const AttentionArgs& a, bool dropout, const PackedTile& p,
+                               const StepBuffers& w, int64_t at, int64_t v) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  Vf ds =
-      hn::Mul(hn::Load(df, w.S + at), hn::Sub(hn::Load(df, w.dP + at), hn::Load(df, p.Di + v * N)));
+  const Vf P = hn::Load(df, w.S + at), dP = hn::Load(df, w.dP + at), Di = hn::Load(df, p.Di + v * N);
+  Vf ds = dropout ? hn::MulSub(hn::Load(df, w.dropped + at), dP, hn::Mul(P, Di))
+                  : hn::Mul(P, hn::Sub(dP, Di));
   if (a.softcap > 0) {
     const Vf t = hn::Load(df, w.tanh + at);
     ds = hn::Mul(ds, hn::NegMulAdd(t, t, hn::Set(df, 1.0f)));
@@ -500,8 +504,9 @@ void add_source_gradients(const ScoreGrads& g, int64_t h, int64_t i0, int64_t ro
 // does): each product runs over the whole tile, or over the visible chunks of keys and their
 // queries.
 template <int NQV, class Unit, class T>
-void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int64_t b, int64_t h,
-              int64_t i0, int64_t rows, const TileMask& tm, const PackedTile& p, int64_t j0,
+void key_step(const AttentionArgs& a, const ScoreRule& rule, const DropoutRule& drop,
+              const Shape& n, int64_t b, int64_t h, int64_t i0, int64_t rows, const TileMask& tm,
+              const PackedTile& p, int64_t j0,
               const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq, int32_t* mask_regs,
               const ScoreGrads& score) {
   using Tile = typename Unit::Tile;
@@ -573,14 +578,20 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const Shape& n, int
                   s);
       }
   });
-  // dV[j0:j1] += P dOr
-  reduce_over_queries(w.S, p.dOr, p.dout_split, Dvp, dV);
+  // Dropout: P̃ ← P ∘ Z, the weights the forward multiplied V by (regenerated, not stored).
+  if (drop.on)
+    chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
+      dropout::drop_weights(drop, b, h, i0, j0, jj0, keys, v0c, count, Mq, w.S, w.dropped);
+    });
+  // dV[j0:j1] += P̃ dOr
+  reduce_over_queries(drop.on ? w.dropped : w.S, p.dOr, p.dout_split, Dvp, dV);
   // dP ← V dOt;  dS ← P ∘ (dP − Di) (∘ (1 − tanh²)), in dP, on the blocks computed.
   tiles::tile_scores<NQV, Tile>(masked, blocks, v0 + j0 * vs, vs, nk, p.dOt, n.Dv, Mq, p.dout_split,
                                 1.0f, w.dP, nullptr);
   chunks([&](int64_t jj0, int64_t keys, int64_t v0c, int64_t count) {
     for (int64_t jj = jj0; jj < jj0 + keys; ++jj)
-      for (int64_t v = v0c; v < v0c + count; ++v) score_gradient(a, p, w, jj * Mq + v * N, v);
+      for (int64_t v = v0c; v < v0c + count; ++v)
+        score_gradient(a, drop.on, p, w, jj * Mq + v * N, v);
   });
   // Through a score function: its learnable values take dS · ∂/∂value, q and k dS · ∂/∂score.
   if (call && call->program->learnable())
@@ -662,6 +673,7 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
     p.lse[r] = std::isinf(l) ? 0 : l;
   }
 
+  const DropoutRule drop(a.dropout, n.Hq);
   auto step = [&](int64_t k, float* part, DqPart dq) {
     const bool partial = key_tiles[k] < 0;
     const int64_t tile = partial ? -key_tiles[k] - 1 : key_tiles[k];
@@ -669,7 +681,7 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
     if (partial)
       mask_regs = reinterpret_cast<int32_t*>(thread_scratch(
           BackwardSlot::mask_registers, tiles::function_register_ints(fn->program())));
-    key_step<NQV, Unit, T>(a, rule, n, b, h, i0, rows, tm, p, tile * kKeyTile, step_buffers(n), dK,
+    key_step<NQV, Unit, T>(a, rule, drop, n, b, h, i0, rows, tm, p, tile * kKeyTile, step_buffers(n), dK,
                            dV, part, dq, mask_regs, score);
   };
   if (!split_keys) {  // each step adds its part to the sum in turn

@@ -15,7 +15,8 @@
 //     S ← softcap, + bias, − ALiBi (or a score function, tiles::apply_score_function),
 //         -inf where masked (only tiles that need it)
 //     m' ← max(m, max_j S);  alpha ← e^(m − m');  P ← e^(S − m')
-//     l ← alpha · l + Σ_j P;  Ot ← alpha · Ot + Vᵀ P;  m ← m'
+//     l ← alpha · l + Σ_j P;  P ← P ∘ Z (dropout: Z = 0 or 1/(1 − p), dropout-inl.h)
+//     Ot ← alpha · Ot + Vᵀ P;  m ← m'
 //   out ← Otᵀ / l,  lse ← m + log l      (l = 0: the row saw no key → 0 and -inf; a sink
 //                                         s adds e^(s − m) to l first)
 //
@@ -59,6 +60,7 @@
 #include "simd/units.h"
 #include "attention/tile_units-inl.h"
 #include "attention/block_rows-inl.h"
+#include "attention/dropout-inl.h"
 
 #if QKV_KERNEL_PASS
 HWY_BEFORE_NAMESPACE();
@@ -119,7 +121,8 @@ struct ScoreRegisters {
 
 template <int NQV, class Unit, class T>
 void key_step(const AttentionArgs& a, const ScoreRule& rule, const ScoreCall& call,
-              const ScoreRegisters& score_regs, const Shape& n, int64_t b, int64_t h,
+              const ScoreRegisters& score_regs, const DropoutRule& drop, const Shape& n,
+              int64_t b, int64_t h,
               const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1, QueryTile& t,
               float* S, int32_t* mask_regs, simd::PrefetchQueue& prefetch) {
   const int64_t Mq = n.Mq, nk = j1 - j0;
@@ -141,6 +144,15 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const ScoreCall& ca
     blocks.apply_function(a.block_mask->program(), b, h, t.i0, t.rows, j0, nk, Mq, S, mask_regs);
   online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha,
                       [&](auto&& f) { for_visible_scores<NQV>(masked, blocks, nk, f); });
+  // Dropout after the sum l has taken P: the weights V is multiplied by, not the softmax's.
+  if (drop.on) {
+    if (!masked) dropout::drop_weights(drop, b, h, t.i0, j0, 0, nk, 0, NQV, Mq, S, S);
+    else
+      for (int c = 0; c < blocks.chunks; ++c)
+        if (blocks.first[c] < blocks.last[c])
+          dropout::drop_weights(drop, b, h, t.i0, j0, c * kKeyChunk, blocks.keys_in(c, nk),
+                                blocks.first[c], blocks.last[c] - blocks.first[c], Mq, S, S);
+  }
   tile_accumulate<NQV, Unit>(masked, blocks, S, nk, Mq, Vt, n.Dv, t.alpha, t.Ot, &prefetch);
 }
 
@@ -184,8 +196,9 @@ void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, c
 // and V are T (fp32, bf16 or fp16), read in place, multiplied on Unit.
 template <class T, class Unit>
 void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
-                      const ScoreRule& rule, const ScoreCall& call, float scale, const Shape& n,
-                      int64_t b, int64_t h, int64_t first, int64_t count, bool stream_out) {
+                      const ScoreRule& rule, const ScoreCall& call, const DropoutRule& drop,
+                      float scale, const Shape& n, int64_t b, int64_t h, int64_t first,
+                      int64_t count, bool stream_out) {
   const size_t N = simd::lanes();
   const int64_t Mq = n.Mq;
   float* Qt = thread_scratch(ForwardSlot::q_tiles, count * n.D * Mq);
@@ -271,7 +284,7 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
       const int64_t j1 = std::min(j0 + kKeyTile, t.tm.hi);
       simd::with_count<kQueryVectors>(t.nqv, [&](auto c) {
         key_step<decltype(c)::value, Unit>(
-            a, rule, call, score_regs, n, b, h, k_rows, ks, Vt, j0, j1, t, S,
+            a, rule, call, score_regs, drop, n, b, h, k_rows, ks, Vt, j0, j1, t, S,
             st == BlockState::partial ? mask_regs : nullptr, prefetch);
       });
     }
@@ -320,6 +333,7 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
   prepare_score_call(a, n.Tk, call, "attention");
   if (call) fill_score_tables(call);
   const float scale = effective_scale(a);
+  const DropoutRule drop(a.dropout, n.Hq);
   const int64_t tiles = (n.Tq + n.Mq - 1) / n.Mq;
   // Groups as large as kTilesPerGroup while every thread still gets several units.
   int64_t per_group = kTilesPerGroup;
@@ -341,7 +355,7 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
       const int64_t w = order[u];
       const int64_t g = w % groups, h = (w / groups) % n.Hq, b = w / (groups * n.Hq);
       const int64_t first = g * per_group;
-      query_tile_group<T, Unit>(a, K, V, rule, call, scale, n, b, h, first,
+      query_tile_group<T, Unit>(a, K, V, rule, call, drop, scale, n, b, h, first,
                                 std::min(per_group, tiles - first), stream_out);
     });
   };

@@ -46,6 +46,7 @@ namespace {
 AttentionArgs sequence_args(const AttentionArgs& a, int s, float* lse_buffer) {
   AttentionArgs r = a;
   r.packed = {};
+  r.dropout.batch_offset += s;  // (sequence s draws batch s's mask)
   r.q = sequence_queries(a, s, a.q);
   r.out = sequence_queries(a, s, a.out);
   r.k = sequence_keys(a, s, a.k);

@@ -2,7 +2,8 @@
 //
 // It is written to be read, not to be fast. For each (batch, head) it materialises the
 // Tq × Tk grid of scores and applies the steps of include/qkv/attention.h one at a time:
-//   S = scale · Q Kᵀ  →  softcap  →  + bias, ALiBi  →  mask (-inf)  →  P = softmax(S)  →  O = P V
+//   S = scale · Q Kᵀ  →  softcap  →  + bias, ALiBi  →  mask (-inf)  →  P = softmax(S)
+//   →  dropout (P ∘ Z, Z = 0 or 1/(1 − p), the scalar Philox of attention/dropout.h)  →  O = P V
 // It reads and writes every element type (fp32, bf16, fp16: widened as read, outputs rounded to
 // nearest even); sums run in double so the oracle is the more exact side.
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include <omp.h>
 
+#include "attention/dropout.h"
 #include "attention/masks.h"
 #include "attention/packed.h"
 #include "mask/expr.h"
@@ -119,14 +121,15 @@ std::vector<const detail::MaskTensorData*> learnable_tensors(const AttentionArgs
 // Per learnable tensor, its gradient summed in double.
 using TensorSums = std::vector<std::vector<double>>;
 
-// O = P V for one (b, h).
-void weighted_values(const AttentionArgs& a, const Dims& n, int64_t b, int64_t h, const float* P) {
+// O = (P ∘ Z) V for one (b, h), Z the dropout's factors (1 without dropout).
+void weighted_values(const AttentionArgs& a, const Dims& n, const detail::DropoutRule& drop,
+                     int64_t b, int64_t h, const float* P) {
   const int64_t hkv = h / (n.Hq / n.Hkv);
   std::vector<double> acc(n.Dv);
   for (int64_t i = 0; i < n.Tq; ++i) {
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t j = 0; j < n.Tk; ++j) {
-      const double p = P[i * n.Tk + j];
+      const double p = double(P[i * n.Tk + j]) * drop.factor(b, h, i, j);
       if (p == 0) continue;
       for (int64_t e = 0; e < n.Dv; ++e) acc[e] += p * a.v.get(b, hkv, j, e);
     }
@@ -140,7 +143,8 @@ void backward_group(const AttentionArgs& a, const Dims& n, const detail::ScoreRu
                     int64_t b, int64_t hkv, float* P, double* dsinks,
                     const std::vector<const detail::MaskTensorData*>& learnable, TensorSums& sums) {
   const int64_t group = n.Hq / n.Hkv;
-  std::vector<double> dK(n.Tk * n.D, 0.0), dV(n.Tk * n.Dv, 0.0), dS(n.Tk);
+  const detail::DropoutRule drop(a.dropout, n.Hq);
+  std::vector<double> dK(n.Tk * n.D, 0.0), dV(n.Tk * n.Dv, 0.0), dS(n.Tk), Z(n.Tk);
   for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
     scores(a, n, rule, scale, b, h, P);
     std::vector<float> row_lse(n.Tq);
@@ -148,12 +152,15 @@ void backward_group(const AttentionArgs& a, const Dims& n, const detail::ScoreRu
     double dsink = 0;  // −Σ_i p_i,sink D_i
     for (int64_t i = 0; i < n.Tq; ++i) {
       const float* p = P + i * n.Tk;
-      // dP_ij = dO_i · v_j, and D_i = Σ_j P_ij dP_ij (= dO_i · O_i).
+      // dP_ij = (dO_i · v_j) Z_ij (the dropout's factor: the weight V met is P_ij Z_ij), and
+      // D_i = Σ_j P_ij dP_ij (= dO_i · O_i).
       double Di = 0;
       for (int64_t j = 0; j < n.Tk; ++j) {
+        Z[j] = drop.factor(b, h, i, j);
         double dP = 0;
         for (int64_t e = 0; e < n.Dv; ++e)
           dP += double(dout.get(b, h, i, e)) * a.v.get(b, hkv, j, e);
+        dP *= Z[j];
         dS[j] = dP;
         Di += p[j] * dP;
       }
@@ -195,7 +202,8 @@ void backward_group(const AttentionArgs& a, const Dims& n, const detail::ScoreRu
           dQ[d] += scale * ds * a.k.get(b, hkv, j, d);
           dK[j * n.D + d] += scale * ds * a.q.get(b, h, i, d);
         }
-        for (int64_t e = 0; e < n.Dv; ++e) dV[j * n.Dv + e] += p[j] * double(dout.get(b, h, i, e));
+        for (int64_t e = 0; e < n.Dv; ++e)
+          dV[j * n.Dv + e] += p[j] * Z[j] * double(dout.get(b, h, i, e));
       }
       for (int64_t d = 0; d < n.D; ++d) dq.set(b, h, i, d, static_cast<float>(dQ[d]));
     }
@@ -295,6 +303,7 @@ void attention(const AttentionArgs& a, View weights) {
   // One score grid per thread, allocated here (and a score function's errors caught: nothing
   // may leave the parallel loop).
   const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n.B * n.Hq));
+  const detail::DropoutRule drop(a.dropout, n.Hq);
   std::vector<std::vector<float>> grids(threads, std::vector<float>(n.Tq * n.Tk));
 
   LoopErrors errors;
@@ -305,7 +314,7 @@ void attention(const AttentionArgs& a, View weights) {
         float* S = grids[omp_get_thread_num()].data();
         scores(a, n, rule, scale, b, h, S);
         softmax_rows(S, n.Tq, n.Tk, a.lse ? a.lse + (b * n.Hq + h) * n.Tq : nullptr, sink_of(a, h));
-        weighted_values(a, n, b, h, S);
+        weighted_values(a, n, drop, b, h, S);
         if (!weights.empty())
           for (int64_t i = 0; i < n.Tq; ++i)
             for (int64_t j = 0; j < n.Tk; ++j) weights(b, h, i, j) = S[i * n.Tk + j];

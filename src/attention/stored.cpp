@@ -74,6 +74,9 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   check(a.block_mask == nullptr, kWhere,
         ": a block_mask (mask function) is not supported over a "
         "cache yet; attention() over views takes it");
+  check(a.dropout.p == 0, kWhere,
+        ": dropout is not supported over a cache (it is for training; decoding keeps every "
+        "weight)");
   check(a.score_mod == nullptr, kWhere,
         ": a score_mod (score function) is not supported over a "
         "cache yet; attention() over views takes it");

@@ -78,6 +78,7 @@ void check_shard(const AttentionArgs& a, const Sharding& s, const char* where) {
   check(a.block_mask == nullptr, where,
         ": a block_mask (mask function) is not supported across ranks");
   check(a.sinks == nullptr, where, ": attention sinks are not supported across ranks");
+  check(a.dropout.p == 0, where, ": dropout is not supported across ranks");
   check(a.score_mod == nullptr, where,
         ": a score_mod (score function) is not supported across ranks");
   if (a.mask.kv_len)
