@@ -58,7 +58,7 @@ def _index_array(x, name):
 
 
 def _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q, cu_seqlens_k,
-             layout, sinks=None):
+             layout, sinks=None, dropout=(0.0, 0, 0)):
     if layout not in _LAYOUTS:
         raise ValueError(f'layout must be "bhtd" or "bthd", got {layout!r}')
     try:
@@ -88,7 +88,35 @@ def _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_
         if hasattr(sinks, "detach"):  # a torch tensor: its float32 values (no gradient here)
             sinks = sinks.detach().float().contiguous().numpy()
         o.sinks = np.ascontiguousarray(np.asarray(sinks, dtype=np.float32).reshape(-1))
+    o.dropout_p, o.dropout_seed, o.dropout_offset = _dropout(*dropout)
     return o
+
+
+def _dropout(p, seed, offset):
+    """(p, seed, offset) checked: p in [0, 1], seed any int (taken mod 2^64), offset in
+    [0, 2^32)."""
+    p = float(p)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1], got {p}")
+    offset = int(offset)
+    if not 0 <= offset < 2**32:
+        raise ValueError(f"dropout_offset must be in [0, 2^32), got {offset}")
+    return p, int(seed) % 2**64, offset
+
+
+def dropout_mask(shape, p, seed, offset=0, batch_offset=0):
+    """The mask attention's dropout applies: a bool array of shape (B, H, Tq, Tk), True where
+    weight (b, h, i, j) is kept (then scaled by 1/(1 - p)), False where it is dropped.
+
+    For the same (p, seed, offset) as qkv.attention's dropout_p, dropout_seed and
+    dropout_offset: with it, the formula softmax(q kᵀ · scale) ∘ mask / (1 - p) · v can be
+    written out elsewhere (a test's float64 autograd, say). batch_offset: batch b draws the mask
+    of batch b + batch_offset.
+    """
+    B, H, Tq, Tk = (int(x) for x in shape)
+    p, seed, offset = _dropout(p, seed, offset)
+    keep = _qkv._dropout_mask(p, seed, offset, int(batch_offset), B, H, Tq, Tk)
+    return np.frombuffer(keep, dtype=np.uint8).reshape(B, H, Tq, Tk).astype(bool)
 
 
 def _lse_shape(q, layout, packed):
@@ -105,7 +133,8 @@ def _lse_shape(q, layout, packed):
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None, alibi=None,
               softcap=0.0, scale=None, cu_seqlens_q=None, cu_seqlens_k=None, layout="bhtd",
-              return_lse=False, out=None, lse=None, sinks=None):
+              return_lse=False, out=None, lse=None, sinks=None, dropout_p=0.0, dropout_seed=0,
+              dropout_offset=0):
     """softmax(q kᵀ · scale + bias, masked) v, with qkv's tiled kernel.
 
     q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv] for layout "bhtd" (PyTorch's), or
@@ -125,13 +154,17 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
     scale: default 1/sqrt(D).   out, lse: arrays to write into (lse [B, Hq, Tq] float32).
     sinks: [Hq] attention-sink logits (gpt-oss): one more term exp(sinks[h]) in each row's
     softmax denominator, with no value.
+    dropout_p: attention dropout (training): each weight kept with probability 1 - dropout_p
+    and scaled by 1/(1 - dropout_p), or dropped, after the softmax (lse is the undropped one).
+    The mask is a function of (dropout_seed, dropout_offset, batch, head, query, key) alone
+    (qkv.dropout_mask gives it): pass the same three to attention_backward.
 
     Returns out, or (out, lse) with return_lse. A query that sees no key gets 0 and lse -inf
     (lse = sinks[h] with sinks).
     """
     _arrays(q=q, k=k, v=v)
     o = _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
-                 cu_seqlens_k, layout, sinks)
+                 cu_seqlens_k, layout, sinks, (dropout_p, dropout_seed, dropout_offset))
     if out is None:
         out = _empty(q, tuple(q.shape[:-1]) + (v.shape[-1],))
     if lse is None and return_lse:
@@ -145,7 +178,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
 
 def attention_backward(q, k, v, out, lse, dout, *, causal=False, window=(-1, -1), kv_len=None,
                        bias=None, alibi=None, softcap=0.0, scale=None, cu_seqlens_q=None,
-                       cu_seqlens_k=None, layout="bhtd", dq=None, dk=None, dv=None, sinks=None):
+                       cu_seqlens_k=None, layout="bhtd", dq=None, dk=None, dv=None, sinks=None,
+                       dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     """Gradients (dq, dk, dv) of attention given dout = ∂L/∂out.
 
     q, k, v and every option as the forward saw them, with the forward's out and lse
@@ -156,7 +190,7 @@ def attention_backward(q, k, v, out, lse, dout, *, causal=False, window=(-1, -1)
     """
     _arrays(q=q, k=k, v=v, out=out, lse=lse, dout=dout)
     o = _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_q,
-                 cu_seqlens_k, layout, sinks)
+                 cu_seqlens_k, layout, sinks, (dropout_p, dropout_seed, dropout_offset))
     dq = _empty(q, tuple(q.shape)) if dq is None else dq
     dk = _empty(k, tuple(k.shape)) if dk is None else dk
     dv = _empty(v, tuple(v.shape)) if dv is None else dv

@@ -79,6 +79,7 @@ AttentionArgs make_args(const InArray& q, const InArray& k, const InArray& v, co
   }
   a.block_mask = o.block_mask;
   a.score_mod = o.score_mod;
+  a.dropout = {o.dropout_p, o.dropout_seed, o.dropout_offset};
   return a;
 }
 
@@ -118,6 +119,22 @@ void bind_attention(nb::module_& m) {
       nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("options"),
       nb::arg("dsinks").none() = nb::none());
 
+  // keep [B, H, Tq, Tk] as bytes (1 kept, 0 dropped): qkv.dropout_mask.
+  m.def(
+      "_dropout_mask",
+      [](float p, uint64_t seed, uint32_t offset, int64_t batch_offset, int64_t B, int64_t H,
+         int64_t Tq, int64_t Tk) {
+        check(B > 0 && H > 0 && Tq > 0 && Tk > 0 && B * H * Tq * Tk <= (int64_t{1} << 34),
+              "dropout_mask: the sizes must be positive and at most 2^34 pairs in all, got ", B,
+              " × ", H, " × ", Tq, " × ", Tk);
+        std::string keep(B * H * Tq * Tk, '\0');
+        dropout_mask({p, seed, offset, batch_offset}, B, H, Tq, Tk,
+                     reinterpret_cast<uint8_t*>(keep.data()));
+        return nb::bytes(keep.data(), keep.size());
+      },
+      nb::arg("p"), nb::arg("seed"), nb::arg("offset"), nb::arg("batch_offset"), nb::arg("B"),
+      nb::arg("H"), nb::arg("Tq"), nb::arg("Tk"));
+
   nb::class_<Options>(m, "_AttentionOptions")
       .def(nb::init<>())
       .def_rw("causal", &Options::causal)
@@ -132,6 +149,9 @@ void bind_attention(nb::module_& m) {
       .def_rw("softcap", &Options::softcap)
       .def_rw("scale", &Options::scale)
       .def_rw("layout", &Options::layout)
+      .def_rw("dropout_p", &Options::dropout_p)
+      .def_rw("dropout_seed", &Options::dropout_seed)
+      .def_rw("dropout_offset", &Options::dropout_offset)
       .def_prop_rw(
           "block_mask", [](const Options&) { return nb::none(); },
           [](Options& o, const BlockMask* m) { o.block_mask = m; }, nb::arg().none())

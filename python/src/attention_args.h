@@ -2,6 +2,7 @@
 // made of them over the caller's arrays: shared by qkv.attention and qkv.dist.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -22,6 +23,9 @@ struct Options {
   std::string layout = "bhtd";
   const BlockMask* block_mask = nullptr;     // (the Python side keeps its object alive)
   const ScoreFunction* score_mod = nullptr;  // (the same)
+  float dropout_p = 0;
+  uint64_t dropout_seed = 0;
+  uint32_t dropout_offset = 0;
 };
 
 // A q/k/v/out-like array as [B, H, T, D]: "bhtd" as it is, "bthd" (FlashAttention's) with T
