@@ -23,8 +23,20 @@ ModelConfig tiny(bool llama) {
   return c;
 }
 
+// Logits [T, V] of one sequence.
+std::vector<float> logits_of(Model& m, const std::vector<int32_t>& tokens) {
+  m.forward(tokens.data(), nullptr, 1, static_cast<int64_t>(tokens.size()));
+  const View l = m.logits();
+  std::vector<float> out;
+  for (int64_t n = 0; n < l.shape[0]; ++n)
+    for (int64_t v = 0; v < l.shape[1]; ++v) out.push_back(l(n, v));
+  return out;
+}
+
 void expect_model_gradients(const ModelConfig& c) {
   Model m(c, 7);
+  // With attention dropout: in training mode, every forward drawing the first forward's masks.
+  m.set_training(c.attn_dropout > 0);
   // Larger weights than the 0.02 init, so every path carries a visible gradient.
   const auto w = testing::random_vector(m.num_params(), 3, 0.5f);
   // (And the sinks, which start at 0 as biases do.)
@@ -37,12 +49,41 @@ void expect_model_gradients(const ModelConfig& c) {
     tokens[i] = (i * 7 + 3) % c.vocab_size, targets[i] = (i * 5 + 1) % c.vocab_size;
   targets[3] = kIgnoreIndex;
   m.zero_grad();
+  m.set_dropout_draws(0);
   m.forward(tokens.data(), targets.data(), B, T);
   m.backward();
   std::vector<float> grads(m.grads(), m.grads() + m.num_params());
   testing::expect_gradient(
       m.weights(), grads.data(), m.num_params(),
-      [&] { return double(m.forward(tokens.data(), targets.data(), B, T)); }, "params", 5e-3);
+      [&] {
+        m.set_dropout_draws(0);
+        return double(m.forward(tokens.data(), targets.data(), B, T));
+      },
+      "params", 5e-3);
+}
+
+TEST(ModelGradients, AttentionDropoutMatchesFiniteDifferencesWithItsMasks) {
+  ModelConfig c = tiny(false);
+  c.attn_dropout = 0.3f;
+  expect_model_gradients(c);
+}
+
+// Dropout is on in training mode only: off, the model is the one without dropout to the bit;
+// on, each forward draws new masks, and set_dropout_draws repeats one.
+TEST(ModelDropout, TrainingModeOnly) {
+  ModelConfig c = tiny(true), plain_config = c;
+  c.attn_dropout = 0.5f;
+  Model m(c, 7), plain(plain_config, 7);
+  const std::vector<int32_t> tokens = {1, 4, 7, 2, 9, 5, 3, 8};
+  EXPECT_EQ(logits_of(m, tokens), logits_of(plain, tokens));
+  m.set_training(true);
+  const auto first = logits_of(m, tokens), second = logits_of(m, tokens);
+  EXPECT_NE(first, logits_of(plain, tokens));
+  EXPECT_NE(first, second);
+  m.set_dropout_draws(0);
+  EXPECT_EQ(logits_of(m, tokens), first);
+  m.set_training(false);
+  EXPECT_EQ(logits_of(m, tokens), logits_of(plain, tokens));
 }
 
 TEST(ModelGradients, Gpt2StyleMatchesFiniteDifferences) { expect_model_gradients(tiny(false)); }
@@ -61,16 +102,6 @@ TEST(ModelGradients, SinusoidalAndAlibiMatchFiniteDifferences) {
   expect_model_gradients(c);
   c.positions = PositionKind::alibi;
   expect_model_gradients(c);
-}
-
-// Logits [T, V] of one sequence.
-std::vector<float> logits_of(Model& m, const std::vector<int32_t>& tokens) {
-  m.forward(tokens.data(), nullptr, 1, static_cast<int64_t>(tokens.size()));
-  const View l = m.logits();
-  std::vector<float> out;
-  for (int64_t n = 0; n < l.shape[0]; ++n)
-    for (int64_t v = 0; v < l.shape[1]; ++v) out.push_back(l(n, v));
-  return out;
 }
 
 // Without positional information and without the causal mask, a permutation of the tokens

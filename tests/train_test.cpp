@@ -82,6 +82,7 @@ TEST(Checkpoint, RoundTripsWeightsOptimizerAndConfig) {
     TaskData data(Task::recall, 4, 8);
     ModelConfig config = small(data, llama);
     config.sinks = llama;  // learned sinks travel with the config and the weights
+    config.attn_dropout = llama ? 0 : 0.1f;  // … and dropout with the config and the seed
     Model m(config, 3);
     AdamW opt(m);
     TrainConfig cfg{.steps = 3, .batch = 4, .eval_every = 0};
@@ -90,6 +91,7 @@ TEST(Checkpoint, RoundTripsWeightsOptimizerAndConfig) {
     save_checkpoint(path, m, &opt, 3, {{"note", "hello"}});
     const Checkpoint ck = load_checkpoint(path);
     EXPECT_EQ(ck.step, 3);
+    EXPECT_EQ(ck.model->seed(), 3u);
     EXPECT_EQ(ck.metadata.at("note"), "hello");
     EXPECT_EQ(config_to_json(ck.model->config()), config_to_json(m.config()));
     ASSERT_EQ(ck.model->num_params(), m.num_params());
@@ -106,6 +108,9 @@ TEST(Checkpoint, RoundTripsWeightsOptimizerAndConfig) {
 TEST(Checkpoint, ResumedRunGivesTheSameLossesAsAnUninterruptedOne) {
   TaskData data(Task::recall, 4, 8);
   const TrainConfig cfg{.steps = 12, .batch = 8, .grad_accum = 2, .warmup = 3, .eval_every = 0};
+  // (With attention dropout: its masks follow the steps, as the batches do.)
+  ModelConfig config = small(data);
+  config.attn_dropout = 0.1f;
   auto losses_of = [](std::vector<float>& out) {
     return [&out](const TrainProgress& p) {
       out.push_back(p.loss);
@@ -114,13 +119,13 @@ TEST(Checkpoint, ResumedRunGivesTheSameLossesAsAnUninterruptedOne) {
   };
   std::vector<float> straight, resumed;
   {
-    Model m(small(data), 5);
+    Model m(config, 5);
     AdamW opt(m);
     train(m, opt, data, cfg, 0, losses_of(straight));
   }
   const std::string path = temp_path("resume.safetensors");
   {
-    Model m(small(data), 5);
+    Model m(config, 5);
     AdamW opt(m);
     // Stopped after 5 of the 12 steps (as Ctrl-C does), same schedule.
     const TrainResult r = train(m, opt, data, cfg, 0, [&](const TrainProgress& p) {

@@ -42,6 +42,7 @@ struct TrainOptions {
   float weight_decay = 0.1f, init_std = 0;
   int threads = 0;
   bool json = false, quiet = false, sinks = false;
+  float attn_dropout = 0;
   std::string dtype = "fp32";
   ParallelOptions parallel;
 };
@@ -99,6 +100,7 @@ ModelConfig model_config(const TrainOptions& o, const TaskData& data) {
     check(found, "train: --positions must be learned, sinusoidal, rotary, alibi or none");
   }
   c.sinks = o.sinks;
+  c.attn_dropout = o.attn_dropout;
   return c;
 }
 
@@ -247,6 +249,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--positions", o->positions,
                   "Override: learned, sinusoidal, rotary, alibi, none");
   cmd->add_flag("--sinks", o->sinks, "A learned attention-sink logit per head and layer (gpt-oss)");
+  cmd->add_option("--attn-dropout", o->attn_dropout,
+                  "Attention dropout p while training (GPT-2: 0.1); 0 = none")
+      ->capture_default_str();
   cmd->add_option("--size", o->size,
                   "tiny, small, medium or gpt2-small (sets width, layers, heads)");
   cmd->add_option("--d-model", o->d_model, "Embedding width")->capture_default_str();

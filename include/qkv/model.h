@@ -43,6 +43,7 @@ struct ModelConfig {
                              // `window` positions before it; 0 = the whole prefix
   bool sinks = false;        // a learned attention-sink logit per query head and layer (gpt-oss):
                              // parameter layers.L.attn.sinks [n_heads], starting at 0
+  float attn_dropout = 0;    // attention dropout p in training mode (Model::set_training); 0: none
   float init_std = 0.02f;    // std of the random initial weights (GPT-2: 0.02)
 };
 
@@ -141,6 +142,17 @@ class Model {
   // weights, gradients, activations and optimizer state stay fp32 (include/qkv/ops.h,
   // linear_forward). forward_cached is not affected. Throws qkv::Error for another type.
   void set_compute_type(TensorType type);
+  // Training mode: while it is on, forward() and backward() apply config().attn_dropout to each
+  // layer's attention weights (off, the default: every weight is kept). Each forward in
+  // training mode draws new masks: seed = the model's seed, offset = forwards so far in training
+  // mode · n_layers + layer (include/qkv/attention.h, struct Dropout).
+  void set_training(bool on) { training_ = on; }
+  bool training() const { return training_; }
+  // Where the masks stand: the next forward in training mode draws masks `draws` + 1 (a resumed
+  // run, or a test that repeats one forward, sets it).
+  void set_dropout_draws(uint32_t draws) { dropout_forwards_ = draws; }
+  // The seed the model was made with (its dropout masks' too; a checkpoint keeps it).
+  uint64_t seed() const { return seed_; }
   TensorType compute_type() const { return compute_; }
 
   // How forward and forward_cached multiply activations with Q8_0, Q4_0, Q4_1, Q4_K and Q6_K
@@ -177,6 +189,9 @@ class Model {
   const SequenceShard* shard_ = nullptr;
   quant::Matmul matmul_ = quant::Matmul::exact;
   TensorType compute_ = TensorType::f32;
+  uint64_t seed_ = 0;             // the initialisation's, and the dropout masks'
+  bool training_ = false;
+  uint32_t dropout_forwards_ = 0;  // forwards in training mode with dropout so far
   std::unique_ptr<Weights> w_;
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<InferenceBuffers> infer_;

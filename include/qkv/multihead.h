@@ -46,6 +46,8 @@ struct MultiHeadAttention {
   const float* alibi = nullptr;          // [n_heads] slopes, or null
   const float* sinks = nullptr;          // [n_heads] attention-sink logits, or null
   float* d_sinks = nullptr;              // their gradient, added into by the backward (or null)
+  Dropout dropout;                       // attention dropout (training); p = 0: none. Not over
+                                         //   a cache (forward_cached keeps every weight)
   const SequenceShard* shard = nullptr;  // self-attention across processes, or null
   bool rotary = false;
   float rope_theta = 10000;

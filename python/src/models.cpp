@@ -68,6 +68,7 @@ nb::dict config_dict(const ModelConfig& c) {
   d["tied_embeddings"] = c.tied_embeddings, d["norm_eps"] = c.norm_eps,
   d["rope_theta"] = c.rope_theta;
   d["causal"] = c.causal, d["window"] = c.window, d["sinks"] = c.sinks;
+  d["attn_dropout"] = c.attn_dropout;
   return d;
 }
 

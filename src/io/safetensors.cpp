@@ -46,7 +46,8 @@ std::string config_to_json(const ModelConfig& c) {
               {"rope_halves", c.rope_halves},
               {"causal", c.causal},
               {"window", c.window},
-              {"sinks", c.sinks}}
+              {"sinks", c.sinks},
+              {"attn_dropout", c.attn_dropout}}
       .dump();
 }
 
@@ -78,6 +79,7 @@ ModelConfig config_from_json(const std::string& text) {
   c.causal = get<bool>(j, "causal", where);
   c.window = get_or<int64_t>(j, "window", 0, where);  // absent in checkpoints before windows
   c.sinks = get_or<bool>(j, "sinks", false, where);   // … and before sinks
+  c.attn_dropout = get_or<float>(j, "attn_dropout", 0.0f, where);  // … and before dropout
   validate(c);
   return c;
 }
@@ -105,6 +107,7 @@ void save_checkpoint(const std::string& path, const Model& model, const AdamW* o
   meta["format"] = "qkv-checkpoint-1";
   meta["config"] = config_to_json(model.config());
   meta["step"] = std::to_string(step);
+  meta["seed"] = std::to_string(model.seed());  // (attention dropout's masks)
   if (optimizer) {
     meta["optimizer.step"] = std::to_string(optimizer->step);
     meta["optimizer.config"] = json{{"beta1", optimizer->config.beta1},
@@ -221,7 +224,14 @@ Checkpoint load_checkpoint_from(const Source& src) {
     check(src.read(data_start + r.begin, dst, r.end - r.begin), path, ": reading tensor \"", name,
           "\" failed");
   };
-  ck.model = std::make_unique<Model>(config, 0);
+  uint64_t seed = 0;  // (absent in checkpoints before attention dropout)
+  if (ck.metadata.count("seed")) {
+    const std::string& s = ck.metadata["seed"];
+    check(!s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos,
+          meta_where, " \"seed\": not an unsigned integer: \"", s, "\"");
+    seed = std::stoull(s);
+  }
+  ck.model = std::make_unique<Model>(config, seed);
   for (size_t i = 0; i < params.size(); ++i)
     read(params[i].name, ranges[i], ck.model->weights() + ck.model->params()[i].offset);
   if (has_optimizer) {

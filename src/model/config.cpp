@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "qkv/error.h"
 #include "qkv/model.h"
 
@@ -61,6 +63,8 @@ void validate(const ModelConfig& c) {
         ") must be a multiple of n_kv_heads (", c.n_kv_heads, ")");
   check(c.window >= 0, "model config: window must be >= 0 (0 = no window), got ", c.window);
   check(c.window == 0 || c.causal, "model config: a sliding window needs a causal model");
+  check(std::isfinite(c.attn_dropout) && c.attn_dropout >= 0 && c.attn_dropout < 1,
+        "model config: attn_dropout must be in [0, 1), got ", c.attn_dropout);
   check(c.positions != PositionKind::rotary || c.d_head % 2 == 0,
         "model config: rotary positions need an even d_head, got ", c.d_head);
   // Sizes whose parameter count would overflow the int64 counts and offsets: an upper bound

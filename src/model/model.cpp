@@ -106,7 +106,7 @@ const std::vector<quant::Matrix>* Model::external(const std::string& name) const
   return it == external_.matrices.end() ? nullptr : &it->second;
 }
 
-Model::Model(const ModelConfig& config, uint64_t seed) : config_(config) {
+Model::Model(const ModelConfig& config, uint64_t seed) : config_(config), seed_(seed) {
   lay_out();
   const ModelConfig& c = config_;
   grads_ = Tensor({num_params_});
@@ -247,6 +247,9 @@ MultiHeadAttention Model::attention_layer(int64_t layer) const {
   m.window = c.window;
   m.alibi = c.positions == PositionKind::alibi ? alibi_.data() : nullptr;
   m.sinks = L.sinks, m.d_sinks = L.d_sinks;
+  if (training_ && c.attn_dropout > 0)
+    m.dropout = {c.attn_dropout, seed_,
+                 static_cast<uint32_t>(dropout_forwards_ * c.n_layers + layer)};
   m.shard = shard_;
   m.rotary = c.positions == PositionKind::rotary;
   m.rope_theta = c.rope_theta;

@@ -90,6 +90,7 @@ AttentionArgs args_of(const MultiHeadAttention& m, const Heads& h, float* lse) {
   if (m.window > 0) a.mask.window_left = static_cast<int>(m.window);
   a.mask.alibi = m.alibi;
   a.sinks = m.sinks;
+  a.dropout = m.dropout;
   return a;
 }
 
@@ -136,9 +137,9 @@ void multihead_forward(const MultiHeadAttention& m, MultiHeadState& s, View y, V
   rows_of(s.lse, B * Hq * T, 1);
   const Heads h = heads_of(m, s.q, s.kv, s.att, B, T, S);
   if (m.shard) {
-    check(!m.is_cross() && m.alibi == nullptr && m.sinks == nullptr,
+    check(!m.is_cross() && m.alibi == nullptr && m.sinks == nullptr && m.dropout.p == 0,
           "multihead_forward: across processes only "
-          "self-attention without ALiBi or sinks runs");
+          "self-attention without ALiBi, sinks or dropout runs");
     check(m.shard->local_len() == T, "multihead_forward: the sequence shard holds ",
           m.shard->local_len(), " positions, the input ", T);
     if (m.rotary) rotate(m, h, false);
@@ -188,7 +189,9 @@ void multihead_forward_cached(const MultiHeadAttention& m, MultiHeadState& s, Vi
     Heads h;
     h.q = View(r, {1, Hq, T, dh}, {T * W, dh, W, 1});
     h.out = View(&att(i * T, 0), {1, Hq, T, dh}, {T * A, dh, A, 1});
-    cache.attend(layer, seq, args_of(m, h, nullptr), k_new, v_new, W);
+    AttentionArgs a = args_of(m, h, nullptr);
+    a.dropout = {};  // (decoding keeps every weight)
+    cache.attend(layer, seq, a, k_new, v_new, W);
   }
   project(m, y, att, m.out_w, m.out_b, m.out_blocks);
 }

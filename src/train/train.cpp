@@ -58,7 +58,9 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
   TrainResult result;
   const double start = now_seconds();
   int64_t tokens = 0;
+  const bool was_training = model.training();
   for (int64_t step = first_step; step < cfg.steps; ++step) {
+    model.set_training(true);  // (attention dropout, when the model has it)
     model.zero_grad();
     float loss = 0;
     for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
@@ -69,6 +71,8 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
       // backward of a context-parallel model are collective.)
       const Batch part = run.local(batch);
       const float share = share_of(part, batch);
+      // (Dropout's masks by step, as the batches: a resumed run draws what the whole run did.)
+      model.set_dropout_draws(static_cast<uint32_t>(step * cfg.grad_accum + micro));
       const float mean = model.forward(part.tokens.data(), part.targets.data(), part.B, part.T);
       loss += (share == 1 ? mean : mean * share) / cfg.grad_accum;
       model.backward(share);
@@ -95,6 +99,7 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
       const int64_t eval_batch =
           std::min<int64_t>(256, std::max(65536 / data.seq_len(), cfg.batch));
       const Batch eval = data.sample_eval(eval_batch, rng);
+      model.set_training(false);
       const Batch part = run.local(eval);
       const float share = share_of(part, eval);
       const float mean = model.forward(part.tokens.data(), part.targets.data(), part.B, part.T);
@@ -109,6 +114,7 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
     result.tokens_per_s = p.tokens_per_s;
     if (on_step && !on_step(p)) break;
   }
+  model.set_training(was_training);
   return result;
 }
 
