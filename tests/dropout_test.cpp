@@ -42,22 +42,24 @@ TEST(Philox, MatchesRandom123KnownAnswers) {
   for (const Kat& k : kats) EXPECT_EQ(detail::philox4x32(k.counter, k.key), k.out);
 }
 
-// The mask is what include/qkv/attention.h says: word j mod 4 of counter
-// (i, j / 4, (b + batch_offset) · Hq + h, offset) under key seed, kept when ≥ round(p · 2³²).
+// The mask is what include/qkv/attention.h says: of counter (i, j / 8, (b + batch_offset) · Hq +
+// h, offset) under key seed, word (j mod 8) / 2's low 16 bits for even j, high for odd, kept when
+// ≥ round(p · 2¹⁶).
 TEST(DropoutMask, FollowsTheDocumentedCounter) {
   const Dropout d{.p = 0.3f, .seed = 0xFEDCBA9876543210ull, .offset = 77, .batch_offset = 3};
   const int64_t B = 2, H = 3, Tq = 5, Tk = 11;
   std::vector<uint8_t> keep(B * H * Tq * Tk);
   dropout_mask(d, B, H, Tq, Tk, keep.data());
-  const uint64_t threshold = std::llround(0.3 * 4294967296.0);
+  const uint32_t threshold = 19661;  // round(0.3 · 65536)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < Tq; ++i)
         for (int64_t j = 0; j < Tk; ++j) {
           const auto w = detail::philox4x32(
-              {uint32_t(i), uint32_t(j / 4), uint32_t((b + 3) * H + h), 77u},
+              {uint32_t(i), uint32_t(j / 8), uint32_t((b + 3) * H + h), 77u},
               {0x76543210u, 0xFEDCBA98u});
-          ASSERT_EQ(keep[((b * H + h) * Tq + i) * Tk + j], w[j % 4] >= threshold ? 1 : 0)
+          const uint32_t word = w[(j % 8) / 2], half = j % 2 ? word >> 16 : word & 0xFFFF;
+          ASSERT_EQ(keep[((b * H + h) * Tq + i) * Tk + j], half >= threshold ? 1 : 0)
               << b << " " << h << " " << i << " " << j;
         }
 }
@@ -81,7 +83,9 @@ TEST(DropoutMask, KeepsOneMinusPIndependentlyOfTheNeighbours) {
     dropout_mask({.p = p, .seed = 43, .offset = 1}, B, H, Tq, Tk, other_seed.data());
     double kept = 0;
     for (uint8_t k : keep) kept += k;
-    EXPECT_LT(std::abs(z_score(kept, double(n), 1 - p)), 6) << "p " << p;
+    // (The keep rate is 1 − round(p · 2¹⁶) / 2¹⁶.)
+    const double rate = 1 - std::round(double(p) * 65536) / 65536;
+    EXPECT_LT(std::abs(z_score(kept, double(n), rate)), 6) << "p " << p;
     // χ² of the pairs (a[x], b[x]) over the x that `pairs` gives.
     auto chi2 = [](auto&& pairs) {
       double t[2][2] = {};
@@ -105,8 +109,9 @@ TEST(DropoutMask, KeepsOneMinusPIndependentlyOfTheNeighbours) {
                 add(keep[at(b, h, i, j)], keep[at(b + db, h + dh, i + di, j + dj)]);
       });
     };
-    EXPECT_LT(neighbours(0, 0, 0, 1), 36) << "next key, p " << p;
-    EXPECT_LT(neighbours(0, 0, 0, 4), 36) << "next counter's key, p " << p;
+    EXPECT_LT(neighbours(0, 0, 0, 1), 36) << "next key (the other half), p " << p;
+    EXPECT_LT(neighbours(0, 0, 0, 2), 36) << "next word's key, p " << p;
+    EXPECT_LT(neighbours(0, 0, 0, 8), 36) << "next counter's key, p " << p;
     EXPECT_LT(neighbours(0, 0, 1, 0), 36) << "next query, p " << p;
     EXPECT_LT(neighbours(0, 1, 0, 0), 36) << "next head, p " << p;
     EXPECT_LT(neighbours(1, 0, 0, 0), 36) << "next batch, p " << p;

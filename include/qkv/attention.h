@@ -78,9 +78,11 @@ struct Packed {
 // Attention dropout (training): after the softmax, each weight p_ij is kept with probability
 // 1 − p and scaled by 1/(1 − p), or dropped to 0, as torch.nn.functional.dropout applied to the
 // weights (lse stays that of the undropped softmax). Whether pair (b, h, i, j) is kept depends
-// on (seed, offset, b + batch_offset, h, i, j) alone: word j mod 4 of Philox4x32-10 (Salmon et
-// al. 2011) with key = seed and counter = (i, ⌊j / 4⌋, (b + batch_offset) · Hq + h, offset),
-// kept when the word is ≥ round(p · 2³²). Nothing is stored: the backward regenerates the mask,
+// on (seed, offset, b + batch_offset, h, i, j) alone: Philox4x32-10 (Salmon et al. 2011) with
+// key = seed and counter = (i, ⌊j / 8⌋, (b + batch_offset) · Hq + h, offset) gives four 32-bit
+// words; key j takes the low 16 bits of word (j mod 8) / 2 when j is even, the high 16 when it
+// is odd, and is kept when they are ≥ round(p · 2¹⁶) (a keep rate within 2⁻¹⁷ of 1 − p; the
+// scale stays 1/(1 − p)). Nothing is stored: the backward regenerates the mask,
 // and it is the same bits for any thread count and CPU. The tiled forward and backward and the
 // reference take it (packed sequences too: sequence s is batch s); decoding, attention over a
 // cache and ring attention refuse it.

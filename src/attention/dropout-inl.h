@@ -1,5 +1,5 @@
 // Attention dropout on a tile of softmax weights: Philox4x32-10 (attention/dropout.h) over the
-// query lanes of a vector, four key rows per counter. Per Highway target. The words are those
+// query lanes of a vector, eight key rows per counter (a 16-bit half of a word each). Per Highway target. The words are those
 // of DropoutRule::words, bit for bit: integer arithmetic only, the same on every target.
 #if defined(QKV_ATTENTION_DROPOUT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_ATTENTION_DROPOUT_INL_H_
@@ -54,29 +54,28 @@ HWY_INLINE void philox(const DropoutRule& rule, Vu c[4]) {
 }
 
 // to ← from · (0 or 1 / (1 − p)) on the score tile layout [Kt][Mq] of (b, h), query rows from
-// i0 and key rows from j0 (a multiple of 4), over key rows [jj0, jj0 + keys) (jj0 a multiple of
-// 4) and query vectors [v0, v0 + count). `to` may be `from`.
+// i0 and key rows from j0 (a multiple of 8), over key rows [jj0, jj0 + keys) (jj0 a multiple of
+// 8) and query vectors [v0, v0 + count). `to` may be `from`.
 inline void drop_weights(const DropoutRule& rule, int64_t b, int64_t h, int64_t i0, int64_t j0,
                          int64_t jj0, int64_t keys, int64_t v0, int64_t count, int64_t Mq,
                          const float* from, float* to) {
   const Du du;
   const hn::RebindToSigned<Du> di;
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  // Unsigned word >= threshold, as signed integers with the top bit flipped.
-  const uint32_t flip = 0x80000000u;
-  const auto threshold = hn::Set(
-      di, static_cast<int32_t>(static_cast<uint32_t>(std::min<uint64_t>(rule.threshold,
-                                                                        0xFFFFFFFFu)) ^ flip));
+  // (Halves are below 2¹⁶: compared as signed integers.)
+  const auto threshold = hn::Set(di, static_cast<int32_t>(rule.threshold));
+  const Vu low = hn::Set(du, 0xFFFFu);
   const simd::Vf scale = hn::Set(simd::df, rule.keep_scale);
   const Vu head = hn::Set(du, rule.head_word(b, h)), offset = hn::Set(du, rule.offset);
   for (int64_t v = v0; v < v0 + count; ++v) {
     const Vu queries = hn::Add(hn::Iota(du, 0), hn::Set(du, static_cast<uint32_t>(i0 + v * N)));
-    for (int64_t jj = jj0; jj < jj0 + keys; jj += 4) {
-      Vu c[4] = {queries, hn::Set(du, static_cast<uint32_t>((j0 + jj) / 4)), head, offset};
+    for (int64_t jj = jj0; jj < jj0 + keys; jj += kKeysPerCounter) {
+      Vu c[4] = {queries, hn::Set(du, static_cast<uint32_t>((j0 + jj) / kKeysPerCounter)), head,
+                 offset};
       philox(rule, c);
-      for (int64_t r = 0; r < 4 && jj + r < jj0 + keys; ++r) {
-        const auto keep =
-            hn::Not(hn::Lt(hn::BitCast(di, hn::Xor(c[r], hn::Set(du, flip))), threshold));
+      for (int64_t r = 0; r < kKeysPerCounter && jj + r < jj0 + keys; ++r) {
+        const Vu half = r % 2 ? hn::ShiftRight<16>(c[r / 2]) : hn::And(c[r / 2], low);
+        const auto keep = hn::Not(hn::Lt(hn::BitCast(di, half), threshold));
         const int64_t at = (jj + r) * Mq + v * N;
         hn::Store(hn::IfThenElseZero(hn::RebindMask(simd::df, keep),
                                      hn::Mul(hn::Load(simd::df, from + at), scale)),

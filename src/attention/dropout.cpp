@@ -16,8 +16,8 @@ void validate_dropout(const Dropout& d, int64_t B, int64_t Hq, int64_t Tq, int64
   check(d.batch_offset >= 0, where, ": dropout batch_offset must be >= 0, got ", d.batch_offset);
   check((B + d.batch_offset) * Hq <= kWords, where, ": dropout draws (batch + batch_offset) × heads = ",
         (B + d.batch_offset) * Hq, " masks, more than 2^32");
-  check(Tq <= kWords && (Tk + 3) / 4 <= kWords, where, ": dropout takes at most 2^32 queries and ",
-        "2^34 keys, got ", Tq, " and ", Tk);
+  check(Tq <= kWords && (Tk + kKeysPerCounter - 1) / kKeysPerCounter <= kWords, where,
+        ": dropout takes at most 2^32 queries and 2^35 keys, got ", Tq, " and ", Tk);
 }
 
 }  // namespace detail
@@ -32,10 +32,10 @@ void dropout_mask(const Dropout& d, int64_t B, int64_t Hq, int64_t Tq, int64_t T
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t i = 0; i < Tq; ++i) {
         uint8_t* row = keep + ((b * Hq + h) * Tq + i) * Tk;
-        for (int64_t j = 0; j < Tk; j += 4) {
-          const auto w = rule.words(b, h, i, j / 4);
-          for (int64_t r = 0; r < 4 && j + r < Tk; ++r)
-            row[j + r] = !rule.on || w[r] >= rule.threshold;
+        for (int64_t j = 0; j < Tk; j += detail::kKeysPerCounter) {
+          const auto w = rule.words(b, h, i, j / detail::kKeysPerCounter);
+          for (int64_t r = j; r < j + detail::kKeysPerCounter && r < Tk; ++r)
+            row[r] = !rule.on || detail::DropoutRule::half(w, r) >= rule.threshold;
         }
       }
 }
