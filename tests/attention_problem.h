@@ -309,8 +309,7 @@ inline Expected naive_attention(const Case& c, const Inputs& in, const VisibleFn
         for (int64_t j = 0; j < c.Tk; ++j) {
           const double w = std::exp(s[j] - max) / z;
           e.weights[row * c.Tk + j] = w;
-          const double z =
-              c.dropout == 0 ? 1 : in.keep[row * c.Tk + j] / (1 - double(c.dropout));
+          const double z = c.dropout == 0 ? 1 : in.keep[row * c.Tk + j] / (1 - double(c.dropout));
           const double* v = &in.v[((b * c.Hkv + hkv) * c.Tk + j) * c.Dv];
           for (int64_t d = 0; d < c.Dv; ++d) e.out[row * c.Dv + d] += w * z * v[d];
         }

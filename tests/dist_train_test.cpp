@@ -84,6 +84,7 @@ struct DPCase {
   const char* name;
   bool llama;
   int64_t accum;
+  float dropout = 0;  // attention dropout: each rank draws its own rows' masks
 };
 
 void PrintTo(const DPCase& c, std::ostream* os) { *os << c.name; }
@@ -93,7 +94,8 @@ class DataParallelTraining : public ::testing::TestWithParam<DPCase> {};
 TEST_P(DataParallelTraining, MatchesOneProcessAndRepeatsBitForBit) {
   const DPCase& c = GetParam();
   const TaskData data(Task::recall, 4, 12);
-  const ModelConfig mc = tiny_config(data, c.llama);
+  ModelConfig mc = tiny_config(data, c.llama);
+  mc.attn_dropout = c.dropout;
   const TrainConfig tc = config_of(50, c.accum);
   const TrainedRun alone = train_run(data, mc, tc, alone_mode);
   const TrainedRun dp = train_run(data, mc, tc, dp_mode);
@@ -121,7 +123,8 @@ TEST_P(DataParallelTraining, MatchesOneProcessAndRepeatsBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Models, DataParallelTraining,
                          ::testing::Values(DPCase{"gpt2", false, 1}, DPCase{"llama_gqa", true, 1},
-                                           DPCase{"accumulate", false, 2}),
+                                           DPCase{"accumulate", false, 2},
+                                           DPCase{"dropout", false, 2, 0.1f}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 struct CPCase {

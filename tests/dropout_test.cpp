@@ -55,9 +55,9 @@ TEST(DropoutMask, FollowsTheDocumentedCounter) {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < Tq; ++i)
         for (int64_t j = 0; j < Tk; ++j) {
-          const auto w = detail::philox4x32(
-              {uint32_t(i), uint32_t(j / 8), uint32_t((b + 3) * H + h), 77u},
-              {0x76543210u, 0xFEDCBA98u});
+          const auto w =
+              detail::philox4x32({uint32_t(i), uint32_t(j / 8), uint32_t((b + 3) * H + h), 77u},
+                                 {0x76543210u, 0xFEDCBA98u});
           const uint32_t word = w[(j % 8) / 2], half = j % 2 ? word >> 16 : word & 0xFFFF;
           ASSERT_EQ(keep[((b * H + h) * Tq + i) * Tk + j], half >= threshold ? 1 : 0)
               << b << " " << h << " " << i << " " << j;
@@ -99,7 +99,9 @@ TEST(DropoutMask, KeepsOneMinusPIndependentlyOfTheNeighbours) {
         }
       return s;
     };
-    auto at = [&](int64_t b, int64_t h, int64_t i, int64_t j) { return ((b * H + h) * Tq + i) * Tk + j; };
+    auto at = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+      return ((b * H + h) * Tq + i) * Tk + j;
+    };
     auto neighbours = [&](int64_t db, int64_t dh, int64_t di, int64_t dj) {
       return chi2([&](auto&& add) {
         for (int64_t b = 0; b + db < B; ++b)
@@ -129,9 +131,15 @@ TEST(DropoutMask, KeepsOneMinusPIndependentlyOfTheNeighbours) {
 // drops, and P_ij / (1 − p) (the reference's weight) elsewhere: on full tiles, the chunks of a
 // causal diagonal and a window's edges, and a last partial key tile.
 TEST(DropoutKernels, ApplyDropoutMask) {
-  for (const Case& shape : {Case{.B = 2, .Hq = 2, .Hkv = 1, .Tq = 70, .Tk = 150, .D = 16},
-                            Case{.B = 1, .Hq = 3, .Hkv = 3, .Tq = 131, .Tk = 131, .D = 8,
-                                 .causal = true, .window_left = 50}}) {
+  for (const Case& shape :
+       {Case{.B = 2, .Hq = 2, .Hkv = 1, .Tq = 70, .Tk = 150, .D = 16}, Case{.B = 1,
+                                                                       .Hq = 3,
+                                                                       .Hkv = 3,
+                                                                       .Tq = 131,
+                                                                       .Tk = 131,
+                                                                       .D = 8,
+                                                                       .causal = true,
+                                                                       .window_left = 50}}) {
     Case c = shape;
     c.Dv = c.Tk;
     c.dropout = 0.4f;
@@ -169,8 +177,15 @@ TEST(DropoutKernels, ApplyDropoutMask) {
 // The forward and backward give the same bits at 1, 2, 3 and 16 threads (MQA at batch 3: the
 // third unit's key tiles shared out).
 TEST(DropoutKernels, SameBitsAtAnyThreadCount) {
-  const Case c{.B = 3, .Hq = 4, .Hkv = 1, .Tq = 150, .Tk = 200, .D = 32, .Dv = 32,
-               .causal = true, .dropout = 0.1f};
+  const Case c{.B = 3,
+               .Hq = 4,
+               .Hkv = 1,
+               .Tq = 150,
+               .Tk = 200,
+               .D = 32,
+               .Dv = 32,
+               .causal = true,
+               .dropout = 0.1f};
   const int saved = num_threads();
   std::vector<std::vector<float>> runs;
   for (int threads : {1, 2, 3, 16}) {
@@ -184,7 +199,8 @@ TEST(DropoutKernels, SameBitsAtAnyThreadCount) {
     for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = u(rng);
     attention_backward(p.args, dout.view(), dq.view(), dk.view(), dv.view());
     std::vector<float> all;
-    for (const Tensor* t : {&p.out, &dq, &dk, &dv}) all.insert(all.end(), t->data(), t->data() + t->numel());
+    for (const Tensor* t : {&p.out, &dq, &dk, &dv})
+      all.insert(all.end(), t->data(), t->data() + t->numel());
     runs.push_back(all);
   }
   set_num_threads(saved);
@@ -229,7 +245,14 @@ TEST(DropoutKernels, Edges) {
 
 // A packed sequence s draws batch s's mask: the same as the batch of the sequences unpacked.
 TEST(DropoutKernels, PackedSequenceIsItsBatch) {
-  const Case c{.B = 2, .Hq = 2, .Hkv = 2, .Tq = 33, .Tk = 33, .D = 16, .Dv = 16, .causal = true,
+  const Case c{.B = 2,
+               .Hq = 2,
+               .Hkv = 2,
+               .Tq = 33,
+               .Tk = 33,
+               .D = 16,
+               .Dv = 16,
+               .causal = true,
                .dropout = 0.3f};
   Problem batch(c);
   attention(batch.args);
@@ -282,7 +305,8 @@ TEST(DropoutErrors, NamesTheProblem) {
     attention(a, kv);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dropout is not supported over a cache"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("dropout is not supported over a cache"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_THROW(dropout_mask({.p = 2}, 1, 1, 1, 1, nullptr), Error);

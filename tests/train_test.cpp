@@ -81,7 +81,7 @@ TEST(Checkpoint, RoundTripsWeightsOptimizerAndConfig) {
   for (bool llama : {false, true}) {
     TaskData data(Task::recall, 4, 8);
     ModelConfig config = small(data, llama);
-    config.sinks = llama;  // learned sinks travel with the config and the weights
+    config.sinks = llama;                    // learned sinks travel with the config and the weights
     config.attn_dropout = llama ? 0 : 0.1f;  // … and dropout with the config and the seed
     Model m(config, 3);
     AdamW opt(m);

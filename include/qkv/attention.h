@@ -84,8 +84,9 @@ struct Packed {
 // is odd, and is kept when they are ≥ round(p · 2¹⁶) (a keep rate within 2⁻¹⁷ of 1 − p; the
 // scale stays 1/(1 − p)). Nothing is stored: the backward regenerates the mask,
 // and it is the same bits for any thread count and CPU. The tiled forward and backward and the
-// reference take it (packed sequences too: sequence s is batch s); decoding, attention over a
-// cache and ring attention refuse it.
+// reference take it (packed sequences too: sequence s is batch s; a call of few queries runs on
+// the tiled kernel, not split-KV decoding); attention over a cache and ring attention refuse it.
+// round(x) is ⌊x + ½⌋; a p within 2⁻¹⁷ of 1 drops every weight.
 struct Dropout {
   float p = 0;               // 0 = off; 0 <= p <= 1 (p = 1 drops every weight)
   uint64_t seed = 0;         // the Philox key
@@ -244,10 +245,10 @@ namespace reference {
 // [B, Hq, Tq, Tk] (0 where masked).
 void attention(const AttentionArgs& args, View weights = {});
 
-// The backward written from the formula: recomputes P, then dV = Pᵀ dO, dP = dO Vᵀ,
-// dS = P ∘ (dP − rowsum(P ∘ dP)), dQ = scale · dS K, dK = scale · dSᵀ Q (through the softcap's
-// derivative when it is on); a sink's gradient from its own weight, −Σ_i p_i,sink (dO_i · O_i).
-// Does not need args.out or args.lse.
+// The backward written from the formula: recomputes P, then dV = (P ∘ Z)ᵀ dO, dP = (dO Vᵀ) ∘ Z
+// (Z the dropout's factors, 1 without), dS = P ∘ (dP − rowsum(P ∘ dP)), dQ = scale · dS K, dK =
+// scale · dSᵀ Q (through the softcap's derivative when it is on); a sink's gradient from its own
+// weight, −Σ_i p_i,sink (dO_i · O_i). Does not need args.out or args.lse.
 void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, View dv,
                         const ParameterGrads& grads = {});
 

@@ -145,12 +145,16 @@ class Model {
   // Training mode: while it is on, forward() and backward() apply config().attn_dropout to each
   // layer's attention weights (off, the default: every weight is kept). Each forward in
   // training mode draws new masks: seed = the model's seed, offset = forwards so far in training
-  // mode · n_layers + layer (include/qkv/attention.h, struct Dropout).
+  // mode · n_layers + layer, mod 2³² (include/qkv/attention.h, struct Dropout). A backward
+  // follows its forward's mode.
   void set_training(bool on) { training_ = on; }
   bool training() const { return training_; }
   // Where the masks stand: the next forward in training mode draws masks `draws` + 1 (a resumed
-  // run, or a test that repeats one forward, sets it).
-  void set_dropout_draws(uint32_t draws) { dropout_forwards_ = draws; }
+  // run, or a test that repeats one forward, sets it), its rows those of rows batch_offset … of
+  // a larger batch (a data-parallel rank's share: each rank then draws its own rows' masks).
+  void set_dropout_draws(uint32_t draws, int64_t batch_offset = 0) {
+    dropout_forwards_ = draws, dropout_batch_offset_ = batch_offset;
+  }
   // The seed the model was made with (its dropout masks' too; a checkpoint keeps it).
   uint64_t seed() const { return seed_; }
   TensorType compute_type() const { return compute_; }
@@ -189,9 +193,11 @@ class Model {
   const SequenceShard* shard_ = nullptr;
   quant::Matmul matmul_ = quant::Matmul::exact;
   TensorType compute_ = TensorType::f32;
-  uint64_t seed_ = 0;             // the initialisation's, and the dropout masks'
+  uint64_t seed_ = 0;  // the initialisation's, and the dropout masks'
   bool training_ = false;
+  bool dropout_now_ = false;       // the last forward dropped weights (its backward does too)
   uint32_t dropout_forwards_ = 0;  // forwards in training mode with dropout so far
+  int64_t dropout_batch_offset_ = 0;
   std::unique_ptr<Weights> w_;
   std::unique_ptr<Activations> acts_;
   std::unique_ptr<InferenceBuffers> infer_;

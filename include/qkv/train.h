@@ -51,6 +51,7 @@ enum class Task { recall, copy, reverse, text };
 struct Batch {
   int64_t B = 0, T = 0;
   std::vector<int32_t> tokens, targets;
+  int64_t first = 0;  // the row of the whole batch that row 0 is (a data-parallel rank's share)
 };
 
 // Makes batches for one task. Synthetic tasks:

@@ -93,11 +93,16 @@ def _options(q, causal, window, kv_len, bias, alibi, softcap, scale, cu_seqlens_
 
 
 def _dropout(p, seed, offset):
-    """(p, seed, offset) checked: p in [0, 1], seed any int (taken mod 2^64), offset in
-    [0, 2^32)."""
+    """(p, seed, offset) checked: p in [0, 1], seed any int (taken mod 2^64; required with
+    p > 0), offset in [0, 2^32)."""
     p = float(p)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout_p must be in [0, 1], got {p}")
+    if seed is None:
+        if p > 0:
+            raise ValueError("dropout_p > 0 needs dropout_seed (an int; pass attention_backward "
+                             "the same seed and offset)")
+        seed = 0
     offset = int(offset)
     if not 0 <= offset < 2**32:
         raise ValueError(f"dropout_offset must be in [0, 2^32), got {offset}")
@@ -133,7 +138,7 @@ def _lse_shape(q, layout, packed):
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None, alibi=None,
               softcap=0.0, scale=None, cu_seqlens_q=None, cu_seqlens_k=None, layout="bhtd",
-              return_lse=False, out=None, lse=None, sinks=None, dropout_p=0.0, dropout_seed=0,
+              return_lse=False, out=None, lse=None, sinks=None, dropout_p=0.0, dropout_seed=None,
               dropout_offset=0):
     """softmax(q kᵀ · scale + bias, masked) v, with qkv's tiled kernel.
 
@@ -157,7 +162,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
     dropout_p: attention dropout (training): each weight kept with probability 1 - dropout_p
     and scaled by 1/(1 - dropout_p), or dropped, after the softmax (lse is the undropped one).
     The mask is a function of (dropout_seed, dropout_offset, batch, head, query, key) alone
-    (qkv.dropout_mask gives it): pass the same three to attention_backward.
+    (qkv.dropout_mask gives it): dropout_seed is required with dropout_p > 0, and
+    attention_backward takes the same three.
 
     Returns out, or (out, lse) with return_lse. A query that sees no key gets 0 and lse -inf
     (lse = sinks[h] with sinks).
@@ -179,7 +185,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
 def attention_backward(q, k, v, out, lse, dout, *, causal=False, window=(-1, -1), kv_len=None,
                        bias=None, alibi=None, softcap=0.0, scale=None, cu_seqlens_q=None,
                        cu_seqlens_k=None, layout="bhtd", dq=None, dk=None, dv=None, sinks=None,
-                       dropout_p=0.0, dropout_seed=0, dropout_offset=0):
+                       dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """Gradients (dq, dk, dv) of attention given dout = ∂L/∂out.
 
     q, k, v and every option as the forward saw them, with the forward's out and lse

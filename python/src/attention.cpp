@@ -124,7 +124,8 @@ void bind_attention(nb::module_& m) {
       "_dropout_mask",
       [](float p, uint64_t seed, uint32_t offset, int64_t batch_offset, int64_t B, int64_t H,
          int64_t Tq, int64_t Tk) {
-        check(B > 0 && H > 0 && Tq > 0 && Tk > 0 && B * H * Tq * Tk <= (int64_t{1} << 34),
+        constexpr double kMost = double(int64_t{1} << 34);
+        check(B > 0 && H > 0 && Tq > 0 && Tk > 0 && double(B) * H * Tq * Tk <= kMost,
               "dropout_mask: the sizes must be positive and at most 2^34 pairs in all, got ", B,
               " × ", H, " × ", Tq, " × ", Tk);
         std::string keep(B * H * Tq * Tk, '\0');

@@ -143,6 +143,8 @@ def test_bad_dropout_is_a_clear_error():
     for bad in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\]"):
             qt.scaled_dot_product_attention(q, q, q, dropout_p=bad)
+    with pytest.raises(ValueError, match="needs dropout_seed"):
+        qkv.attention(q.numpy(), q.numpy(), q.numpy(), dropout_p=0.1)
     with pytest.raises(ValueError, match="dropout_offset"):
         qkv.dropout_mask((1, 1, 2, 2), 0.1, seed=1, offset=-1)
     mask = qkv.dropout_mask((1, 1, 2, 3), 0.0, seed=1)

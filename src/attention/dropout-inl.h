@@ -1,6 +1,7 @@
 // Attention dropout on a tile of softmax weights: Philox4x32-10 (attention/dropout.h) over the
-// query lanes of a vector, eight key rows per counter (a 16-bit half of a word each). Per Highway target. The words are those
-// of DropoutRule::words, bit for bit: integer arithmetic only, the same on every target.
+// query lanes of a vector, eight key rows per counter (a 16-bit half of a word each). Per Highway
+// target. The words are those of DropoutRule::words, bit for bit: integer arithmetic only, the same
+// on every target.
 #if defined(QKV_ATTENTION_DROPOUT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_ATTENTION_DROPOUT_INL_H_
 #undef QKV_ATTENTION_DROPOUT_INL_H_

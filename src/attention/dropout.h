@@ -62,9 +62,9 @@ struct DropoutRule {
   }
   // The four words of query i and keys 8·group … 8·group + 7 of (b, h).
   std::array<uint32_t, 4> words(int64_t b, int64_t h, int64_t i, int64_t group) const {
-    return philox4x32({static_cast<uint32_t>(i), static_cast<uint32_t>(group), head_word(b, h),
-                       offset},
-                      {key0, key1});
+    return philox4x32(
+        {static_cast<uint32_t>(i), static_cast<uint32_t>(group), head_word(b, h), offset},
+        {key0, key1});
   }
   // Key j's half: the low one of word (j mod 8) / 2 for even j, the high one for odd j.
   static uint32_t half(const std::array<uint32_t, 4>& w, int64_t j) {

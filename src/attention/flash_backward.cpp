@@ -98,7 +98,11 @@ StepBuffers step_buffers(const Shape& n) {
   // pairs; on AMX tiles both a part and K transposed, [D][Kt + 32] bf16.)
   const int64_t tile = kKeyTile * n.Mq, part = n.D * (std::max(n.Mq, kKeyTile / 2) + kKeyTile);
   float* w = thread_scratch(BackwardSlot::tile, 4 * tile + part + tile / 2);
-  return {w, w + tile, w + 2 * tile, w + 3 * tile, w + 4 * tile,
+  return {w,
+          w + tile,
+          w + 2 * tile,
+          w + 3 * tile,
+          w + 4 * tile,
           reinterpret_cast<uint16_t*>(w + 4 * tile + part)};
 }
 
@@ -175,7 +179,8 @@ double row_dot(const float* g, const float* o, int64_t E) {
 HWY_INLINE void score_gradient(const AttentionArgs& a, bool dropout, const PackedTile& p,
                                const StepBuffers& w, int64_t at, int64_t v) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  const Vf P = hn::Load(df, w.S + at), dP = hn::Load(df, w.dP + at), Di = hn::Load(df, p.Di + v * N);
+  const Vf P = hn::Load(df, w.S + at), dP = hn::Load(df, w.dP + at),
+           Di = hn::Load(df, p.Di + v * N);
   Vf ds = dropout ? hn::MulSub(hn::Load(df, w.dropped + at), dP, hn::Mul(P, Di))
                   : hn::Mul(P, hn::Sub(dP, Di));
   if (a.softcap > 0) {
@@ -506,9 +511,8 @@ void add_source_gradients(const ScoreGrads& g, int64_t h, int64_t i0, int64_t ro
 template <int NQV, class Unit, class T>
 void key_step(const AttentionArgs& a, const ScoreRule& rule, const DropoutRule& drop,
               const Shape& n, int64_t b, int64_t h, int64_t i0, int64_t rows, const TileMask& tm,
-              const PackedTile& p, int64_t j0,
-              const StepBuffers& w, float* dK, float* dV, float* dQt, DqPart dq, int32_t* mask_regs,
-              const ScoreGrads& score) {
+              const PackedTile& p, int64_t j0, const StepBuffers& w, float* dK, float* dV,
+              float* dQt, DqPart dq, int32_t* mask_regs, const ScoreGrads& score) {
   using Tile = typename Unit::Tile;
   Unit::begin();
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -681,8 +685,8 @@ void query_tile(const AttentionArgs& a, const ScoreRule& rule, float scale, cons
     if (partial)
       mask_regs = reinterpret_cast<int32_t*>(thread_scratch(
           BackwardSlot::mask_registers, tiles::function_register_ints(fn->program())));
-    key_step<NQV, Unit, T>(a, rule, drop, n, b, h, i0, rows, tm, p, tile * kKeyTile, step_buffers(n), dK,
-                           dV, part, dq, mask_regs, score);
+    key_step<NQV, Unit, T>(a, rule, drop, n, b, h, i0, rows, tm, p, tile * kKeyTile,
+                           step_buffers(n), dK, dV, part, dq, mask_regs, score);
   };
   if (!split_keys) {  // each step adds its part to the sum in turn
     for (int64_t k = 0; k < count; ++k) step(k, dQt, k == 0 ? DqPart::kFirst : DqPart::kAdd);

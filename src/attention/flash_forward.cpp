@@ -121,10 +121,9 @@ struct ScoreRegisters {
 
 template <int NQV, class Unit, class T>
 void key_step(const AttentionArgs& a, const ScoreRule& rule, const ScoreCall& call,
-              const ScoreRegisters& score_regs, const DropoutRule& drop, const Shape& n,
-              int64_t b, int64_t h,
-              const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1, QueryTile& t,
-              float* S, int32_t* mask_regs, simd::PrefetchQueue& prefetch) {
+              const ScoreRegisters& score_regs, const DropoutRule& drop, const Shape& n, int64_t b,
+              int64_t h, const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1,
+              QueryTile& t, float* S, int32_t* mask_regs, simd::PrefetchQueue& prefetch) {
   const int64_t Mq = n.Mq, nk = j1 - j0;
   // (A mask function's partial tile goes block by block, as a masked one does.)
   const bool masked = mask_regs || !t.tm.covers(j0, j1, t.rows);

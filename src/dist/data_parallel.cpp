@@ -56,7 +56,7 @@ Batch DataParallel::local(const Batch& global) const {
         size_, " ranks one; use --batch >= ", size_);
   const int64_t first = B * rank_ / size_, last = B * (rank_ + 1) / size_;
   Batch part;
-  part.B = last - first, part.T = T;
+  part.B = last - first, part.T = T, part.first = global.first + first;
   part.tokens.assign(global.tokens.begin() + first * T, global.tokens.begin() + last * T);
   part.targets.assign(global.targets.begin() + first * T, global.targets.begin() + last * T);
   return part;

@@ -174,7 +174,8 @@ float Model::forward(const int32_t* tokens, const int32_t* targets, int64_t B, i
         "with the sequence split across processes");
   const int64_t N = B * T, C = c.d_model, F = c.d_ff, V = c.vocab_size;
   const bool swiglu = c.mlp == MlpKind::swiglu;
-  if (training_ && c.attn_dropout > 0) ++dropout_forwards_;  // new masks (backward: the same)
+  dropout_now_ = training_ && c.attn_dropout > 0;
+  if (dropout_now_) ++dropout_forwards_;  // new masks (the backward's: the same)
   Activations& a = *acts_;
   if (a.capacity < N) {  // (re)allocate for a larger batch; smaller ones use the first rows
     a.capacity = N;

@@ -247,9 +247,10 @@ MultiHeadAttention Model::attention_layer(int64_t layer) const {
   m.window = c.window;
   m.alibi = c.positions == PositionKind::alibi ? alibi_.data() : nullptr;
   m.sinks = L.sinks, m.d_sinks = L.d_sinks;
-  if (training_ && c.attn_dropout > 0)
+  if (dropout_now_)
     m.dropout = {c.attn_dropout, seed_,
-                 static_cast<uint32_t>(dropout_forwards_ * c.n_layers + layer)};
+                 static_cast<uint32_t>(uint64_t{dropout_forwards_} * c.n_layers + layer),
+                 dropout_batch_offset_};
   m.shard = shard_;
   m.rotary = c.positions == PositionKind::rotary;
   m.rope_theta = c.rope_theta;

@@ -72,7 +72,7 @@ TrainResult train(Model& model, AdamW& optimizer, const TaskData& data, const Tr
       const Batch part = run.local(batch);
       const float share = share_of(part, batch);
       // (Dropout's masks by step, as the batches: a resumed run draws what the whole run did.)
-      model.set_dropout_draws(static_cast<uint32_t>(step * cfg.grad_accum + micro));
+      model.set_dropout_draws(static_cast<uint32_t>(step * cfg.grad_accum + micro), part.first);
       const float mean = model.forward(part.tokens.data(), part.targets.data(), part.B, part.T);
       loss += (share == 1 ? mean : mean * share) / cfg.grad_accum;
       model.backward(share);
