@@ -37,19 +37,20 @@ HWY_INLINE void multiply_wide(Vu a, Vu m, Vu& hi, Vu& lo) {
   hi = hn::OddEven(hn::BitCast(du, odd), hn::BitCast(du, hn::ShiftRight<32>(even)));
 }
 
-// The four words of counters (queries c0, c1, c2, c3) under the rule's key, lane by lane.
-HWY_INLINE void philox(const DropoutRule& rule, Vu c[4]) {
+// The four words of counters (c0, c1, c2, c3) under the rule's key, lane by lane, in place.
+// (Four vectors, not an array: SVE's vectors may not be array elements.)
+HWY_INLINE void philox(const DropoutRule& rule, Vu& c0, Vu& c1, Vu& c2, Vu& c3) {
   const Du du;
   const Vu m0 = hn::Set(du, kPhiloxM0), m1 = hn::Set(du, kPhiloxM1);
   uint32_t k0 = rule.key0, k1 = rule.key1;
   for (int r = 0; r < kPhiloxRounds; ++r) {
     Vu hi0, lo0, hi1, lo1;
-    multiply_wide(c[0], m0, hi0, lo0);
-    multiply_wide(c[2], m1, hi1, lo1);
-    c[0] = hn::Xor(hn::Xor(hi1, c[1]), hn::Set(du, k0));
-    c[1] = lo1;
-    c[2] = hn::Xor(hn::Xor(hi0, c[3]), hn::Set(du, k1));
-    c[3] = lo0;
+    multiply_wide(c0, m0, hi0, lo0);
+    multiply_wide(c2, m1, hi1, lo1);
+    c0 = hn::Xor(hn::Xor(hi1, c1), hn::Set(du, k0));
+    c1 = lo1;
+    c2 = hn::Xor(hn::Xor(hi0, c3), hn::Set(du, k1));
+    c3 = lo0;
     k0 += kPhiloxW0, k1 += kPhiloxW1;
   }
 }
@@ -71,11 +72,12 @@ inline void drop_weights(const DropoutRule& rule, int64_t b, int64_t h, int64_t 
   for (int64_t v = v0; v < v0 + count; ++v) {
     const Vu queries = hn::Add(hn::Iota(du, 0), hn::Set(du, static_cast<uint32_t>(i0 + v * N)));
     for (int64_t jj = jj0; jj < jj0 + keys; jj += kKeysPerCounter) {
-      Vu c[4] = {queries, hn::Set(du, static_cast<uint32_t>((j0 + jj) / kKeysPerCounter)), head,
-                 offset};
-      philox(rule, c);
+      Vu c0 = queries, c1 = hn::Set(du, static_cast<uint32_t>((j0 + jj) / kKeysPerCounter));
+      Vu c2 = head, c3 = offset;
+      philox(rule, c0, c1, c2, c3);
       for (int64_t r = 0; r < kKeysPerCounter && jj + r < jj0 + keys; ++r) {
-        const Vu half = r % 2 ? hn::ShiftRight<16>(c[r / 2]) : hn::And(c[r / 2], low);
+        const Vu word = r < 2 ? c0 : r < 4 ? c1 : r < 6 ? c2 : c3;
+        const Vu half = r % 2 ? hn::ShiftRight<16>(word) : hn::And(word, low);
         const auto keep = hn::Not(hn::Lt(hn::BitCast(di, half), threshold));
         const int64_t at = (jj + r) * Mq + v * N;
         hn::Store(hn::IfThenElseZero(hn::RebindMask(simd::df, keep),
