@@ -79,6 +79,34 @@ inline const int32_t* flat_indices(const MaskProgram& p, const MaskInstr& in, in
   return flat;
 }
 
+// d ← x op y (1 or 0) over n lanes, for a comparison op: of integers, or of floats (a score
+// function's, mask/score_lanes-inl.h).
+template <class T>
+inline void compare_lanes(MaskOp op, const T* x, const T* y, int64_t n, int32_t* d) {
+  switch (op) {
+    case MaskOp::eq:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] == y[e];
+      break;
+    case MaskOp::ne:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] != y[e];
+      break;
+    case MaskOp::lt:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] < y[e];
+      break;
+    case MaskOp::le:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] <= y[e];
+      break;
+    case MaskOp::gt:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] > y[e];
+      break;
+    case MaskOp::ge:
+      for (int64_t e = 0; e < n; ++e) d[e] = x[e] >= y[e];
+      break;
+    default:
+      break;
+  }
+}
+
 // Floor division and Python's remainder of x by y over n lanes (x / 0 = 0, x % 0 = x), into
 // `quotient` or `remainder` (either may be null). A vector whose operands are all below 2^24 in
 // magnitude divides in floats, which is then exact but for a quotient off by one, set right by
@@ -187,22 +215,12 @@ inline bool integer_step(const MaskProgram& p, const MaskInstr& in, const Lanes&
         d[e] = x[e] < 0 ? wrap(0u - static_cast<uint32_t>(x[e])) : x[e];
       break;
     case MaskOp::eq:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] == y[e];
-      break;
     case MaskOp::ne:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] != y[e];
-      break;
     case MaskOp::lt:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] < y[e];
-      break;
     case MaskOp::le:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] <= y[e];
-      break;
     case MaskOp::gt:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] > y[e];
-      break;
     case MaskOp::ge:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] >= y[e];
+      compare_lanes(in.op, x, y, n, d);
       break;
     case MaskOp::logical_and:
       for (int64_t e = 0; e < n; ++e) d[e] = x[e] & y[e];

@@ -193,25 +193,7 @@ inline void compare_step(const MaskInstr& in, int64_t n, int32_t* regs, const Fl
   int32_t* d = regs + in.dst * n;
   const float* x = r.value(in.a);
   const float* y = r.value(in.b);
-  switch (in.op) {
-    case MaskOp::eq:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] == y[e];
-      break;
-    case MaskOp::ne:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] != y[e];
-      break;
-    case MaskOp::lt:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] < y[e];
-      break;
-    case MaskOp::le:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] <= y[e];
-      break;
-    case MaskOp::gt:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] > y[e];
-      break;
-    default:
-      for (int64_t e = 0; e < n; ++e) d[e] = x[e] >= y[e];
-  }
+  mask_lanes::compare_lanes(in.op, x, y, n, d);
 }
 
 // The derivatives of one float instruction's value (the slots `bits` names; `held` says which
