@@ -15,27 +15,9 @@ namespace {
 
 using testing::BiasKind;
 using testing::Case;
+using testing::Grads;
 using testing::Inputs;
 using testing::Problem;
-
-// Gradients of one problem, with dout drawn at random; the loss is L = Σ out ∘ dout.
-// Stored [B, H, T, D], or in the case's layout when `in_layout` (the tensors hold the
-// storage, the views read it as [B, H, T, D]).
-struct Grads {
-  Tensor dout, dq, dk, dv;
-  View dout_view, dq_view, dk_view, dv_view;
-  explicit Grads(const Case& c, bool in_layout = false, uint32_t seed = 3) {
-    Case layout = c;
-    if (!in_layout) layout.seq_major = layout.dim_strided = false;
-    dout_view = testing::layout_view(layout, dout, c.Hq, c.Tq, c.Dv);
-    dq_view = testing::layout_view(layout, dq, c.Hq, c.Tq, c.D);
-    dk_view = testing::layout_view(layout, dk, c.Hkv, c.Tk, c.D);
-    dv_view = testing::layout_view(layout, dv, c.Hkv, c.Tk, c.Dv);
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> uniform(-1, 1);
-    for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = uniform(rng);
-  }
-};
 
 double loss(const Case& c, const Inputs& in, const Tensor& dout) {
   const testing::Expected e = testing::naive_attention(c, in);

@@ -21,6 +21,7 @@ namespace qkv {
 namespace {
 
 using testing::Case;
+using testing::Grads;
 using testing::Problem;
 
 // Random123's known-answer vectors for Philox4x32-10 (its tests/kat_vectors).
@@ -192,14 +193,10 @@ TEST(DropoutKernels, SameBitsAtAnyThreadCount) {
     set_num_threads(threads);
     Problem p(c);
     attention(p.args);
-    Tensor dout({c.B, c.Hq, c.Tq, c.Dv}), dq({c.B, c.Hq, c.Tq, c.D}), dk({c.B, c.Hkv, c.Tk, c.D}),
-        dv({c.B, c.Hkv, c.Tk, c.Dv});
-    std::mt19937 rng(3);
-    std::uniform_real_distribution<float> u(-1, 1);
-    for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = u(rng);
-    attention_backward(p.args, dout.view(), dq.view(), dk.view(), dv.view());
+    Grads g(c);
+    attention_backward(p.args, g.dout, g.dq, g.dk, g.dv);
     std::vector<float> all;
-    for (const Tensor* t : {&p.out, &dq, &dk, &dv})
+    for (const Tensor* t : {&p.out, &g.dq, &g.dk, &g.dv})
       all.insert(all.end(), t->data(), t->data() + t->numel());
     runs.push_back(all);
   }
@@ -222,11 +219,9 @@ TEST(DropoutKernels, Edges) {
   c.dropout = 1;
   Problem all(c);
   attention(all.args);
-  Tensor dout({c.B, c.Hq, c.Tq, c.Dv}), dq({c.B, c.Hq, c.Tq, c.D}), dk({c.B, c.Hkv, c.Tk, c.D}),
-      dv({c.B, c.Hkv, c.Tk, c.Dv});
-  dout.fill(1);
-  attention_backward(all.args, dout.view(), dq.view(), dk.view(), dv.view());
-  for (const Tensor* t : {&all.out, &dq, &dk, &dv})
+  Grads g(c);
+  attention_backward(all.args, g.dout, g.dq, g.dk, g.dv);
+  for (const Tensor* t : {&all.out, &g.dq, &g.dk, &g.dv})
     for (int64_t i = 0; i < t->numel(); ++i) ASSERT_EQ(t->data()[i], 0.0f);
   for (int64_t i = 0; i < all.lse.numel(); ++i) ASSERT_EQ(all.lse.data()[i], plain.lse.data()[i]);
 
