@@ -21,6 +21,8 @@ constexpr bool packs(TensorType t) {
 constexpr int64_t scale_bytes(TensorType t) { return t == TensorType::q4_1 ? 32 : 16; }
 constexpr int64_t value_bytes(TensorType t) { return t == TensorType::q8_0 ? 64 : 32; }
 constexpr int64_t step_bytes(TensorType t) { return scale_bytes(t) + kRows * value_bytes(t); }
+// How far ahead of a step the unit asks for bytes (PackedPairUnit).
+inline constexpr int64_t kPrefetchBytes = 8192;
 // A group of 4 rows of `cols` values (its whole pairs).
 inline int64_t group_bytes(TensorType t, int64_t cols) {
   return cols / kKvBlockValues / 2 * step_bytes(t);
