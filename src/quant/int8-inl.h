@@ -536,10 +536,11 @@ inline constexpr float kHighNibble = 1.0f / 16;
 // Two blocks a step on AVX-512 DL, one 512-bit vpdpbusd: a pair of weight blocks fills the
 // vector, its bytes unsigned (Q8_0's offset by 128, Q4's nibbles in place) against the row's
 // values in the matching order (Row::q, Row::q4). Each weight row's pair (d, m, d', m') loads
-// as one vector, converted once, and the R rows' side by side (dm4) times the activation
-// row's (Row::scales) gives every lane's scale in one multiply, which a permute spreads over
-// the lanes of each row's products: per row, vpdpbusd, a convert, a permute and an FMA. dm4
-// times Row::terms gives what the unsigned sums leave out.
+// as one vector, converted once: its d spread to the lanes of its block (by a permute, the
+// high nibbles' d by 16) scales the products with the activation row's (Row::scales); the R
+// rows' (d, m, d', m') side by side in one vector (dm4) times Row::terms give what the unsigned
+// sums leave out. Per row and pair: vpdpbusd, a convert, a multiply and an FMA, and the
+// permute shared by a tile's activation rows.
 template <TensorType T, int R>
 struct PairUnit {
   static_assert(R <= 4, "the rows' (d, m) pairs share one vector");
@@ -547,14 +548,18 @@ struct PairUnit {
   static constexpr int64_t kBytes = kBlockBytes<T>;  // a block's
   static constexpr int kTerms = T == TensorType::q8_0   ? kTermsQ8_0
                                 : T == TensorType::q4_0 ? kTermsQ4_0
-                                                        : kTermsQ4_1;
-  // Row r's products' scales, as lanes of (dm4 · x's scales) and, for Q4, of the same by
-  // 1/16: Q8_0 block b in lanes 0–7, b + 1 in 8–15; Q4 (b, b + 1, b, b + 1) by 4s, the second
-  // two the high nibbles (lanes 16 and up of permutex2var name its second vector).
+                                                        : kTermsQ4_1;  // (Q4_K's m as Q4_1's)
+  // The activations' bytes in the order of the weights': Q8_0's and Q4_K's as they lie.
+  static constexpr bool kBlocksInOrder = T == TensorType::q8_0 || T == TensorType::q4_k;
+  // Row r's products' scales, as lanes of dm4 and, for nibbles, of dm4 / 16: Q8_0 block b in
+  // lanes 0–7, b + 1 in 8–15; Q4 (b, b + 1, b, b + 1) by 4s, the second two the high nibbles;
+  // Q4_K b in 0–7, b + 1 (the high nibbles) in 8–15 (lanes 16 and up of permutex2var name its
+  // second vector). The activations' (d, 1, d', 1) take the same lanes of 0–3.
   static HWY_INLINE __m512i lanes(int r) {
     const __m512i first =
-        T == TensorType::q8_0
-            ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+        T == TensorType::q8_0 ? _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+        : T == TensorType::q4_k
+            ? _mm512_set_epi32(18, 18, 18, 18, 18, 18, 18, 18, 0, 0, 0, 0, 0, 0, 0, 0)
             : _mm512_set_epi32(18, 18, 18, 18, 16, 16, 16, 16, 2, 2, 2, 2, 0, 0, 0, 0);
     return _mm512_add_epi32(first, _mm512_set1_epi32(4 * r));
   }
@@ -584,8 +589,19 @@ struct PairUnit {
   }
   struct Weights {
     __m512i v[R];
-    __m512 dm4;  // row r's (d, m, d', m') in lanes 4r … 4r + 3
+    __m512 scale[R];  // row r's d spread to its products' lanes
+    __m512 dm4;       // row r's (d, m, d', m') in lanes 4r … 4r + 3
   };
+  // Weights::scale from dm4. (The high nibbles' d / 16 is exact: their products in place are
+  // 16 times theirs, so a step gives the same bits as with the nibbles shifted down.)
+  static HWY_INLINE void spread(Weights& wv) {
+    if constexpr (T == TensorType::q8_0) {
+      for (int r = 0; r < R; ++r) wv.scale[r] = _mm512_permutexvar_ps(lanes(r), wv.dm4);
+    } else {
+      const __m512 high = _mm512_mul_ps(wv.dm4, _mm512_set1_ps(kHighNibble));
+      for (int r = 0; r < R; ++r) wv.scale[r] = _mm512_permutex2var_ps(wv.dm4, lanes(r), high);
+    }
+  }
   struct Acc {
     __m512 sums[R], rest;
     Acc() {
@@ -603,24 +619,19 @@ struct PairUnit {
           _mm512_mask_broadcast_f32x4(wv.dm4, static_cast<__mmask16>(0xF << (4 * r)), scales(b0));
       wv.v[r] = weights(b0);
     }
+    spread(wv);
   }
   static HWY_INLINE void accumulate(Acc& a, const Weights& wv, const Row& x, int64_t b) {
     const int64_t p = b / 2;
-    const __m512i xv = _mm512_loadu_si512(T == TensorType::q8_0 ? x.q + 64 * p : x.q4 + 64 * p);
-    // Lanes 4r and 4r + 2: row r's d and d' times the activations'; the m lanes are not read.
-    const __m512 scale =
-        _mm512_mul_ps(wv.dm4, _mm512_broadcast_f32x4(_mm_loadu_ps(x.scales + 4 * p)));
+    const __m512i xv = _mm512_loadu_si512(kBlocksInOrder ? x.q + 64 * p : x.q4 + 64 * p);
+    const __m512 xscale =
+        _mm512_permutexvar_ps(_mm512_and_si512(lanes(0), _mm512_set1_epi32(3)),
+                              _mm512_castps128_ps512(_mm_loadu_ps(x.scales + 4 * p)));
     const __m512 terms = _mm512_broadcast_f32x4(_mm_loadu_ps(x.terms + 12 * p + kTerms));
     a.rest = _mm512_fmadd_ps(wv.dm4, terms, a.rest);
-    if constexpr (T == TensorType::q8_0) {
-      for (int r = 0; r < R; ++r)
-        a.sums[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dpbusd(wv.v[r], xv)),
-                                    _mm512_permutexvar_ps(lanes(r), scale), a.sums[r]);
-    } else {
-      const __m512 high = _mm512_mul_ps(scale, _mm512_set1_ps(kHighNibble));
-      for (int r = 0; r < R; ++r)
-        a.sums[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dpbusd(wv.v[r], xv)),
-                                    _mm512_permutex2var_ps(scale, lanes(r), high), a.sums[r]);
+    for (int r = 0; r < R; ++r) {
+      const __m512 products = _mm512_mul_ps(_mm512_cvtepi32_ps(dpbusd(wv.v[r], xv)), xscale);
+      a.sums[r] = _mm512_fmadd_ps(products, wv.scale[r], a.sums[r]);
     }
   }
   static HWY_INLINE void finish(const Acc& a, float* y) {
@@ -664,57 +675,45 @@ struct PackedPairUnit : PairUnit<T, pair_layout::kRows> {
             _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v))));
       }
     }
+    Base::spread(wv);
   }
 };
 
 // Q4_K's sub-blocks j and j + 1 share 32 bytes (low nibbles, high nibbles): both in one
-// 512-bit vpdpbusd against the activations' blocks b, b + 1 as they lie, lanes 0–7 scaled by
-// d · scale_j, 8–15 (the high nibbles in place) by d · scale_j+1 / 16; −dmin · min by the
-// blocks' d · Σ q apart.
+// 512-bit vpdpbusd against the activations' blocks b, b + 1 as they lie (lanes 0–7 the low
+// nibbles, 8–15 the high ones in place), as PairUnit multiplies them. At each super-block the
+// rows' d · scale_j and −dmin · min_j are laid out as PairUnit's (d, m, d', m') of each pair of
+// sub-blocks, so that a step loads them in one vector.
 template <int R>
-struct Q4kPairUnit {
-  static constexpr int64_t kBlocks = 2;
-  static constexpr int64_t kBytes = kBlockBytes<TensorType::q4_k>;  // a super-block's
+struct Q4kPairUnit : PairUnit<TensorType::q4_k, R> {
+  using Base = PairUnit<TensorType::q4_k, R>;
   struct State {
-    SuperScales k[R];
+    alignas(64) float dm[4][16];  // pair j / 2: row r's (d_j, m_j, d_j+1, m_j+1) in lanes 4r…
+    State() { std::fill(&dm[0][0], &dm[0][0] + 4 * 16, 0.0f); }  // (lanes of rows past R)
   };
-  struct Weights {
-    __m512i u[R];
-    float d[R][2], m[R][2];  // the pair's sub-blocks' d · scale and −dmin · min
-  };
-  struct Acc {
-    __m512 sums[R];
-    float offsets[R];
-    Acc() {
-      for (int r = 0; r < R; ++r) sums[r] = _mm512_setzero_ps(), offsets[r] = 0;
-    }
-  };
-  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, State& st, Weights& wv) {
+  static HWY_INLINE void decode(const uint8_t* w, int64_t rb, int64_t b, State& st,
+                                typename Base::Weights& wv) {
     const int j = static_cast<int>(b % 8);  // the pair's first sub-block
     if (j == 0)
-      for (int r = 0; r < R; ++r)
-        unpack_scales<Avx2<false>, TensorType::q4_k>(w + r * rb + b / 8 * kBytes, st.k[r]);
+      for (int r = 0; r < R; ++r) {
+        SuperScales k;
+        unpack_scales<Avx2<false>, TensorType::q4_k>(w + r * rb + b / 8 * Base::kBytes, k);
+        const __m256 d = _mm256_loadu_ps(k.d), m = _mm256_loadu_ps(k.m);
+        const __m256 lo = _mm256_unpacklo_ps(d, m);  // (d0 m0 d1 m1 | d4 m4 d5 m5)
+        const __m256 hi = _mm256_unpackhi_ps(d, m);  // (d2 m2 d3 m3 | d6 m6 d7 m7)
+        _mm_store_ps(&st.dm[0][4 * r], _mm256_castps256_ps128(lo));
+        _mm_store_ps(&st.dm[1][4 * r], _mm256_castps256_ps128(hi));
+        _mm_store_ps(&st.dm[2][4 * r], _mm256_extractf128_ps(lo, 1));
+        _mm_store_ps(&st.dm[3][4 * r], _mm256_extractf128_ps(hi, 1));
+      }
+    wv.dm4 = _mm512_load_ps(st.dm[j / 2]);
     for (int r = 0; r < R; ++r) {
-      wv.d[r][0] = st.k[r].d[j], wv.d[r][1] = st.k[r].d[j + 1];
-      wv.m[r][0] = st.k[r].m[j], wv.m[r][1] = st.k[r].m[j + 1];
-      const uint8_t* q = w + r * rb + b / 8 * kBytes + kQ4kValues + 32 * (j / 2);
+      const uint8_t* q = w + r * rb + b / 8 * Base::kBytes + kQ4kValues + 32 * (j / 2);
       hwy::Prefetch(q + 2 * R * rb);
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-      wv.u[r] = nibbles_in_place(_mm512_broadcast_i64x4(raw));
+      wv.v[r] = nibbles_in_place(
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))));
     }
-  }
-  static HWY_INLINE void accumulate(Acc& a, const Weights& wv, const Row& x, int64_t b) {
-    const __m512i xv = _mm512_loadu_si512(x.q + b * kBlock);
-    const float xd0 = x.d[b], xd1 = x.d[b + 1], xs0 = x.sums[b], xs1 = x.sums[b + 1];
-    for (int r = 0; r < R; ++r) {
-      const __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(wv.d[r][0] * xd0),
-                                              _mm256_set1_ps(wv.d[r][1] * xd1 * kHighNibble), 1);
-      a.sums[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dpbusd(wv.u[r], xv)), scale, a.sums[r]);
-      a.offsets[r] += wv.m[r][0] * xs0 + wv.m[r][1] * xs1;
-    }
-  }
-  static HWY_INLINE void finish(const Acc& a, float* y) {
-    for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(a.sums[r]) + a.offsets[r];
+    Base::spread(wv);
   }
 };
 #endif
