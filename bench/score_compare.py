@@ -30,22 +30,11 @@ import qkv
 import qkv.torch as qt
 
 
-def t5_buckets(L, S, buckets=32, max_distance=128):
-    d = torch.arange(-(S - 1), L)
-    half = buckets // 2
-    exact = half // 2
-    n = d.abs()
-    large = exact + (torch.log(n.float().clamp_min(1) / exact) / math.log(max_distance / exact)
-                     * (half - exact)).long()
-    bucket = torch.where(n < exact, n, large.clamp_max(half - 1))
-    return bucket + (d > 0).long() * half  # (int64: torch 1.13 indexes with no other)
-
-
 def functions(H, T):
     """(name, score_mod, learnable tensors, fixed-option kwargs of qkv.torch.attention or None)."""
     g = torch.Generator().manual_seed(3)
     slopes = torch.tensor([2 ** (-8 * (h + 1) / H) for h in range(H)], requires_grad=True)
-    buckets = t5_buckets(T, T)
+    buckets = qt.relative_buckets(T, T)
     rel = (torch.randn(H, 32, generator=g) * 0.5).requires_grad_()
     W = 64
     R = T // W

@@ -286,6 +286,37 @@ def _score_function(score_mod):
     return _qkv._score_function(text, names, values, grads, ints), tensors, grads
 
 
+def relative_buckets(q_len, kv_len, num_buckets=32, max_distance=128, bidirectional=True):
+    """T5's relative-position buckets as an int64 tensor of q_len + kv_len - 1 entries, entry
+    q_idx - kv_idx + kv_len - 1 holding the bucket of the pair (q_idx, kv_idx): a score_mod reads
+    it as ``bias[h, buckets[q_idx - kv_idx + (kv_len - 1)]]``, since the bucket's float formula
+    (a log cast to an integer) is not expressible inside one.
+
+    As T5 defines them, for r = kv_idx - q_idx: bidirectional, the buckets are split in two
+    halves, r > 0 taking the upper one, and |r| is bucketed within a half of n buckets;
+    otherwise only r <= 0 is told apart (-r, r > 0 being bucket 0) over all n (n = num_buckets /
+    2, or num_buckets). Distances below n / 2 get a bucket each; longer ones share n / 2 more
+    buckets, logarithmically spaced up to max_distance, beyond which every distance takes the
+    last. ValueError for q_len or kv_len below 1, or too few buckets for max_distance."""
+    if q_len < 1 or kv_len < 1:
+        raise ValueError(f"relative_buckets: q_len and kv_len must be positive, got {q_len}, {kv_len}")
+    half = num_buckets // 2 if bidirectional else num_buckets
+    exact = half // 2
+    if exact < 1 or max_distance <= exact:
+        raise ValueError(f"relative_buckets: need num_buckets >= {4 if bidirectional else 2} and "
+                         f"max_distance > num_buckets / {4 if bidirectional else 2}, got "
+                         f"{num_buckets}, {max_distance}")
+    r = -torch.arange(-(kv_len - 1), q_len)  # kv_idx - q_idx at each entry
+    if bidirectional:
+        upper, n = (r > 0).long() * half, r.abs()
+    else:
+        upper, n = torch.zeros_like(r), (-r).clamp_min(0)
+    # (In float32, as T5 computes it: a distance on a boundary falls where T5's falls.)
+    far = exact + (torch.log(n.float().clamp_min(1) / exact) / math.log(max_distance / exact)
+                   * (half - exact)).long()
+    return upper + torch.where(n < exact, n, far.clamp_max(half - 1))
+
+
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
                    return_lse=False, kernel_options=None, sinks=None, *, dropout_p=0.0):
     """torch.nn.attention.flex_attention.flex_attention on a CPU, forward and backward (through

@@ -43,22 +43,32 @@ def materialised(q, k, v, score_mod=None, sinks=None, scale=None):
 
 
 # The gallery. Learnable tensors are made per test (double copies follow the same formula).
-def t5_buckets(L, S, buckets=16, max_distance=64):
-    """T5's bidirectional bucket of each d = q_idx − kv_idx (index d + S − 1), made on the
-    host as T5 makes it, then read by the score function as an integer tensor."""
-    d = torch.arange(-(S - 1), L)
-    half = buckets // 2
-    exact = half // 2
-    n = d.abs()
-    large = exact + (torch.log(n.float().clamp_min(1) / exact) / math.log(max_distance / exact)
-                     * (half - exact)).long()
-    bucket = torch.where(n < exact, n, large.clamp_max(half - 1))
-    return bucket + (d > 0).long() * half  # (int64: torch 1.13 indexes with no other)
+def test_relative_buckets_are_t5s():
+    # Worked by hand from T5's definition, r = kv_idx - q_idx. 8 buckets bidirectional, up to
+    # 16: halves of 4, distances 0 and 1 exact, then 2 + floor(log(n / 2) / log(8) * 2), so
+    # n = 2…5 -> 2 and 6…8 -> 3 (and 3 beyond); r > 0 in the upper half.
+    b = qt.relative_buckets(5, 9, 8, 16)
+    assert b.dtype == torch.int64 and b.shape == (13,)
+    r = lambda q, kv: int(b[q - kv + 8])
+    assert [r(4, kv) for kv in range(9)] == [2, 2, 2, 1, 0, 5, 6, 6, 6]
+    assert r(0, 8) == 4 + 3 and r(0, 6) == 4 + 3 and r(0, 5) == 4 + 2
+    # One-directional, 8 buckets up to 16: 0…3 exact, then 4 + floor(log(n / 4) / log(4) * 4):
+    # n = 4, 5 -> 4; 6, 7 -> 5; n >= 16 -> 7; every r > 0 is bucket 0.
+    u = qt.relative_buckets(21, 3, 8, 16, bidirectional=False)
+    assert [int(u[d + 2]) for d in range(8)] == [0, 1, 2, 3, 4, 4, 5, 5]
+    assert int(u[20 + 2]) == 7 and int(u[-1 + 2]) == 0 and int(u[0]) == 0
+    # Monotone in the distance, capped at the half's last bucket.
+    far = qt.relative_buckets(1000, 1, 32, 128)
+    assert torch.all(far[1:] >= far[:-1]) and int(far.max()) == 15 and int(far[200]) == 15
+    with pytest.raises(ValueError, match="positive"):
+        qt.relative_buckets(0, 4)
+    with pytest.raises(ValueError, match="num_buckets"):
+        qt.relative_buckets(4, 4, 2, 16)
 
 
 def gallery(H, L, S, dtype):
     g = torch.Generator().manual_seed(7)
-    buckets = t5_buckets(L, S)
+    buckets = qt.relative_buckets(L, S, 16, 64)  # T5's, read as an integer tensor
     # (Drawn as float32, then converted: the same values in either dtype.)
     rel = (torch.randn(H, 16, generator=g) * 0.5).to(dtype)
     slopes = (torch.rand(H, generator=g) * 0.3).to(dtype)
@@ -235,7 +245,7 @@ def test_a_small_model_trains_with_a_relative_bias_and_sinks():
     through qkv.torch.flex_attention, gives the losses of the same model over PyTorch's math
     path (the materialised formula), and learns."""
     V, D, H, T = 40, 32, 2, 64
-    buckets = t5_buckets(T, T)
+    buckets = qt.relative_buckets(T, T, 16, 64)
 
     class Tiny(torch.nn.Module):
         def __init__(self):
