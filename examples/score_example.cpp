@@ -49,8 +49,14 @@ int main() {
   qkv::attention_backward(args, dout, dq, dk, dv, {.sinks = sinks_grad.data()});
   std::printf("%s: %lld relative table(s)\n", qkv::to_string(t5.expr()).c_str(),
               static_cast<long long>(t5.tables()));
-  std::printf("out[0, 0, 0, 0] = %.4f (the first query sees its own key and the sink)\n",
-              out.view()(0, 0, 0, 0));
+  // The first query sees its own key (distance 0: bucket 0) and head 0's sink: its weight is
+  // exp(s) / (exp(sink) + exp(s)), its output that weight times v's first row.
+  float s = table[bucket_of[T - 1]];
+  for (int64_t i = 0; i < D; ++i) s += q.data()[i] * k.data()[i] / std::sqrt(float(D));
+  const float weight = 1.0f / (1.0f + std::exp(sinks[0] - s));
+  std::printf(
+      "out[0, 0, 0, 1] = %.5f; by hand, weight %.5f (score %.4f, sink %.1f) x v %.2f = %.5f\n",
+      out.view()(0, 0, 0, 1), weight, s, sinks[0], v.data()[1], weight * v.data()[1]);
   std::printf("d bias[0, 0] = %.4f, d sinks = %.4f %.4f %.4f %.4f\n", table_grad[0], sinks_grad[0],
               sinks_grad[1], sinks_grad[2], sinks_grad[3]);
 }
