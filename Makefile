@@ -71,7 +71,7 @@ test-arm:
 
 # Every parser of outside bytes under libFuzzer (clang) for FUZZ_SECONDS each, from the seeds in
 # fuzz/corpus/<name>/ (copied: what the fuzzer finds stays in build/fuzz/corpus/).
-FUZZ_TARGETS := llama2c tokenizer checkpoint model_config explain_input gguf mask_text
+FUZZ_TARGETS := llama2c tokenizer checkpoint model_config explain_input gguf mask_text score_text
 fuzz:
 	@scripts/install-deps --fuzz
 	cmake --preset fuzz >/dev/null
