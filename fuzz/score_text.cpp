@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   constexpr int64_t kH = 2, kT = 11, kD = 8;
   static std::vector<float> rel = {0.5f, -1.0f, 0.25f, 2.0f, -0.125f, 3.0f},
-                            slopes = {0.5f, 0.0625f}, rel_grad(6), slopes_grad(2);
+                            slopes = {0.5f, 0.0625f}, rel_grad(6);
   const std::vector<qkv::ScoreTensor> floats = {
       qkv::ScoreTensor("rel", {kH, 3}, rel.data(), rel_grad.data()),
       qkv::ScoreTensor("slopes", {kH}, slopes.data())};
