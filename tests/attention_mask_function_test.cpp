@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/kernels.h"
 #include "attention_problem.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
@@ -119,6 +120,29 @@ TEST(MaskFunctionForward, HeldOutAndOtherBlockSizes) {
   for (const Entry& e : held_out())
     for (int64_t block : {128, 32, 200, 7}) expect_forward(c, e, block);
   for (const Entry& e : gallery(c.B, c.Tq, c.Tk)) expect_forward(c, e, 48);
+}
+
+// A few queries decode (split-KV): rows in registers, in tiles (16 and more per key/value
+// head), with the keys in the lanes (head dims below a vector), over several chunks.
+TEST(MaskFunctionForward, DecodingMatchesTheFormula) {
+  const uint32_t decoding = static_cast<uint32_t>(detail::Variant::decode_rows) |
+                            static_cast<uint32_t>(detail::Variant::decode_rows_bf16_dot) |
+                            static_cast<uint32_t>(detail::Variant::decode_tiled) |
+                            static_cast<uint32_t>(detail::Variant::decode_tiled_bf16_dot) |
+                            static_cast<uint32_t>(detail::Variant::decode_keys_in_lanes);
+  for (const Case& c : {Case{.B = 2, .Hq = 4, .Hkv = 2, .Tq = 1, .Tk = 300, .D = 32, .Dv = 24},
+                        Case{.B = 1, .Hq = 4, .Hkv = 2, .Tq = 3, .Tk = 300, .D = 16, .Dv = 16},
+                        Case{.B = 1, .Hq = 32, .Hkv = 2, .Tq = 2, .Tk = 300, .D = 16, .Dv = 16},
+                        Case{.B = 1, .Hq = 2, .Hkv = 1, .Tq = 2, .Tk = 200, .D = 4, .Dv = 4},
+                        Case{.B = 1, .Hq = 2, .Hkv = 2, .Tq = 2, .Tk = 2100, .D = 8, .Dv = 8}}) {
+    std::vector<Entry> entries = gallery(c.B, c.Tq, c.Tk);
+    for (const Entry& e : held_out()) entries.push_back(e);
+    for (const Entry& e : entries) {
+      detail::kernels_reached() = 0;
+      expect_forward(c, e, 128);
+      EXPECT_NE(detail::kernels_reached() & decoding, 0u) << e.name << " " << c.name();
+    }
+  }
 }
 
 TEST(MaskFunctionForward, ComposesWithTheOtherOptions) {

@@ -14,6 +14,8 @@
 
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/mask_function.h"
+#include "qkv/score_function.h"
 #include "qkv/number_format.h"
 #include "qkv/quant.h"
 #include "qkv/targets.h"
@@ -33,6 +35,10 @@ struct StoredCase {
   int64_t Hq = 4, L = 37;  // query heads (of 2 key/value heads); positions
   int64_t rotation = 0;    // the rows' rotation block; 0: none
   bool sinks = false;      // a sink logit per query head
+  // Functions over positions: 1 a mask function (documents, and the first two positions),
+  // 2 a score function (a relative bias table and a term of kv_idx), 4 a window's mask
+  // function (q_idx − kv_idx < 8) in place of the documents.
+  int functions = 0;
 };
 
 bool in_blocks(TensorType t) { return is_kv_block_type(t); }
@@ -47,6 +53,7 @@ std::string name_of(const StoredCase& c) {
   if (c.L != 37) s += "_L" + std::to_string(c.L);
   if (c.rotation) s += "_rot" + std::to_string(c.rotation);
   if (c.sinks) s += "_sinks";
+  if (c.functions) s += "_fn" + std::to_string(c.functions);
   return s;
 }
 
@@ -146,6 +153,34 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   for (int64_t h = 0; h < Hq; ++h)
     sinks[h] = h == 0 ? -INFINITY : -2.0f + static_cast<float>(h % 5);
   if (c.sinks) a.sinks = sinks.data();
+  // The functions read positions 0 … L − 1 (the queries L − Tq …): made for a capacity past L.
+  const int64_t capacity = L + 9;
+  std::vector<int32_t> ids;
+  for (int32_t d = 0; static_cast<int64_t>(ids.size()) < capacity; ++d)
+    ids.insert(ids.end(), std::vector<int32_t>{7, 3, 12, 5, 30, 9, 200, 40}[d % 8], d);
+  const MaskTensor doc("doc", {static_cast<int64_t>(ids.size())}, ids);
+  using namespace score_args;
+  // Each function of the query's index q: positions over the cache (q = q_idx); the
+  // reference's views index the queries from 0 (q = q_idx + L − Tq).
+  auto mask_of = [&](const MaskExpr& q) {
+    return c.functions & 4 ? MaskExpr(q - kv_idx < 8) : (doc[q] == doc[kv_idx] || kv_idx < 2);
+  };
+  std::vector<float> table(Hq * 16);
+  for (float& x : table) x = u(rng);
+  const ScoreTensor bias("bias", {Hq, 16}, table.data());
+  auto score_of = [&](const MaskExpr& q) {
+    return score + bias.at({h, min(max(q - kv_idx, 0), 15)}) - 0.01 * to_float(kv_idx % 7);
+  };
+  const MaskExpr shifted = q_idx + static_cast<int>(L - c.Tq);
+  const ScoreFunction score_fn(score_of(q_idx)), score_fn_of_views(score_of(shifted));
+  const bool masks = c.functions & 5;
+  BlockMask blocks_over_capacity, blocks_of_views;
+  if (masks) {
+    blocks_over_capacity = create_block_mask(mask_of(q_idx), 1, 1, capacity, capacity, 16);
+    blocks_of_views = create_block_mask(mask_of(shifted), 1, 1, c.Tq, L, 16);
+    a.block_mask = &blocks_over_capacity;
+  }
+  if (c.functions & 2) a.score_mod = &score_fn;
   attention(a, kv);
   // Blocks again with int8 scores (the default): each score moves by at most what rounding
   // the scaled (and rotated) query to int8 blocks moves it, δ = Σ_b d_b / 2 · Σ_b |k| (k as
@@ -186,6 +221,8 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
       hadamard_rotate(t->data() + r * D, D, c.rotation);
   AttentionArgs r = a;
   r.k = k, r.v = v, r.out = expected, r.lse = expected_lse.data();
+  r.block_mask = masks ? &blocks_of_views : nullptr;
+  r.score_mod = c.functions & 2 ? &score_fn_of_views : nullptr;
   reference::attention(r);
   for (int64_t i = 0; i < out.numel(); ++i)
     ASSERT_NEAR(out.data()[i], expected.data()[i], 2e-5) << "element " << i;
@@ -248,11 +285,72 @@ std::vector<StoredCase> stored_cases() {
     if (type == TensorType::f32 || in_blocks(type))
       cases.push_back({.type = type, .Tq = 40, .L = 100, .rotation = D});
   }
+  // Mask and score functions over positions, every storage: decoding (rows in registers, and
+  // in tiles: 16 rows per key/value head), chunked prefill on the tiled forward (20 queries
+  // at positions 80 … 99), a wrapped ring decoded in place over several chunks, a ring with
+  // fresh rows (gathered), and a ring whose lost positions only the function hides.
+  for (TensorType type : kv_row_types()) {
+    const bool exact_p = type == TensorType::f32 || in_blocks(type);  // (as above)
+    cases.push_back({.type = type, .Tq = 1, .functions = 3});
+    cases.push_back({.type = type, .Tq = 3, .window = 5, .functions = 1});
+    if (exact_p) cases.push_back({.type = type, .Tq = 2, .Hq = 16, .functions = 3});
+    if (exact_p) cases.push_back({.type = type, .Tq = 20, .L = 100, .functions = 3});
+    cases.push_back(
+        {.type = type, .slots = 600, .Tq = 2, .window = 590, .L = 1100, .functions = 3});
+    cases.push_back(
+        {.type = type, .slots = 6, .Tq = 3, .window = 5, .fresh = true, .functions = 2});
+    cases.push_back({.type = type, .slots = 8, .Tq = 1, .functions = 7});
+  }
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, StoredAttention, ::testing::ValuesIn(stored_cases()),
                          [](const auto& info) { return name_of(info.param); });
+
+// Over a cache a mask function reads positions: a BlockMask must cover the cache's length, and
+// a ring may not have lost a position the function shows a query.
+TEST(StoredAttentionFunctions, ErrorsNameWhatIsWrong) {
+  using namespace mask_args;
+  const int64_t H = 2, D = 8, L = 40, slots = 16;
+  std::vector<float> rows(H * L * D, 0.5f), out(H * D);
+  StoredKV kv{.k = rows.data(),
+              .v = rows.data(),
+              .batch_stride = H * L * D,
+              .head_stride = L * D,
+              .row_stride = D,
+              .heads = H,
+              .dim_k = D,
+              .dim_v = D,
+              .length = L};
+  std::vector<float> q(H * D, 1.0f);
+  AttentionArgs a{.q = View(q.data(), {1, H, 1, D}), .out = View(out.data(), {1, H, 1, D})};
+  auto error_of = [&](const StoredKV& cache) -> std::string {
+    try {
+      attention(a, cache);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const BlockMask short_mask = create_block_mask(kv_idx <= q_idx, 1, 1, L - 1, L - 1, 16);
+  a.block_mask = &short_mask;
+  EXPECT_NE(error_of(kv).find("make it for the cache's capacity"), std::string::npos);
+  // A ring of 16 slots holds positions 24 … 39: a window of 16 as a function is fine there,
+  // a causal function sees position 0, which the ring lost.
+  StoredKV ring = kv;
+  ring.slots = slots;
+  const BlockMask window = create_block_mask(q_idx - kv_idx < slots && kv_idx <= q_idx, 1, 1, L, L);
+  a.block_mask = &window;
+  EXPECT_EQ(error_of(ring), "");
+  const BlockMask causal = create_block_mask(kv_idx <= q_idx, 1, 1, L, L);
+  a.block_mask = &causal;
+  EXPECT_NE(error_of(ring).find("the queries see position 0, but the ring of 16 slots holds "
+                                "positions from 24 on"),
+            std::string::npos);
+  const BlockMask reads_b = create_block_mask(kv_idx <= q_idx + b, 2, 1, L, L);
+  a.block_mask = &reads_b;
+  EXPECT_NE(error_of(kv).find("reads b"), std::string::npos);
+}
 
 // Int8 scores (CacheScores::int8, decoding): the reference over the query as the kernel
 // rounds it (scaled, per 32-block: d = max|x| / 127, x · (1 / d) to nearest) gives the same

@@ -266,7 +266,12 @@ std::vector<Case> forward_cases() {
           [](Case&) {},
           [](Case& c) { c.causal = true; },
           [](Case& c) { c.Tq = 130, c.Tk = 7, c.causal = true; },
-          [](Case& c) { c.Tq = 1, c.Tk = 300; },  // one query: tiled
+          // Decoding (split-KV): rows in registers, in tiles (16 and more per key/value
+          // head), with the keys in the lanes (head dims below a vector), over chunks.
+          [](Case& c) { c.Tq = 1, c.Tk = 300; },
+          [](Case& c) { c.Hq = 32, c.Tq = 3, c.Tk = 300; },
+          [](Case& c) { c.D = c.Dv = 4, c.Tq = 2, c.Tk = 200; },
+          [](Case& c) { c.Tq = 2, c.Tk = 2100, c.causal = true; },
           [](Case& c) { c.D = c.Dv = 64, c.Tq = c.Tk = 129, c.sinks = true; },
       });
 }

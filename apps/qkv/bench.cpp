@@ -2,6 +2,7 @@
 // fraction of the fp32 FMA peak and of the read bandwidth, both measured in the same run,
 // and the error against the reference kernel.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -121,6 +122,20 @@ TensorType dtype_of(const std::string& name) {
   if (name == "bf16") return TensorType::bf16;
   if (name == "fp16") return TensorType::f16;
   fail("bench: --dtype ", name, " is not fp32, bf16 or fp16");
+}
+
+// text with each whole word `word` (not part of a longer name) replaced by `by`.
+std::string replace_word(const std::string& text, const std::string& word, const std::string& by) {
+  auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const bool whole = text.compare(i, word.size(), word) == 0 &&
+                       (i == 0 || !name_char(text[i - 1])) &&
+                       (i + word.size() == text.size() || !name_char(text[i + word.size()]));
+    if (whole) out += by, i += word.size();
+    else out += text[i++];
+  }
+  return out;
 }
 
 double median(std::vector<double> x) {
@@ -263,18 +278,27 @@ void bench_attention(const BenchOptions& o) {
           ", not --seq ", Tk);
     mask_tensors.emplace_back("doc", std::vector<int64_t>{Tk}, std::move(ids));
   }
-  std::unique_ptr<BlockMask> block_mask;
+  // With --cache the function reads positions (the queries the last Tq of Tk), over a
+  // BlockMask of Tk × Tk; the views' mask (for the counts and the reference) is the same one
+  // with q_idx read as q_idx + Tk − Tq.
+  std::unique_ptr<BlockMask> block_mask, positions_mask;
   if (!o.mask.empty()) {
-    check(!o.causal && o.window < 0 && o.kv_len == 0 && !cache,
+    check(!o.causal && o.window < 0 && o.kv_len == 0,
           "bench: --mask says the whole "
-          "mask (no --causal, --window, --kv-len or --cache: write them in the function)");
+          "mask (no --causal, --window or --kv-len: write them in the function)");
+    const std::string views_text =
+        cache ? replace_word(o.mask, "q_idx", "(q_idx + " + std::to_string(Tk - Tq) + ")") : o.mask;
     block_mask = std::make_unique<BlockMask>(
-        create_block_mask(parse_mask(o.mask, mask_tensors), B, Hq, Tq, Tk, o.block_size));
+        create_block_mask(parse_mask(views_text, mask_tensors), B, Hq, Tq, Tk, o.block_size));
     a.block_mask = block_mask.get();
+    if (cache)
+      positions_mask = std::make_unique<BlockMask>(
+          create_block_mask(parse_mask(o.mask, mask_tensors), B, Hq, Tk, Tk, o.block_size));
   }
   validate(a, "bench");
   AttentionArgs over_cache = a;  // with --cache: k and v come from the storage
   over_cache.k = over_cache.v = View();
+  over_cache.block_mask = positions_mask.get();
 
   // --backward times one forward and one backward (the attention of a training step) and
   // counts them as 3.5 forwards: the backward's five tile products against the forward's two.
@@ -489,7 +513,8 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--kv-len", o->kv_len, "Padding: only the first N keys of each batch row count");
   cmd->add_option("--mask", o->mask,
                   "A mask function in the text form, e.g. \"kv_idx <= q_idx && doc[q_idx] == "
-                  "doc[kv_idx]\" (q_idx < queries, kv_idx < seq; docs/api.md)");
+                  "doc[kv_idx]\" (q_idx < queries, kv_idx < seq; with --cache both are "
+                  "positions: q_idx from seq - queries on; docs/api.md)");
   cmd->add_option("--documents", o->documents,
                   "Document lengths adding up to --seq: the mask function's doc[position]")
       ->delimiter(',');

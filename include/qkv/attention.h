@@ -112,7 +112,8 @@ struct AttentionArgs {
   // Optional: a mask function over these B, Hq, Tq and Tk (q_idx 0 … Tq − 1, kv_idx 0 … Tk − 1),
   // as create_block_mask made it (B or H may be 1 when the function does not read b or h). A
   // pair is visible when both `mask` and the function show it. The tiled forward and backward
-  // take it, for every element type; not with packed sequences or over a cache.
+  // and split-KV decoding take it, for every element type; attention over a cache too, where
+  // the indices are positions (below); not with packed sequences.
   const BlockMask* block_mask = nullptr;
   // Optional [Hq] sink logits (above): finite or -inf. Every kernel takes them, forward,
   // backward (ParameterGrads::sinks), decoding and attention over a cache.
@@ -120,8 +121,9 @@ struct AttentionArgs {
   // Optional: a score function applied to each scaled score q·k · scale in place of the
   // softcap, bias and ALiBi steps (it is to hold them itself: a qkv::Error when both are
   // given), with q_idx 0 … Tq − 1 and kv_idx 0 … Tk − 1; the masks (and a block_mask) apply
-  // after it. The tiled forward and backward take it, for every element type; not with
-  // packed sequences or over a cache.
+  // after it. The tiled forward and backward and split-KV decoding take it, for every element
+  // type; attention over a cache too, where the indices are positions (below); not with
+  // packed sequences.
   const ScoreFunction* score_mod = nullptr;
   // Optional: dropout on the softmax weights (above); p = 0 is off, to the bit.
   Dropout dropout;
@@ -233,9 +235,15 @@ void hadamard_rotate(float* x, int64_t dim, int64_t block);
 // blocks widened in registers, or a tile of rows at a time into L1; a ring whose slots are out
 // of order too, in position order, when the queries decode), or else — such a ring under the
 // tiled kernel, or fresh rows — gathers the positions the queries see as an fp32 copy and runs
-// attention() on it. Throws
-// qkv::Error for arguments attention() would refuse, a position the queries see that the storage no
-// longer holds, a bias, padding, packed sequences or a block_mask (not supported over a cache).
+// attention() on it.
+// Mask and score functions (args.block_mask, args.score_mod) read positions here: kv_idx is
+// the key's position and q_idx the query's (length − Tq … length − 1), so that one function
+// means the same in a prefill, a chunked prefill and each decoding step. The BlockMask is made
+// once over positions, for Q_LEN and KV_LEN at least the cache's length (its capacity, say),
+// and serves every step; under a ring, the function may hide the positions it lost.
+// Throws qkv::Error for arguments attention() would refuse, a position the queries see that
+// the storage no longer holds (under the mask and the mask function), a bias, padding, packed
+// sequences, dropout, or a block_mask shorter than the cache.
 void attention(const AttentionArgs& args, const StoredKV& kv);
 
 namespace reference {

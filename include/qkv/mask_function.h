@@ -22,7 +22,9 @@
 // indices and of the captured tensors' values).
 //
 // Indices. For attention(args) with args.block_mask, q_idx runs over 0 … Tq − 1 and kv_idx over
-// 0 … Tk − 1 (as in PyTorch's flex_attention); b over the batch, h over the query heads.
+// 0 … Tk − 1 (as in PyTorch's flex_attention); b over the batch, h over the query heads. For
+// attention over a cache (attention(args, StoredKV)) they are positions: kv_idx the key's, q_idx
+// the query's, so a mask means the same in a prefill, a chunked prefill and decoding.
 // Captured tensors hold integers the function reads by index (a document id per position, a
 // prefix length per sequence): an index outside a tensor, for any (b, h, q_idx, kv_idx) of the
 // BlockMask, is a qkv::Error naming the tensor and the index, never a read out of bounds.

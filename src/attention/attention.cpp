@@ -146,20 +146,25 @@ void detail::validate_shapes(const AttentionArgs& a, const char* where) {
   validate_packed(a, where);
   validate_dropout(a.dropout, a.packed.num_seqs > 0 ? a.packed.num_seqs : B, Hq, Tq, Tk, where);
   if (const BlockMask* m = a.block_mask) {
-    check(m->has_mask(), where, ": block_mask was not made by create_block_mask");
+    validate_block_mask_batch(*m, B, Hq, where);
     check(a.packed.num_seqs == 0, where,
           ": a block_mask does not take packed sequences (a "
           "document mask function does what they do)");
     check(m->queries() == Tq && m->keys() == Tk, where, ": the block_mask is for Q_LEN ",
           m->queries(), " and KV_LEN ", m->keys(), " but q has ", Tq, " queries and k ", Tk,
           " keys");
-    check(m->batch() == B || (m->batch() == 1 && !m->reads_batch()), where,
-          ": the block_mask is for B = ", m->batch(),
-          m->reads_batch() ? " and its function reads b" : "", ", but q has batch ", B);
-    check(m->heads() == Hq || (m->heads() == 1 && !m->reads_head()), where,
-          ": the block_mask is for H = ", m->heads(),
-          m->reads_head() ? " and its function reads h" : "", ", but q has ", Hq, " heads");
   }
+}
+
+void detail::validate_block_mask_batch(const BlockMask& m, int64_t B, int64_t Hq,
+                                       const char* where) {
+  check(m.has_mask(), where, ": block_mask was not made by create_block_mask");
+  check(m.batch() == B || (m.batch() == 1 && !m.reads_batch()), where,
+        ": the block_mask is for B = ", m.batch(),
+        m.reads_batch() ? " and its function reads b" : "", ", but q has batch ", B);
+  check(m.heads() == Hq || (m.heads() == 1 && !m.reads_head()), where,
+        ": the block_mask is for H = ", m.heads(),
+        m.reads_head() ? " and its function reads h" : "", ", but q has ", Hq, " heads");
 }
 
 void validate(const AttentionArgs& a, const char* where) {
@@ -229,9 +234,8 @@ void forward_one(const AttentionArgs& args) {
 void detail::forward_validated(const AttentionArgs& args, const KvRows& K, const KvRows& V) {
   // A few queries (decoding against a cache): split the keys instead of the queries, so
   // every core streams its share of K and V.
-  // (A mask or score function, or dropout, runs on the tiled kernel at any length.)
-  if (!args.block_mask && !args.score_mod && args.dropout.p == 0 &&
-      decodes(args.q.shape[2], K.rows, args.q.shape[1] / K.heads))
+  // (Dropout runs on the tiled kernel at any length.)
+  if (args.dropout.p == 0 && decodes(args.q.shape[2], K.rows, args.q.shape[1] / K.heads))
     decode_forward(args, K, V);
   else flash_forward(args, K, V);
 }

@@ -188,6 +188,61 @@ void values_keys_in_lanes(const ElementSource<T>& V, const Shape& n, int64_t b, 
   }
 }
 
+// ---- Mask and score functions (args.block_mask, args.score_mod), a row of keys at a time ----
+
+// `range` narrowed to the key blocks the mask function leaves query i of (b, h): from its first
+// block that is not empty to its last (empty blocks between are hidden by apply_functions).
+KeyRange narrow_to_blocks(const ScoreRule& rule, int64_t b, int64_t h, int64_t i, KeyRange range) {
+  const BlockMask* m = rule.block_mask;
+  if (!m || range.begin >= range.end) return range;
+  const int64_t s = m->block(), qb = (i + rule.q_origin) / s;
+  int64_t kb0 = (range.begin + rule.kv_origin) / s, kb1 = (range.end - 1 + rule.kv_origin) / s;
+  while (kb0 <= kb1 && m->state(b, h, qb, kb0) == BlockState::empty) ++kb0;
+  while (kb1 >= kb0 && m->state(b, h, qb, kb1) == BlockState::empty) --kb1;
+  if (kb0 > kb1) return {range.begin, range.begin};
+  return {std::max(range.begin, kb0 * s - rule.kv_origin),
+          std::min(range.end, (kb1 + 1) * s - rule.kv_origin)};
+}
+
+// s[j − lo] for the keys j in `range` of query i of (b, h): the score function, then -inf
+// where the mask function hides the key (its empty blocks at once, its partial ones evaluated
+// over lanes, its full ones untouched).
+void apply_functions(const ScoreRule& rule, int64_t b, int64_t h, int64_t i, KeyRange range,
+                     int64_t lo, float* s) {
+  if (range.begin >= range.end) return;
+  if (rule.call) {
+    const ScoreCall& call = *rule.call;
+    const int64_t Mq = tiles::kQueryVectors * static_cast<int64_t>(simd::lanes());
+    int32_t* ints =
+        thread_scratch_for<int32_t>(ForwardSlot::score_ints, tiles::score_register_ints(call, Mq));
+    float* reals =
+        thread_scratch(ForwardSlot::score_floats, tiles::score_register_floats(call, Mq, 0));
+    tiles::apply_score_function_row(call, b, h, i, range.begin, range.end - range.begin,
+                                    s + (range.begin - lo), ints, reals);
+  }
+  const BlockMask* m = rule.block_mask;
+  if (!m) return;
+  const MaskProgram& p = m->program();
+  int32_t* regs =
+      thread_scratch_for<int32_t>(ForwardSlot::mask_registers, tiles::function_register_ints(p));
+  const int64_t bs = m->block(), q = i + rule.q_origin, qb = q / bs;
+  const int64_t piece = tiles::kKeyChunk * static_cast<int64_t>(simd::lanes());
+  for (int64_t j = range.begin; j < range.end;) {
+    const int64_t kb = (j + rule.kv_origin) / bs;
+    const int64_t end = std::min(range.end, (kb + 1) * bs - rule.kv_origin);
+    const BlockState state = m->state(b, h, qb, kb);
+    if (state == BlockState::empty) std::fill(s + (j - lo), s + (end - lo), simd::kMinusInf);
+    for (int64_t j0 = j; state == BlockState::partial && j0 < end; j0 += piece) {
+      const int64_t count = std::min(piece, end - j0), kv0 = j0 + rule.kv_origin;
+      const mask_lanes::Lanes at{b, h, q, q, kv0, kv0 + count - 1, count, false};
+      const int32_t* shown = mask_lanes::evaluate(p, at, 1, regs, nullptr);
+      float* x = s + (j0 - lo);
+      for (int64_t e = 0; e < count; ++e) x[e] = shown[e] ? x[e] : simd::kMinusInf;
+    }
+    j = end;
+  }
+}
+
 // Unit (b, hkv, c): its chunk of keys [c0, c1), its rows' visible keys within it (empty:
 // begin = end), and their union [lo, hi): key and value rows outside it are never read (past
 // a kv_len they may hold anything). q holds each row's scaled query at q[r · D].
@@ -198,8 +253,8 @@ struct UnitRows {
 };
 // UnitRows for unit (b, hkv, c), in the calling thread's scratch, with each row's partial
 // result started as "no key seen" and the first `paired` elements of each query in pair order.
-UnitRows start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t b, int64_t hkv,
-                    int64_t c, float* parts, int64_t paired = 0) {
+UnitRows start_unit(const AttentionArgs& a, const ScoreRule& rule, float scale, const Shape& n,
+                    int64_t b, int64_t hkv, int64_t c, float* parts, int64_t paired = 0) {
   UnitRows u;
   n.keys_of(c, u.c0, u.c1);
   u.unit = (b * n.Hkv + hkv) * n.chunks + c;
@@ -212,6 +267,7 @@ UnitRows start_unit(const AttentionArgs& a, float scale, const Shape& n, int64_t
     KeyRange& range = u.ranges[r];
     range.begin = std::max(k.begin, u.c0);
     range.end = std::max(std::min(k.end, u.c1), range.begin);
+    range = narrow_to_blocks(rule, b, h, i, range);
     if (range.begin < range.end)
       u.lo = std::min(u.lo, range.begin), u.hi = std::max(u.hi, range.end);
     tiles::with_element_type(a.q.type, [&](auto element) {
@@ -239,6 +295,7 @@ void finish_scores(const AttentionArgs& a, const ScoreRule& rule, const Shape& n
   if (rule.transforms())
     for (int64_t j = range.begin; j < range.end; ++j)
       s[j - lo] = rule.transform(b, n.head(hkv, r), n.query(r), j, s[j - lo]);
+  apply_functions(rule, b, n.head(hkv, r), n.query(r), range, lo, s);
   const int64_t begin = std::clamp(range.begin, lo, hi), end = std::clamp(range.end, begin, hi);
   std::fill(s, s + (begin - lo), simd::kMinusInf);
   std::fill(s + (end - lo), s + (hi - lo + N - 1) / N * N, simd::kMinusInf);
@@ -250,7 +307,7 @@ template <typename T>
 void decode_unit_keys_in_lanes(const AttentionArgs& a, const ElementSource<T>& K,
                                const ElementSource<T>& V, const ScoreRule& rule, float scale,
                                const Shape& n, int64_t b, int64_t hkv, int64_t c, float* parts) {
-  const UnitRows u = start_unit(a, scale, n, b, hkv, c, parts);
+  const UnitRows u = start_unit(a, rule, scale, n, b, hkv, c, parts);
   if (u.lo >= u.hi) return;
   float* s = thread_scratch(ForwardSlot::scores, n.R * n.chunk);
   // Scores of the keys [c0, hi), -inf where a row may not look.
@@ -273,7 +330,7 @@ void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const 
                       float* parts) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
   const UnitRows u =
-      start_unit(a, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts, Unit::paired(K));
+      start_unit(a, rule, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts, Unit::paired(K));
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
   Unit unit;
@@ -318,7 +375,7 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
   using tiles::kKeyTile;
   using E = typename Src::TileElement;
   const int64_t N = static_cast<int64_t>(simd::lanes());
-  const UnitRows u = start_unit(a, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts);
+  const UnitRows u = start_unit(a, rule, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts);
   const bool two = a.q.type != TensorType::bf16;  // (the bf16 unit takes q as hi + lo)
   const int64_t lo = u.lo, hi = u.hi;
   if (lo >= hi) return;
@@ -389,6 +446,17 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
               x = rule.transform(b, n.head(hkv, r), n.query(r), j0 + jj, x);
             }
           }
+        if (rule.call || rule.block_mask)  // (each row's scores gathered into a row and back)
+          for (int64_t lane = 0; lane < rows; ++lane) {
+            const int64_t r = blk * Mq + lane;
+            const KeyRange seen{std::max(u.ranges[r].begin, j0),
+                                std::min(u.ranges[r].end, j0 + nk)};
+            if (seen.begin >= seen.end) continue;
+            float row[kKeyTile];
+            for (int64_t jj = 0; jj < nk; ++jj) row[jj] = S[jj * Mq + lane];
+            apply_functions(rule, b, n.head(hkv, r), n.query(r), seen, j0, row);
+            for (int64_t jj = 0; jj < nk; ++jj) S[jj * Mq + lane] = row[jj];
+          }
         if (!tm.covers(j0, j0 + nk, rows))
           for (int64_t jj = 0; jj < nk; ++jj)
             for (int v = 0; v < NQV; ++v) {
@@ -423,7 +491,11 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
   n.chunk = chunk_for(n.Tk);
   n.wrap = KR.wrap();
   n.chunks = n.chunks_before_wrap() + (n.Tk - n.wrap + n.chunk - 1) / n.chunk;
-  const ScoreRule rule = score_rule(a, n.Tk, "attention");
+  ScoreRule rule = score_rule(a, n.Tk, "attention");
+  rule.q_origin = KR.query_origin(n.Tq), rule.kv_origin = KR.key_origin();
+  ScoreCall call;  // a score function's tables, filled before the threads start
+  prepare_score_call(a, n.Tk, call, "attention", rule.q_origin, rule.kv_origin);
+  if (call) tiles::fill_score_tables(call), rule.call = &call;
   const float scale = effective_scale(a);
   constexpr bool kElements = !std::is_same_v<typename Src::Ptr, const uint8_t*>;
   const int64_t units = n.B * n.Hkv * n.chunks;
@@ -469,6 +541,7 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
       if constexpr (kRowsOnBf16Dot) decode_unit_rows<RowsOnBf16Dot>(x...);
     });
   else each_unit(Variant::decode_rows, [](auto&&... x) { decode_unit_rows<RowsOnFma>(x...); });
+  if (call) call.check_miss();  // an index a kernel found outside its tensor
   // Merge the chunks of each row in chunk order.
   const int64_t rows = n.B * n.Hkv * n.R;
   parallel_for(rows, detail::threads_for(rows * n.chunks * n.Dv), [&](int64_t row) {

@@ -129,7 +129,9 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const ScoreCall& ca
   const bool masked = mask_regs || !t.tm.covers(j0, j1, t.rows);
   VisibleBlocks blocks;
   if (masked) blocks.find(t.tm, NQV, t.rows, j0, j1);
-  if (mask_regs) blocks.narrow(a.block_mask->program(), b, h, NQV, t.i0, t.rows, j0, j1);
+  // (A mask function reads the rule's indices: i + q_origin, j + kv_origin.)
+  const int64_t q0 = t.i0 + rule.q_origin, kv0 = j0 + rule.kv_origin;
+  if (mask_regs) blocks.narrow(a.block_mask->program(), b, h, NQV, q0, t.rows, kv0, kv0 + nk);
   tile_scores<NQV, Unit>(masked, blocks, k_tile, ks, nk, t.Qt, n.D, Mq, t.two, t.scale, S,
                          &prefetch);
   if (call)  // (over the whole tile: the masks below hide what it must not show)
@@ -140,7 +142,7 @@ void key_step(const AttentionArgs& a, const ScoreRule& rule, const ScoreCall& ca
     transform_scores(rule, t.tm, b, h, t.i0, t.rows, j0, nk, masked, n, S, nullptr);
   else if (masked) blocks.apply(t.tm, NQV, j0, nk, Mq, S);
   if (mask_regs)
-    blocks.apply_function(a.block_mask->program(), b, h, t.i0, t.rows, j0, nk, Mq, S, mask_regs);
+    blocks.apply_function(a.block_mask->program(), b, h, q0, t.rows, kv0, nk, Mq, S, mask_regs);
   online_softmax<NQV>(S, Mq, t.m, t.l, t.alpha,
                       [&](auto&& f) { for_visible_scores<NQV>(masked, blocks, nk, f); });
   // Dropout after the sum l has taken P: the weights V is multiplied by, not the softmax's.
@@ -253,7 +255,8 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   for (int64_t j0 = lo / kKeyTile * kKeyTile; j0 < hi; j0 += kKeyTile) {
     bool any = false;
     for (int64_t g = 0; g < count; ++g) {
-      seen[g] = key_tile_state(fn, b, h, group[g].i0, group[g].rows, j0, n.Tk);
+      seen[g] = key_tile_state(fn, b, h, group[g].i0 + rule.q_origin, group[g].rows,
+                               j0 + rule.kv_origin, n.Tk + rule.kv_origin);
       any |= seen[g] != BlockState::empty;
     }
     if (!any) continue;
@@ -294,8 +297,8 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
 }
 
 // The units (b, h, group) ordered by the number of keys their queries see, most first.
-std::vector<int64_t> heaviest_first(const Mask& mask, const BlockMask* fn, const Shape& n,
-                                    int64_t per_group, int64_t groups) {
+std::vector<int64_t> heaviest_first(const Mask& mask, const BlockMask* fn, int64_t q_origin,
+                                    const Shape& n, int64_t per_group, int64_t groups) {
   std::vector<int64_t> keys(n.B * groups, 0);  // the same for every head (head 0's blocks)
   for (int64_t b = 0; b < n.B; ++b)
     for (int64_t i0 = 0; i0 < n.Tq; i0 += n.Mq) {
@@ -304,7 +307,7 @@ std::vector<int64_t> heaviest_first(const Mask& mask, const BlockMask* fn, const
       const KeyRange last = visible_keys(mask, b, std::min(i0 + n.Mq, n.Tq) - 1, n.Tq, n.Tk);
       int64_t seen = std::max<int64_t>(last.end - first.begin, 0);
       if (fn) {  // the blocks the mask function leaves
-        const int64_t qb = i0 / fn->block();
+        const int64_t qb = (i0 + q_origin) / fn->block();
         seen = std::min<int64_t>(
             seen, (fn->full_key_blocks(b, 0, qb).size() + fn->partial_key_blocks(b, 0, qb).size()) *
                       fn->block());
@@ -327,9 +330,10 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
   const size_t N = simd::lanes();
   const Shape n{a.q.shape[0], a.q.shape[1], K.heads, a.q.shape[2],
                 K.rows,       a.q.shape[3], V.dim,   static_cast<int64_t>(kQueryVectors * N)};
-  const ScoreRule rule = score_rule(a, n.Tk, "attention");
+  ScoreRule rule = score_rule(a, n.Tk, "attention");
+  rule.q_origin = K.query_origin(n.Tq), rule.kv_origin = K.key_origin();
   ScoreCall call;  // a score function's tables, filled before the threads start
-  prepare_score_call(a, n.Tk, call, "attention");
+  prepare_score_call(a, n.Tk, call, "attention", rule.q_origin, rule.kv_origin);
   if (call) fill_score_tables(call);
   const float scale = effective_scale(a);
   const DropoutRule drop(a.dropout, n.Hq);
@@ -343,7 +347,8 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
   // Dynamic scheduling ends well only if the last units are short: heaviest first. (Under a
   // causal mask the last query tiles see the most keys; taken in index order, the heaviest
   // unit came last and left the other thread idle for ~2% of the forward.)
-  const std::vector<int64_t> order = heaviest_first(a.mask, a.block_mask, n, per_group, groups);
+  const std::vector<int64_t> order =
+      heaviest_first(a.mask, a.block_mask, rule.q_origin, n, per_group, groups);
   const bool stream_out =
       a.out.type == TensorType::f32 && 4.0 * n.B * n.Hq * n.Tq * n.Dv >= kStreamOutputBytes;
   const auto on_unit = [&](auto element, auto unit, Variant variant) {

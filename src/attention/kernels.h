@@ -37,6 +37,8 @@ void validate_shapes(const AttentionArgs& a, const char* where);
 // The element types (part of validate_shapes): k and v share one; out is q's type or fp32;
 // the bias is fp32.
 void validate_types(const AttentionArgs& a, const char* where);
+// That a block_mask was made by create_block_mask, for this batch (or 1) and these heads (or 1).
+void validate_block_mask_batch(const BlockMask& m, int64_t B, int64_t Hq, const char* where);
 
 // qkv::attention after its checks: the kernel that suits the shape (packed sequences one by
 // one), K and V read from a.k and a.v.

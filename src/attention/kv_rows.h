@@ -24,6 +24,13 @@ struct KvRows {
       0;  // a ring of this many slots (0: none): row j lives in slot (first + j) % slots
   int64_t unit_values = 1, unit_bytes = 4;  // an element, or a block of 32 values and its bytes
   bool int8_scores = false;  // blocks: decoding may round the queries to int8 (CacheScores::int8)
+  // A cache's rows (attention over a StoredKV): mask and score functions read positions, kv_idx
+  // = first + j for row j and q_idx = first + rows − Tq + i for query i (the last Tq
+  // positions). Else (views) the call's indices, 0 … Tq − 1 and 0 … rows − 1.
+  bool positions = false;
+
+  int64_t query_origin(int64_t Tq) const { return positions ? first + rows - Tq : 0; }
+  int64_t key_origin() const { return positions ? first : 0; }
 
   bool in_blocks() const { return unit_values > 1; }
   int64_t slot(int64_t j) const { return slots > 0 ? (first + j) % slots : j; }

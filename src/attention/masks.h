@@ -12,6 +12,8 @@
 
 namespace qkv::detail {
 
+struct ScoreCall;  // attention/score_call.h
+
 // Causal, sliding-window and padding masks each hide keys outside an interval, so together
 // they leave one contiguous range of visible keys per query row: [begin, end).
 struct KeyRange {
@@ -60,6 +62,11 @@ struct ScoreRule {
   int64_t Tq = 0, Tk = 0;
   const BlockMask* block_mask = nullptr;     // a mask function, or null
   const ScoreFunction* score_mod = nullptr;  // a score function (then none of the three)
+  // The indices the functions read: q_idx = i + q_origin, kv_idx = j + kv_origin (0 over
+  // views; a cache's positions, KvRows::positions). Kernels that evaluate the score function
+  // over lanes hold its tables in `call` (set by the kernel).
+  int64_t q_origin = 0, kv_origin = 0;
+  const ScoreCall* call = nullptr;
 
   // Whether any step of the three fixed ones runs between q·k and the mask.
   bool transforms() const { return softcap > 0 || !bias.empty() || alibi != nullptr; }

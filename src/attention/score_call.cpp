@@ -27,20 +27,26 @@ void check_bounds(const MaskProgram& p, const IndexBox& box, const char* where,
 
 }  // namespace
 
-void prepare_score_call(const AttentionArgs& a, int64_t Tk, ScoreCall& call, const char* where) {
+void prepare_score_call(const AttentionArgs& a, int64_t Tk, ScoreCall& call, const char* where,
+                        int64_t q_origin, int64_t kv_origin) {
   call.program = nullptr;
   if (!a.score_mod) return;
   const ScoreProgram& p = a.score_mod->program();
   call.program = &p;
   call.B = a.q.shape[0], call.Hq = a.q.shape[1], call.Tq = a.q.shape[2], call.Tk = Tk;
+  call.q_origin = q_origin, call.kv_origin = kv_origin;
   call.width = call.Tq + Tk - 1;
   bool outside = false;
-  check_bounds(p.main, {0, call.B - 1, 0, call.Hq - 1, 0, call.Tq - 1, 0, Tk - 1}, where, outside);
+  check_bounds(p.main,
+               {0, call.B - 1, 0, call.Hq - 1, q_origin, q_origin + call.Tq - 1, kv_origin,
+                kv_origin + Tk - 1},
+               where, outside);
   call.may_miss = outside;
   // (A table's own lookups are all evaluated when it is filled: a miss there is an error then.)
   for (const ScoreTable& t : p.tables) {
     bool ignored = false;
-    check_bounds(t.program, {0, 0, 0, call.Hq - 1, -(Tk - 1), call.Tq - 1, 0, 0}, where, ignored);
+    const int64_t d0 = call.first_difference();
+    check_bounds(t.program, {0, 0, 0, call.Hq - 1, d0, d0 + call.width - 1, 0, 0}, where, ignored);
   }
   call.tables.resize(p.tables.size());
   for (size_t t = 0; t < p.tables.size(); ++t)

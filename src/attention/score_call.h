@@ -17,11 +17,17 @@ namespace qkv::detail {
 struct ScoreCall {
   const ScoreProgram* program = nullptr;  // null: the call has no score function
   int64_t B = 0, Hq = 0, Tq = 0, Tk = 0;
-  int64_t width = 0;  // entries per table row: d = q_idx − kv_idx in [−(Tk − 1), Tq − 1]
+  // The indices the function reads: q_idx = i + q_origin, kv_idx = j + kv_origin for query i
+  // and key j of the call (0 over views; a cache's positions, attention/kv_rows.h).
+  int64_t q_origin = 0, kv_origin = 0;
+  int64_t width = 0;  // entries per table row: d = q_idx − kv_idx from first_difference() on
   std::vector<std::vector<float>> tables;  // per table: [Hq or 1][width]
   bool may_miss = false;  // some index may leave its tensor: the kernels look (else they clamp)
 
   explicit operator bool() const { return program != nullptr; }
+  // The smallest q_idx − kv_idx of the call (a table row's entry 0), and the entry of d = 0.
+  int64_t first_difference() const { return q_origin - kv_origin - (Tk - 1); }
+  int64_t table_zero() const { return -first_difference(); }
   // Table t's row for head h.
   const float* table_row(size_t t, int64_t h) const {
     return tables[t].data() + (program->tables[t].reads_h ? h * width : 0);
@@ -45,6 +51,8 @@ struct ScoreCall {
 // fixed softcap, bias and ALiBi: they are score functions themselves) and finds whether an
 // index may leave a tensor, or an integer leave 32 bits (an error naming the subexpression).
 // The tables are filled by the kernel (fill_score_tables, per SIMD target: tiles.cpp).
-void prepare_score_call(const AttentionArgs& a, int64_t Tk, ScoreCall& call, const char* where);
+// q_origin and kv_origin: as ScoreCall's.
+void prepare_score_call(const AttentionArgs& a, int64_t Tk, ScoreCall& call, const char* where,
+                        int64_t q_origin = 0, int64_t kv_origin = 0);
 
 }  // namespace qkv::detail

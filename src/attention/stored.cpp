@@ -9,6 +9,7 @@
 #include "attention/overlap.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/mask_function.h"
 #include "qkv/number_format.h"
 #include "qkv/quant.h"
 #include "qkv/threads.h"
@@ -20,9 +21,39 @@ namespace {
 
 constexpr const char* kWhere = "attention over a cache";
 
-// The first position any query sees (the queries are the last Tq of `length`).
-int64_t first_seen(const Mask& m, int64_t length, int64_t Tq) {
-  return m.window_left >= 0 ? std::max<int64_t>(0, length - Tq - m.window_left) : 0;
+// The first position any query may see (the queries are the last Tq of `length`): after the
+// window's left edge, and with a block_mask at its first block that is not empty for some
+// query's block (its pairs may still all be hidden). At most the first query's own position.
+int64_t first_seen(const AttentionArgs& a, int64_t length, int64_t Tq) {
+  const Mask& m = a.mask;
+  int64_t first = m.window_left >= 0 ? std::max<int64_t>(0, length - Tq - m.window_left) : 0;
+  if (const BlockMask* f = a.block_mask) {
+    const int64_t s = f->block();
+    int64_t lowest = length - Tq;
+    for (int64_t b = 0; b < f->batch(); ++b)
+      for (int64_t h = 0; h < f->heads(); ++h)
+        for (int64_t qb = (length - Tq) / s; qb <= (length - 1) / s; ++qb)
+          for (const auto& blocks : {f->full_key_blocks(b, h, qb), f->partial_key_blocks(b, h, qb)})
+            if (!blocks.empty()) lowest = std::min(lowest, blocks.front() * s);
+    first = std::max(first, lowest);
+  }
+  return first;
+}
+
+// Whether a block_mask hides every pair of the queries (the last Tq of `length`) and the
+// positions [from, to); else the first position some query sees there.
+int64_t first_shown(const BlockMask& f, int64_t length, int64_t Tq, int64_t from, int64_t to) {
+  const int64_t s = f.block();
+  int64_t shown = to;
+  for (int64_t b = 0; b < f.batch(); ++b)
+    for (int64_t h = 0; h < f.heads(); ++h)
+      for (int64_t q = length - Tq; q < length; ++q)
+        for (int64_t kv = from; kv < std::min(to, shown); ++kv) {
+          const BlockState st = f.state(b, h, q / s, kv / s);
+          if (st == BlockState::empty) kv = (kv / s + 1) * s - 1;  // (the block's last)
+          else if (st == BlockState::full || evaluate(f.mask(), b, h, q, kv)) shown = kv;
+        }
+  return shown;
 }
 
 int64_t fresh_rows(const StoredKV& kv) { return kv.fresh_k.empty() ? 0 : kv.fresh_k.shape[2]; }
@@ -38,6 +69,7 @@ detail::KvRows stored_rows(const StoredKV& kv, const void* p, int64_t first, int
                                      kv.heads, kv.length - first, dim);
   r.first = first, r.slots = kv.slots, r.layout = kv.layout;
   r.int8_scores = in_blocks(kv.type) && kv.scores == CacheScores::int8;
+  r.positions = true;
   return r;
 }
 
@@ -71,15 +103,9 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   check(a.mask.kv_len == nullptr, kWhere,
         ": padding (kv_len) is not supported: the cache's length is every sequence's");
   check(a.packed.num_seqs == 0, kWhere, ": packed sequences are not supported");
-  check(a.block_mask == nullptr, kWhere,
-        ": a block_mask (mask function) is not supported over a "
-        "cache yet; attention() over views takes it");
   check(a.dropout.p == 0, kWhere,
         ": dropout is not supported over a cache (it is for training; decoding keeps every "
         "weight)");
-  check(a.score_mod == nullptr, kWhere,
-        ": a score_mod (score function) is not supported over a "
-        "cache yet; attention() over views takes it");
   check_ndim(a.q, 4, kWhere, "q [B, Hq, Tq, D]");
   const int64_t B = a.q.shape[0], Tq = a.q.shape[2];
   check(kv.length >= Tq, kWhere, ": the cache holds ", kv.length, " positions, fewer than the ", Tq,
@@ -88,9 +114,18 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   // those shapes over one float that nothing reads).
   static float nothing = 0;
   AttentionArgs shapes = a;
+  shapes.block_mask = nullptr;  // (over positions: checked below)
   shapes.k = View(&nothing, {B, kv.heads, kv.length, kv.dim_k}, {0, 0, 0, 0});
   shapes.v = View(&nothing, {B, kv.heads, kv.length, kv.dim_v}, {0, 0, 0, 0});
   detail::validate_shapes(shapes, kWhere);
+  if (const BlockMask* m = a.block_mask) {
+    detail::validate_block_mask_batch(*m, B, a.q.shape[1], kWhere);
+    check(m->queries() >= kv.length && m->keys() >= kv.length, kWhere,
+          ": the block_mask is for Q_LEN ", m->queries(), " and KV_LEN ", m->keys(),
+          ", but the cache holds ", kv.length,
+          " positions (over a cache a mask function reads positions: make it for the cache's "
+          "capacity)");
+  }
   const int64_t n = fresh_rows(kv);
   if (n > 0 || !kv.fresh_v.empty()) {
     const View& fk = kv.fresh_k;
@@ -120,7 +155,9 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
        extent_of("fresh_v", kv.fresh_v)});
   const int64_t stored_end = kv.length - n;
   const int64_t held_from = kv.slots > 0 ? std::max<int64_t>(0, stored_end - kv.slots) : 0;
-  const int64_t seen = first_seen(a.mask, kv.length, Tq);
+  int64_t seen = first_seen(a, kv.length, Tq);
+  if (seen < held_from && a.block_mask)  // (the function may hide the positions the ring lost)
+    seen = first_shown(*a.block_mask, kv.length, Tq, seen, held_from);
   check(seen >= held_from, kWhere, ": the queries see position ", seen, ", but the ring of ",
         kv.slots, " slots holds positions from ", held_from, " on");
 }
@@ -197,14 +234,20 @@ void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
     return detail::forward_validated(args, stored_rows(kv, kv.k, held, D),
                                      stored_rows(kv, kv.v, held, Dv));  // checked above
   // The positions the queries see, in order, as fp32.
-  const int64_t first = first_seen(args.mask, kv.length, Tq), n = kv.length - first;
+  // (Positions the ring no longer holds are hidden from every query: validate made sure.)
+  const int64_t held_from =
+      kv.slots > 0 ? std::max<int64_t>(0, kv.length - fresh_rows(kv) - kv.slots) : 0;
+  const int64_t first = std::max(first_seen(args, kv.length, Tq), held_from);
+  const int64_t n = kv.length - first;
   float* K = detail::team_scratch(detail::StoredSlot::keys, B * Hkv * n * D);
   float* V = detail::team_scratch(detail::StoredSlot::values, B * Hkv * n * Dv);
   gather(kv, B, first, K, V);
-  AttentionArgs x = args;
-  x.k = View(K, {B, Hkv, n, D});
-  x.v = View(V, {B, Hkv, n, Dv});
-  detail::forward_validated(x);
+  // (Rows [0, n) hold positions first … length − 1: the functions read those.)
+  detail::KvRows rows_k = detail::kv_rows(View(K, {B, Hkv, n, D}));
+  detail::KvRows rows_v = detail::kv_rows(View(V, {B, Hkv, n, Dv}));
+  rows_k.first = rows_v.first = first;
+  rows_k.positions = rows_v.positions = true;
+  detail::forward_validated(args, rows_k, rows_v);
 }
 
 // x's rows (b, h, i) as fp32 into to [B, H, T, E], each rotated by hadamard_rotate.

@@ -215,6 +215,15 @@ void apply_score_function(const ScoreCall& call, int64_t b, int64_t h, int64_t i
                           float* d_score = nullptr, float* const* d_sources = nullptr,
                           int32_t* const* index_of = nullptr);
 
+// Decoding's form (one query row, the keys along the lanes): s[jj] ← score_mod(s[jj]) for keys
+// j0 + jj, jj < nk, of query i of (b, h), score_row_lanes() keys at a time, in registers
+// score_register_ints and score_register_floats (Mq = kQueryVectors · lanes, slots 0) give.
+inline int64_t score_row_lanes() {
+  return kScoreRows * kQueryVectors * static_cast<int64_t>(simd::lanes());
+}
+void apply_score_function_row(const ScoreCall& call, int64_t b, int64_t h, int64_t i, int64_t j0,
+                              int64_t nk, float* s, int32_t* regs, float* reals);
+
 // The registers VisibleBlocks::apply_function evaluates a mask function in.
 inline int64_t function_register_ints(const MaskProgram& p) {
   return mask_lanes::register_ints(p, kKeyChunk * static_cast<int64_t>(simd::lanes()));

@@ -215,14 +215,15 @@ void fill_score_tables(ScoreCall& call) {
     const score_lanes::FloatRegisters r{reals.data(), score_lanes::lane_stride(call.width), 0};
     const int64_t heads = table.reads_h ? call.Hq : 1;
     for (int64_t hr = 0; hr < heads; ++hr) {
-      // Lane e: q_idx − kv_idx = e − (Tk − 1).
-      const mask_lanes::Lanes at{0, hr, -(call.Tk - 1), call.Tq - 1, 0, 0, call.width, true};
+      // Lane e: q_idx − kv_idx = e + first_difference().
+      const int64_t d0 = call.first_difference();
+      const mask_lanes::Lanes at{0, hr, d0, d0 + call.width - 1, 0, 0, call.width, true};
       MaskMiss miss;
       const int32_t result = score_lanes::evaluate(table.program, at, 1, {}, regs.data(), r,
                                                    nullptr, nullptr, nullptr, &miss);
       if (miss.found) {
         std::string where = "h = " + std::to_string(hr) + ", q_idx - kv_idx = ";
-        where += std::to_string(miss.lane - (call.Tk - 1));
+        where += std::to_string(miss.lane + d0);
         fail(miss_text(table.program, miss, where));
       }
       std::copy_n(r.value(result), call.width, call.tables[t].data() + hr * call.width);
@@ -245,10 +246,11 @@ void apply_score_function(const ScoreCall& call, int64_t b, int64_t h, int64_t i
   uint32_t* held =
       reinterpret_cast<uint32_t*>(reals + score_lanes::register_floats(p.main, lanes, slots));
   int32_t* index_rows[32];
+  const int64_t q0 = i0 + call.q_origin, kv0 = j0 + call.kv_origin;  // the indices it reads
   for (int64_t jj = 0; jj < nk; jj += kScoreRows) {
     const int64_t count = std::min(kScoreRows, nk - jj), n = count * Mq;
-    const mask_lanes::Lanes at{b, h, i0, i0 + rows - 1, j0 + jj, j0 + nk - 1, Mq, true};
-    const score_lanes::ScoreInputs in{S + jj * Mq, table_rows, call.Tk};
+    const mask_lanes::Lanes at{b, h, q0, q0 + rows - 1, kv0 + jj, kv0 + nk - 1, Mq, true};
+    const score_lanes::ScoreInputs in{S + jj * Mq, table_rows, call.table_zero()};
     for (int64_t k = 0; derivatives && k < sources; ++k)
       index_rows[k] = index_of && index_of[k] ? index_of[k] + jj * Mq : nullptr;
     MaskMiss miss;
@@ -265,7 +267,35 @@ void apply_score_function(const ScoreCall& call, int64_t b, int64_t h, int64_t i
       for (int64_t k = 0; k < sources; ++k) derivative(1 + k, d_sources[k] + jj * Mq);
     }
     if (miss.found) {
-      const int64_t q = std::min(i0 + miss.lane % Mq, i0 + rows - 1), kv = j0 + jj + miss.lane / Mq;
+      const int64_t q = std::min(q0 + miss.lane % Mq, q0 + rows - 1),
+                    kv = kv0 + jj + miss.lane / Mq;
+      std::string where = "b = " + std::to_string(b) + ", h = " + std::to_string(h);
+      where += ", q_idx = " + std::to_string(q) + ", kv_idx = " + std::to_string(kv);
+      call.report_miss({b, h, q, kv}, miss_text(p.main, miss, where));
+    }
+  }
+}
+
+void apply_score_function_row(const ScoreCall& call, int64_t b, int64_t h, int64_t i, int64_t j0,
+                              int64_t nk, float* s, int32_t* regs, float* reals) {
+  const ScoreProgram& p = *call.program;
+  const float* table_rows[kMostScoreTables];
+  for (size_t t = 0; t < p.tables.size(); ++t) table_rows[t] = call.table_row(t, h);
+  const int64_t lanes = score_row_lanes();
+  const score_lanes::FloatRegisters r{reals, score_lanes::lane_stride(lanes), 0};
+  uint32_t* held =
+      reinterpret_cast<uint32_t*>(reals + score_lanes::register_floats(p.main, lanes, 0));
+  const int64_t q = i + call.q_origin, kv0 = j0 + call.kv_origin;  // the indices it reads
+  for (int64_t jj = 0; jj < nk; jj += lanes) {
+    const int64_t count = std::min(lanes, nk - jj);
+    const mask_lanes::Lanes at{b, h, q, q, kv0 + jj, kv0 + nk - 1, count, false};
+    const score_lanes::ScoreInputs in{s + jj, table_rows, call.table_zero()};
+    MaskMiss miss;
+    const int32_t result = score_lanes::evaluate(p.main, at, 1, in, regs, r, p.depends.data(), held,
+                                                 nullptr, call.may_miss ? &miss : nullptr);
+    std::copy_n(r.value(result), count, s + jj);
+    if (miss.found) {
+      const int64_t kv = kv0 + jj + miss.lane;
       std::string where = "b = " + std::to_string(b) + ", h = " + std::to_string(h);
       where += ", q_idx = " + std::to_string(q) + ", kv_idx = " + std::to_string(kv);
       call.report_miss({b, h, q, kv}, miss_text(p.main, miss, where));

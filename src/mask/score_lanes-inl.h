@@ -34,7 +34,7 @@ using mask_lanes::Lanes;
 struct ScoreInputs {
   const float* score = nullptr;          // the score at each lane (none for a table's program)
   const float* const* tables = nullptr;  // per table: the row of the lanes' head
-  int64_t Tk = 0;                        // entry Tk − 1 + d holds q_idx − kv_idx = d
+  int64_t zero = 0;                      // entry zero + d holds q_idx − kv_idx = d
 };
 
 // Float registers are `lane_stride` floats apart: lanes rounded up to whole vectors of the
@@ -108,7 +108,7 @@ inline void real_step(const MaskProgram& p, const MaskInstr& in, const Lanes& at
       break;
     }
     case MaskOp::table: {
-      const float* row = inputs.tables[in.value] + inputs.Tk - 1;  // entry d = q − kv
+      const float* row = inputs.tables[in.value] + inputs.zero;  // entry d = q − kv
       for (int64_t o = 0; o < rows; ++o) {
         float* to = d + o * at.width;
         if (!at.q_inner) {  // (a row of keys: the entries run backwards)
