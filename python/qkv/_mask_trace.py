@@ -11,6 +11,8 @@ arguments, .item(), math.* or any other operation is an error naming it.
 import inspect
 import math
 import operator
+import types
+import weakref
 
 import torch
 import torch.fx
@@ -77,14 +79,82 @@ def _float_text(x):
     return f"({t})" if x < 0 else t
 
 
-def trace(fn, score=False):
-    """(text, int tensors [(name, int32 ndarray)], float tensors [(name, tensor)]) for a mask_mod,
-    or with score=True a score_mod."""
+def _failure(score):
+    """fail(what): raises MaskTraceError naming the function traced."""
     who = "flex_attention: score_mod" if score else "create_block_mask: mask_mod"
 
     def fail(what):
         raise MaskTraceError(f"{who} {what}")
+    return fail
 
+
+def _int32(t, fail):
+    """A captured integer tensor's values as a contiguous int32 ndarray."""
+    c = t.detach().cpu()
+    if c.numel() and (int(c.min()) < -2**31 or int(c.max()) >= 2**31):
+        fail("reads a captured tensor whose values leave 32 bits")
+    return c.to(torch.int32).contiguous().numpy()
+
+
+def _depends_on(fn):
+    """What a plain function's trace depends on besides its code: the objects its closure cells,
+    its defaults and the globals it names hold; None for other callables."""
+    if not inspect.isfunction(fn):
+        return None
+    cells = []
+    for c in fn.__closure__ or ():
+        try:
+            cells.append(c.cell_contents)
+        except ValueError:  # (an empty cell)
+            cells.append(None)
+    names = [n for n in fn.__code__.co_names if n in fn.__globals__]
+    held = cells + [fn.__globals__[n] for n in names]
+    # One level into the objects held: a module's parameters and buffers, an object's attributes
+    # (a function reading self.bias is traced again when self.bias is rebound).
+    inside = []
+    for x in held:
+        if isinstance(x, torch.nn.Module):
+            inside.append(tuple(x.parameters()) + tuple(x.buffers()))
+        elif hasattr(x, "__dict__") and not isinstance(x, (type, types.ModuleType,
+                                                             types.FunctionType)):
+            inside.append(tuple(vars(x).values()))
+    return (fn.__code__, tuple(held), fn.__defaults__, tuple(inside))
+
+
+_traced = weakref.WeakKeyDictionary()  # function → (what it depended on, its trace, int sources)
+
+
+def trace_once(fn, score=False):
+    """trace(fn, score), traced again only when the function's code, closure, defaults or the
+    globals it names hold other objects than at its last trace (compared by identity); the
+    captured integer tensors' values are read again at each call, as float tensors are by the
+    caller. Other callables (bound methods, partials) are traced at each call."""
+    depends = _depends_on(fn)
+    cached = _traced.get(fn) if depends is not None else None
+    if cached is not None and len(cached[0]) == len(depends) and \
+            all(_same(x, y) for x, y in zip(cached[0], depends)):
+        text, ints, floats = cached[1]
+        fresh = [(name, _int32(src, _failure(score))) for (name, _), src in zip(ints, cached[2])]
+        return text, fresh, floats
+    sources = []
+    result = trace(fn, score, sources)
+    if depends is not None:
+        _traced[fn] = (depends, result, sources)
+    return result
+
+
+def _same(x, y):
+    """x and y are the same objects (tuples element by element)."""
+    if isinstance(x, tuple) and isinstance(y, tuple):
+        return len(x) == len(y) and all(_same(a, b) for a, b in zip(x, y))
+    return x is y
+
+
+def trace(fn, score=False, int_sources=None):
+    """(text, int tensors [(name, int32 ndarray)], float tensors [(name, tensor)]) for a mask_mod,
+    or with score=True a score_mod. int_sources, when given, receives the captured integer
+    tensors themselves, in the order of the second list."""
+    fail = _failure(score)
     if not inspect.isfunction(fn):  # a bound method, a functools.partial, a callable object
         f = fn
         if score:
@@ -200,11 +270,10 @@ def trace(fn, score=False):
                     floats.append((name, t))
                     by_target[node.target] = (name, "f", (), t.dim())
                 else:
-                    c = t.detach().cpu()
-                    if c.numel() and (int(c.min()) < -2**31 or int(c.max()) >= 2**31):
-                        fail("reads a captured tensor whose values leave 32 bits")
                     name = f"captured{len(ints)}"
-                    ints.append((name, c.to(torch.int32).contiguous().numpy()))
+                    ints.append((name, _int32(t, fail)))
+                    if int_sources is not None:
+                        int_sources.append(t)
                     by_target[node.target] = (name, "b" if t.dtype == torch.bool else "i", (),
                                               t.dim())
             tensor_names[node] = by_target[node.target]

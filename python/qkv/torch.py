@@ -275,7 +275,7 @@ def _score_function(score_mod):
     """score_mod traced into qkv's score function: (the C++ object, the captured float tensors,
     the float32 buffers their gradients go to: one for each that requires grad, else None)."""
     from . import _mask_trace
-    text, ints, floats = _mask_trace.trace(score_mod, score=True)
+    text, ints, floats = _mask_trace.trace_once(score_mod, score=True)
     names, values, tensors, grads = [], [], [], []
     for name, t in floats:
         _check_cpu(t)
@@ -324,9 +324,11 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
 
     query [B, Hq, L, E], key [B, Hkv, S, E], value [B, Hkv, S, Ev] (float32, bfloat16 or float16;
     float64 through float32); block_mask from create_block_mask (None: every pair visible).
-    score_mod(score, b, h, q_idx, kv_idx) -> score, as written for PyTorch: traced at each call
-    with torch.fx into qkv's expression form (create_block_mask's, with float arithmetic, /,
-    exp, log, tanh, sigmoid, sqrt and captured float tensors); captured tensors that require
+    score_mod(score, b, h, q_idx, kv_idx) -> score, as written for PyTorch: traced with torch.fx
+    into qkv's expression form (create_block_mask's, with float arithmetic, /, exp, log, tanh,
+    sigmoid, sqrt and captured float tensors) once, and again only when the function's code,
+    closure, defaults or the globals it names hold other objects (a bound method or other
+    callable: at each call); captured tensors are read at each call, and those that require
     grad get their gradients through autograd. An operation the form cannot express is a
     ValueError naming it. return_lse also gives the log-sum-exp [B, Hq, L] (natural log). A
     query that sees no key gets 0 and lse -inf. qkv's own addition: sinks, [Hq] attention-sink

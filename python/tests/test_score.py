@@ -195,6 +195,55 @@ def test_what_cannot_be_traced_is_named():
         qt.flex_attention(q, q, q, score_mod=lambda s, b, h, i, j: s + table[i])
 
 
+def test_a_score_mod_is_traced_once_and_again_when_what_it_reads_changes(monkeypatch):
+    from qkv import _mask_trace
+    traces = []
+    real = _mask_trace.trace
+    monkeypatch.setattr(_mask_trace, "trace", lambda *a, **k: traces.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8)
+
+    def check(fn, expected):
+        out = qt.flex_attention(q, k, v, score_mod=fn)
+        ref, _ = materialised(q.double(), k.double(), v.double(), expected)
+        assert torch.allclose(out.double(), ref, atol=1e-5)
+
+    bias = torch.randn(2, 11)
+    shift = torch.arange(11, dtype=torch.int64).flip(0)  # an integer table it indexes by
+
+    def with_bias(score, b, h, q_idx, kv_idx):
+        return score + bias[h, shift[q_idx - kv_idx + 6]]
+
+    def formula():
+        return lambda s, b, h, i, j: s + bias.double()[h, shift[i - j + 6]]
+
+    check(with_bias, formula())
+    check(with_bias, formula())
+    assert len(traces) == 1
+    bias.mul_(2)  # values changed in place: read at each call, no new trace
+    shift[3] = 0  # an integer tensor's too
+    check(with_bias, formula())
+    assert len(traces) == 1
+    bias = torch.randn(2, 11)  # the closure now holds another tensor: traced again
+    check(with_bias, formula())
+    assert len(traces) == 2
+
+    class Biased(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(2, 11))
+
+    model = Biased()
+
+    def from_model(score, b, h, q_idx, kv_idx):
+        return score + model.table[h, q_idx - kv_idx + 6]
+
+    check(from_model, lambda s, b, h, i, j: s + model.table.detach().double()[h, i - j + 6])
+    model.table = torch.nn.Parameter(torch.randn(2, 11))  # rebound on the module: traced again
+    check(from_model, lambda s, b, h, i, j: s + model.table.detach().double()[h, i - j + 6])
+    assert len(traces) == 4
+
+
 # ---- Attention sinks -------------------------------------------------------------------------
 
 def test_sinks_forward_backward_and_rows_that_see_nothing(rng):

@@ -190,18 +190,58 @@ void values_keys_in_lanes(const ElementSource<T>& V, const Shape& n, int64_t b, 
 
 // ---- Mask and score functions (args.block_mask, args.score_mod), a row of keys at a time ----
 
-// `range` narrowed to the key blocks the mask function leaves query i of (b, h): from its first
-// block that is not empty to its last (empty blocks between are hidden by apply_functions).
+// Keys per evaluation of a mask function over lanes (the registers function_register_ints
+// gives).
+int64_t mask_piece() { return tiles::kKeyChunk * static_cast<int64_t>(simd::lanes()); }
+
+// 1 where the mask function shows key index kv0 + e (e < count <= mask_piece()) to query index
+// q of (b, h), else 0.
+const int32_t* shown_keys(const BlockMask& m, int64_t b, int64_t h, int64_t q, int64_t kv0,
+                          int64_t count) {
+  const MaskProgram& p = m.program();
+  int32_t* regs =
+      thread_scratch_for<int32_t>(ForwardSlot::mask_registers, tiles::function_register_ints(p));
+  const mask_lanes::Lanes at{b, h, q, q, kv0, kv0 + count - 1, count, false};
+  return mask_lanes::evaluate(p, at, 1, regs, nullptr);
+}
+
+// `range` narrowed to the keys from the first the mask function shows query i of (b, h) to the
+// last: empty blocks at either end skipped, and the edge blocks that are partial evaluated
+// (a window written as a function then reads the keys the window option would, not its
+// blocks'). What it hides between is hidden by apply_functions.
 KeyRange narrow_to_blocks(const ScoreRule& rule, int64_t b, int64_t h, int64_t i, KeyRange range) {
   const BlockMask* m = rule.block_mask;
   if (!m || range.begin >= range.end) return range;
-  const int64_t s = m->block(), qb = (i + rule.q_origin) / s;
-  int64_t kb0 = (range.begin + rule.kv_origin) / s, kb1 = (range.end - 1 + rule.kv_origin) / s;
-  while (kb0 <= kb1 && m->state(b, h, qb, kb0) == BlockState::empty) ++kb0;
-  while (kb1 >= kb0 && m->state(b, h, qb, kb1) == BlockState::empty) --kb1;
-  if (kb0 > kb1) return {range.begin, range.begin};
-  return {std::max(range.begin, kb0 * s - rule.kv_origin),
-          std::min(range.end, (kb1 + 1) * s - rule.kv_origin)};
+  const int64_t s = m->block(), ko = rule.kv_origin, q = i + rule.q_origin, qb = q / s;
+  const int64_t piece = mask_piece();
+  int64_t begin = range.begin, end = range.end;
+  // From the front: the first key shown.
+  for (bool found = false; begin < end && !found;) {
+    const int64_t kb = (begin + ko) / s, block_end = std::min(end, (kb + 1) * s - ko);
+    const BlockState st = m->state(b, h, qb, kb);
+    found = st == BlockState::full;
+    for (int64_t j0 = begin; st == BlockState::partial && !found && j0 < block_end; j0 += piece) {
+      const int64_t count = std::min(piece, block_end - j0);
+      const int32_t* shown = shown_keys(*m, b, h, q, j0 + ko, count);
+      for (int64_t e = 0; e < count && !found; ++e)
+        if (shown[e]) found = true, begin = j0 + e;
+    }
+    if (!found) begin = block_end;
+  }
+  // From the back: the last key shown.
+  for (bool found = false; end > begin && !found;) {
+    const int64_t kb = (end - 1 + ko) / s, block_begin = std::max(begin, kb * s - ko);
+    const BlockState st = m->state(b, h, qb, kb);
+    found = st == BlockState::full;
+    for (int64_t j1 = end; st == BlockState::partial && !found && j1 > block_begin; j1 -= piece) {
+      const int64_t count = std::min(piece, j1 - block_begin), j0 = j1 - count;
+      const int32_t* shown = shown_keys(*m, b, h, q, j0 + ko, count);
+      for (int64_t e = count - 1; e >= 0 && !found; --e)
+        if (shown[e]) found = true, end = j0 + e + 1;
+    }
+    if (!found) end = block_begin;
+  }
+  return {begin, std::max(begin, end)};
 }
 
 // s[j − lo] for the keys j in `range` of query i of (b, h): the score function, then -inf
@@ -222,20 +262,15 @@ void apply_functions(const ScoreRule& rule, int64_t b, int64_t h, int64_t i, Key
   }
   const BlockMask* m = rule.block_mask;
   if (!m) return;
-  const MaskProgram& p = m->program();
-  int32_t* regs =
-      thread_scratch_for<int32_t>(ForwardSlot::mask_registers, tiles::function_register_ints(p));
-  const int64_t bs = m->block(), q = i + rule.q_origin, qb = q / bs;
-  const int64_t piece = tiles::kKeyChunk * static_cast<int64_t>(simd::lanes());
+  const int64_t bs = m->block(), q = i + rule.q_origin, qb = q / bs, piece = mask_piece();
   for (int64_t j = range.begin; j < range.end;) {
     const int64_t kb = (j + rule.kv_origin) / bs;
     const int64_t end = std::min(range.end, (kb + 1) * bs - rule.kv_origin);
     const BlockState state = m->state(b, h, qb, kb);
     if (state == BlockState::empty) std::fill(s + (j - lo), s + (end - lo), simd::kMinusInf);
     for (int64_t j0 = j; state == BlockState::partial && j0 < end; j0 += piece) {
-      const int64_t count = std::min(piece, end - j0), kv0 = j0 + rule.kv_origin;
-      const mask_lanes::Lanes at{b, h, q, q, kv0, kv0 + count - 1, count, false};
-      const int32_t* shown = mask_lanes::evaluate(p, at, 1, regs, nullptr);
+      const int64_t count = std::min(piece, end - j0);
+      const int32_t* shown = shown_keys(*m, b, h, q, j0 + rule.kv_origin, count);
       float* x = s + (j0 - lo);
       for (int64_t e = 0; e < count; ++e) x[e] = shown[e] ? x[e] : simd::kMinusInf;
     }

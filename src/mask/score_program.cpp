@@ -1,6 +1,7 @@
 // Compiling a score function (mask/score_program.h): relative tables, then instructions.
 #include "mask/score_program.h"
 
+#include <cmath>
 #include <map>
 #include <memory>
 
@@ -128,6 +129,36 @@ std::vector<uint32_t> derivative_bits(const MaskProgram& p, const std::vector<in
   return bits;
 }
 
+namespace {
+
+// The DAG at n with each x / c, c a float constant whose reciprocal is a normal float, as
+// x · (1 / c): one multiply where the division takes a vector divide (the softcap's
+// tanh(score / c) · c: the fixed option's arithmetic), within 1.5 ulps of the division.
+std::shared_ptr<const MaskNode> multiply_by_reciprocals(
+    const std::shared_ptr<const MaskNode>& n,
+    std::map<const MaskNode*, std::shared_ptr<const MaskNode>>& done) {
+  if (auto it = done.find(n.get()); it != done.end()) return it->second;
+  auto copy = std::make_shared<MaskNode>(*n);
+  bool changed = false;
+  for (auto& a : copy->args) {
+    std::shared_ptr<const MaskNode> b = multiply_by_reciprocals(a, done);
+    changed |= b != a;
+    a = std::move(b);
+  }
+  if (copy->op == MaskOp::div && copy->real && copy->args.size() == 2) {
+    const MaskNode& c = *copy->args[1];
+    const float r = static_cast<float>(1.0 / static_cast<double>(c.real_value));
+    if (c.op == MaskOp::constant && c.real && std::isnormal(c.real_value) && std::isnormal(r)) {
+      auto reciprocal = std::make_shared<MaskNode>(c);
+      reciprocal->real_value = r;
+      copy->op = MaskOp::mul, copy->args[1] = std::move(reciprocal), changed = true;
+    }
+  }
+  return done[n.get()] = changed ? std::shared_ptr<const MaskNode>(copy) : n;
+}
+
+}  // namespace
+
 ScoreProgram compile_score(const MaskExpr& f) {
   check(!f.is_bool(),
         "score function: the expression is a boolean (a mask: create_block_mask takes it); a "
@@ -136,7 +167,8 @@ ScoreProgram compile_score(const MaskExpr& f) {
   ScoreProgram p;
   TableCutter cutter(p);
   std::shared_ptr<const MaskNode> root = cutter.cut(f.shared());
-  MaskExpr body(root);
+  std::map<const MaskNode*, std::shared_ptr<const MaskNode>> rewritten;
+  MaskExpr body(multiply_by_reciprocals(root, rewritten));
   if (!body.is_real()) body = to_float(body);  // an integer score function: a float
   p.nodes = {f.shared(), body.shared()};
   // score + x or x + score or score − x, x free of the score: the derivative is 1.
