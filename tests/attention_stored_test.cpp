@@ -288,7 +288,8 @@ std::vector<StoredCase> stored_cases() {
   // Mask and score functions over positions, every storage: decoding (rows in registers, and
   // in tiles: 16 rows per key/value head), chunked prefill on the tiled forward (20 queries
   // at positions 80 … 99), a wrapped ring decoded in place over several chunks, a ring with
-  // fresh rows (gathered), and a ring whose lost positions only the function hides.
+  // fresh rows (gathered), rings whose lost positions only the function hides (in place, and
+  // gathered), and rotated rows.
   for (TensorType type : kv_row_types()) {
     const bool exact_p = type == TensorType::f32 || in_blocks(type);  // (as above)
     cases.push_back({.type = type, .Tq = 1, .functions = 3});
@@ -298,7 +299,9 @@ std::vector<StoredCase> stored_cases() {
     cases.push_back(
         {.type = type, .slots = 600, .Tq = 2, .window = 590, .L = 1100, .functions = 3});
     cases.push_back(
-        {.type = type, .slots = 6, .Tq = 3, .window = 5, .fresh = true, .functions = 2});
+        {.type = type, .slots = 6, .Tq = 3, .window = 5, .fresh = true, .functions = 3});
+    cases.push_back({.type = type, .slots = 8, .Tq = 3, .fresh = true, .functions = 7});
+    cases.push_back({.type = type, .Tq = 3, .rotation = in_blocks(type) ? 64 : 16, .functions = 3});
     cases.push_back({.type = type, .slots = 8, .Tq = 1, .functions = 7});
   }
   return cases;

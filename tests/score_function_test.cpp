@@ -218,6 +218,13 @@ std::vector<Gallery> gallery(const Case& c) {
                   std::exp(s * 0.1);
          }});
   }
+  // Divisions by constants (the kernels multiply by reciprocals: 1/−3 and 1/7 are inexact).
+  g.push_back({"divided",
+               {},
+               {},
+               {},
+               [](auto&, auto&) { return score / -3.0 + score / 7.0 * 2.0; },
+               [](auto&, double s, auto, auto, auto, auto) { return s / -3 + s / 7 * 2; }});
   // A mask by −inf (and a row that sees nothing when Tq > Tk): PyTorch's causal, top-left.
   g.push_back({"minus_inf",
                {},

@@ -12,7 +12,6 @@ import inspect
 import math
 import operator
 import types
-import weakref
 
 import torch
 import torch.fx
@@ -96,50 +95,66 @@ def _int32(t, fail):
     return c.to(torch.int32).contiguous().numpy()
 
 
-def _depends_on(fn):
+def _depends_on(fn, depth=2):
     """What a plain function's trace depends on besides its code: the objects its closure cells,
-    its defaults and the globals it names hold; None for other callables."""
+    its defaults and the globals it names hold, and one level inside them (a module's
+    attributes and parameters, an object's attributes, a list's, tuple's or dict's items, and
+    what a helper function it calls depends on); None for other callables."""
     if not inspect.isfunction(fn):
         return None
-    cells = []
+    held = []
     for c in fn.__closure__ or ():
         try:
-            cells.append(c.cell_contents)
+            held.append(c.cell_contents)
         except ValueError:  # (an empty cell)
-            cells.append(None)
-    names = [n for n in fn.__code__.co_names if n in fn.__globals__]
-    held = cells + [fn.__globals__[n] for n in names]
-    # One level into the objects held: a module's parameters and buffers, an object's attributes
-    # (a function reading self.bias is traced again when self.bias is rebound).
+            held.append(None)
+    held += [fn.__globals__[n] for n in fn.__code__.co_names if n in fn.__globals__]
     inside = []
     for x in held:
         if isinstance(x, torch.nn.Module):
-            inside.append(tuple(x.parameters()) + tuple(x.buffers()))
-        elif hasattr(x, "__dict__") and not isinstance(x, (type, types.ModuleType,
-                                                             types.FunctionType)):
+            inside.append(tuple(vars(x).values()) + tuple(x.parameters()) + tuple(x.buffers()))
+        elif isinstance(x, (list, tuple)):
+            inside.append(tuple(x))
+        elif isinstance(x, dict):
+            inside.append(tuple(x.keys()) + tuple(x.values()))
+        elif isinstance(x, types.FunctionType):
+            inside.append(_depends_on(x, depth - 1) if depth > 1 else None)
+        elif hasattr(x, "__dict__") and not isinstance(x, (type, types.ModuleType)):
             inside.append(tuple(vars(x).values()))
-    return (fn.__code__, tuple(held), fn.__defaults__, tuple(inside))
+    return (fn.__code__, tuple(held), fn.__defaults__,
+            tuple(sorted((fn.__kwdefaults__ or {}).items())), tuple(inside))
 
 
-_traced = weakref.WeakKeyDictionary()  # function → (what it depended on, its trace, int sources)
+def _objects(x):
+    """The objects in what _depends_on returned (tuples opened)."""
+    if isinstance(x, tuple):
+        for y in x:
+            yield from _objects(y)
+    else:
+        yield x
 
 
 def trace_once(fn, score=False):
-    """trace(fn, score), traced again only when the function's code, closure, defaults or the
-    globals it names hold other objects than at its last trace (compared by identity); the
-    captured integer tensors' values are read again at each call, as float tensors are by the
-    caller. Other callables (bound methods, partials) are traced at each call."""
+    """trace(fn, score), kept on the function and traced again only when its code, closure,
+    defaults, the globals it names or what lies one level inside them are other objects than
+    at its last trace (compared by identity). A trace is kept only when every tensor it
+    captured is one of those objects: a tensor the function derives from them (bias.float(),
+    slopes.exp()) is computed while tracing, so such a function is traced at each call. The
+    values of the tensors kept are read again at each call (integer ones here, float ones by
+    the caller). Other callables (bound methods, partials) are traced at each call."""
     depends = _depends_on(fn)
-    cached = _traced.get(fn) if depends is not None else None
-    if cached is not None and len(cached[0]) == len(depends) and \
-            all(_same(x, y) for x, y in zip(cached[0], depends)):
+    cached = getattr(fn, "_qkv_trace", None) if depends is not None else None
+    if cached is not None and _same(cached[0], depends):
         text, ints, floats = cached[1]
         fresh = [(name, _int32(src, _failure(score))) for (name, _), src in zip(ints, cached[2])]
         return text, fresh, floats
     sources = []
     result = trace(fn, score, sources)
     if depends is not None:
-        _traced[fn] = (depends, result, sources)
+        roots = {id(x) for x in _objects(depends)}
+        captured = sources + [t for _, t in result[2]]
+        if all(id(t) in roots for t in captured):
+            fn._qkv_trace = (depends, result, sources)  # (lives and dies with the function)
     return result
 
 

@@ -242,6 +242,34 @@ def test_a_score_mod_is_traced_once_and_again_when_what_it_reads_changes(monkeyp
     model.table = torch.nn.Parameter(torch.randn(2, 11))  # rebound on the module: traced again
     check(from_model, lambda s, b, h, i, j: s + model.table.detach().double()[h, i - j + 6])
     assert len(traces) == 4
+    model.scale = 0.5  # a plain attribute, baked into the trace as a constant
+
+    def scaled(score, b, h, q_idx, kv_idx):
+        return score * model.scale
+
+    check(scaled, lambda s, b, h, i, j: s * 0.5)
+    model.scale = 0.25
+    check(scaled, lambda s, b, h, i, j: s * 0.25)
+    assert len(traces) == 6
+
+    # A tensor derived from a captured one is computed while tracing: traced at each call.
+    def derived(score, b, h, q_idx, kv_idx):
+        return score + (bias * 2)[h, q_idx - kv_idx + 6]
+
+    check(derived, lambda s, b, h, i, j: s + 2 * bias.double()[h, i - j + 6])
+    bias.add_(1)
+    check(derived, lambda s, b, h, i, j: s + 2 * bias.double()[h, i - j + 6])
+    assert len(traces) == 8
+    tables = [torch.randn(2, 11)]  # a list's items are looked into
+
+    def from_list(score, b, h, q_idx, kv_idx):
+        return score + tables[0][h, q_idx - kv_idx + 6]
+
+    check(from_list, lambda s, b, h, i, j: s + tables[0].double()[h, i - j + 6])
+    tables[0] = torch.randn(2, 11)
+    check(from_list, lambda s, b, h, i, j: s + tables[0].double()[h, i - j + 6])
+    check(from_list, lambda s, b, h, i, j: s + tables[0].double()[h, i - j + 6])
+    assert len(traces) == 10
 
 
 # ---- Attention sinks -------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attention/kernels.h"
+#include "attention/masks.h"
 #include "attention/overlap.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
@@ -40,19 +41,23 @@ int64_t first_seen(const AttentionArgs& a, int64_t length, int64_t Tq) {
   return first;
 }
 
-// Whether a block_mask hides every pair of the queries (the last Tq of `length`) and the
-// positions [from, to); else the first position some query sees there.
-int64_t first_shown(const BlockMask& f, int64_t length, int64_t Tq, int64_t from, int64_t to) {
+// The first position in [from, to) that a block_mask and the fixed mask show one of the queries
+// (the last Tq of `length`), or `to` when they hide every such pair.
+int64_t first_shown(const BlockMask& f, const Mask& mask, int64_t length, int64_t Tq, int64_t from,
+                    int64_t to) {
   const int64_t s = f.block();
   int64_t shown = to;
   for (int64_t b = 0; b < f.batch(); ++b)
     for (int64_t h = 0; h < f.heads(); ++h)
-      for (int64_t q = length - Tq; q < length; ++q)
-        for (int64_t kv = from; kv < std::min(to, shown); ++kv) {
+      for (int64_t q = length - Tq; q < length; ++q) {
+        const detail::KeyRange fixed = detail::visible_keys(mask, b, q - (length - Tq), Tq, length);
+        for (int64_t kv = std::max(from, fixed.begin); kv < std::min({to, shown, fixed.end});
+             ++kv) {
           const BlockState st = f.state(b, h, q / s, kv / s);
           if (st == BlockState::empty) kv = (kv / s + 1) * s - 1;  // (the block's last)
           else if (st == BlockState::full || evaluate(f.mask(), b, h, q, kv)) shown = kv;
         }
+      }
   return shown;
 }
 
@@ -157,7 +162,7 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   const int64_t held_from = kv.slots > 0 ? std::max<int64_t>(0, stored_end - kv.slots) : 0;
   int64_t seen = first_seen(a, kv.length, Tq);
   if (seen < held_from && a.block_mask)  // (the function may hide the positions the ring lost)
-    seen = first_shown(*a.block_mask, kv.length, Tq, seen, held_from);
+    seen = first_shown(*a.block_mask, a.mask, kv.length, Tq, seen, held_from);
   check(seen >= held_from, kWhere, ": the queries see position ", seen, ", but the ring of ",
         kv.slots, " slots holds positions from ", held_from, " on");
 }

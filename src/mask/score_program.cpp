@@ -147,8 +147,9 @@ std::shared_ptr<const MaskNode> multiply_by_reciprocals(
   }
   if (copy->op == MaskOp::div && copy->real && copy->args.size() == 2) {
     const MaskNode& c = *copy->args[1];
-    const float r = static_cast<float>(1.0 / static_cast<double>(c.real_value));
-    if (c.op == MaskOp::constant && c.real && std::isnormal(c.real_value) && std::isnormal(r)) {
+    const bool constant = c.op == MaskOp::constant && c.real && std::isnormal(c.real_value);
+    const float r = constant ? static_cast<float>(1.0 / static_cast<double>(c.real_value)) : 0;
+    if (constant && std::isnormal(r)) {
       auto reciprocal = std::make_shared<MaskNode>(c);
       reciprocal->real_value = r;
       copy->op = MaskOp::mul, copy->args[1] = std::move(reciprocal), changed = true;
