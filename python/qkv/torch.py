@@ -326,10 +326,11 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     float64 through float32); block_mask from create_block_mask (None: every pair visible).
     score_mod(score, b, h, q_idx, kv_idx) -> score, as written for PyTorch: traced with torch.fx
     into qkv's expression form (create_block_mask's, with float arithmetic, /, exp, log, tanh,
-    sigmoid, sqrt and captured float tensors) once, and again only when the function's code,
-    closure, defaults or the globals it names hold other objects (a bound method or other
-    callable: at each call); captured tensors are read at each call, and those that require
-    grad get their gradients through autograd. An operation the form cannot express is a
+    sigmoid, sqrt and captured float tensors) once, and again only when the objects it reads
+    may have changed (its code, closure, defaults, named globals and one level inside them;
+    a function that derives a tensor from a captured one, a bound method or another callable:
+    at each call); captured tensors are read at each call, and those that require grad get
+    their gradients through autograd. An operation the form cannot express is a
     ValueError naming it. return_lse also gives the log-sum-exp [B, Hq, L] (natural log). A
     query that sees no key gets 0 and lse -inf. qkv's own addition: sinks, [Hq] attention-sink
     logits (gpt-oss's), differentiable, as qkv.torch.attention takes them; and dropout_p
