@@ -7,7 +7,7 @@ CONFIGURE_FLAGS := -DCMAKE_COMPILE_WARNING_AS_ERROR=$(WERROR)
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: build demo check test test-python test-arm deps deps-demo models asan fuzz clean
+.PHONY: configure build demo check test test-python test-arm deps deps-demo models asan fuzz clean
 
 # What the build and the demo need; `deps` adds what the tests need (scripts/install-deps says
 # which packages and why).
@@ -21,11 +21,17 @@ deps:
 models:
 	@scripts/get-models
 
-build: deps-demo
+configure: deps-demo
 	cmake --preset release $(CONFIGURE_FLAGS) >/dev/null
+
+# Everything: the library, the tool, the tests, the benchmarks and the examples.
+build: configure
 	cmake --build --preset release -j $(JOBS)
 
-demo: build
+# The demo needs the tool alone (and the library under it); the tests and benchmarks are built
+# by `make build`, `make check` and `make test` when they are asked for.
+demo: configure
+	cmake --build --preset release -j $(JOBS) --target qkv_cli
 	$(QKV) demo
 
 asan: deps
@@ -70,14 +76,14 @@ test-arm:
 	QEMU_CPU=max,sve256=on ctest --preset arm -j $(JOBS)
 
 # Every parser of outside bytes under libFuzzer (clang) for FUZZ_SECONDS each, from the seeds in
-# fuzz/corpus/<name>/ (copied: what the fuzzer finds stays in build/fuzz/corpus/).
-FUZZ_TARGETS := llama2c tokenizer checkpoint model_config explain_input gguf mask_text score_text
+# fuzz/corpus/<name>/ (copied: what the fuzzer finds stays in build/fuzz/corpus/). The targets
+# are the build's list (fuzz/CMakeLists.txt: a folder of fuzz/corpus/ each).
 fuzz:
 	@scripts/install-deps --fuzz
 	cmake --preset fuzz >/dev/null
 	cmake --build --preset fuzz -j $(JOBS)
 	mkdir -p build/fuzz/corpus && cp -r fuzz/corpus/. build/fuzz/corpus/
-	for t in $(FUZZ_TARGETS); do \
+	for t in $$(cat build/fuzz/fuzz/fuzz_targets.txt); do \
 	  build/fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -rss_limit_mb=2048 \
 	    -print_final_stats=1 build/fuzz/corpus/$$t || exit 1; \
 	done

@@ -184,7 +184,9 @@ TEST(KVCache, SixteenBitStorageHalvesMemoryAndStaysClose) {
 // the bf16 rows in place; a ring's overrun chunk, through an fp32 copy of the same rounded
 // rows. All see the same numbers: the same logits up to summation order (the kernels agree to
 // ~1e-7, tests/attention_flash_test.cpp; through two layers of these large weights that grew
-// to 6.5e-5 at the sliding window's last positions). On the bf16 units (avx512_bf16,
+// to 6.5e-5 at the sliding window's last positions on AVX2 and AVX-512, 2.9e-4 on SSE4's
+// 4-lane sums): bounded at 1e-3, half of bf16's rounding (2^-9), which a row read or stored
+// differently would show. On the bf16 units (avx512_bf16,
 // neon_bf16) the tiled forward and decoding round P differently (attention_dtype_test bounds
 // each), so the comparison runs the widening kernels.
 TEST(KVCache, Bf16DecodingInPlaceMatchesTheCopiedRows) {
@@ -208,7 +210,7 @@ TEST(KVCache, Bf16DecodingInPlaceMatchesTheCopiedRows) {
     const std::vector<float> expected(all.data, all.data + 30 * c.vocab_size);
     for (int64_t t = 0; t < 30; ++t) {
       const View l = m.forward_cached(one, &tokens[10 + t], 1, 1);
-      EXPECT_LE(relative_error(expected, t, l, 0, c.vocab_size), 2e-4)
+      EXPECT_LE(relative_error(expected, t, l, 0, c.vocab_size), 1e-3)
           << style << " position " << 10 + t;
     }
   }

@@ -206,37 +206,39 @@ INSTANTIATE_TEST_SUITE_P(Weights, SmolLM2,
                          });
 
 // The int8 products (llama.cpp's arithmetic) against llama.cpp's own greedy text
-// (smollm2_llama_greedy.json, from tests/golden/make_smollm2_llama_greedy.py): the same 32
-// tokens, or a first divergence where llama.cpp's two best logits were closer than its own
-// error there (its largest difference from the fp32 reference's logits at that step).
+// (smollm2_llama_greedy.json, from tests/golden/make_smollm2_llama_greedy.py), decoding token
+// by token through the cache: at each of the 32 steps the best logit is llama.cpp's token, or
+// parts from it where llama.cpp's two best logits were closer than its own error there (its
+// largest difference from the fp32 reference's logits at that step). The next step is fed
+// llama.cpp's token either way, so every step is checked, and a near tie that rounding breaks
+// the other way on this CPU's unit neither fails the test nor ends it.
 TEST(SmolLM2Int8, GreedyTextIsLlamaCppsUpToItsTies) {
   std::ifstream in(std::string(QKV_GOLDEN_DIR) + "/../data/smollm2_llama_greedy.json");
   const nlohmann::json golden = nlohmann::json::parse(in);
   const std::unique_ptr<Model> model = load_gguf(smollm2());
   model->set_matmul(quant::Matmul::int8);
   const int64_t V = model->config().vocab_size;
-  int identical = 0;
+  int parted = 0, steps = 0;
   for (const nlohmann::json& c : golden["cases"]) {
     const std::vector<int32_t> ids = c["ids"];
     const std::vector<int32_t> want = c["greedy"];
     const std::vector<double> gaps = c["gaps"], errors = c["errors"];
     KVCache cache(model->config(), {.max_seq = static_cast<int64_t>(ids.size() + want.size())});
     View logits = model->forward_cached(cache, ids.data(), 1, static_cast<int64_t>(ids.size()));
-    size_t i = 0;
-    for (; i < want.size(); ++i) {
+    for (size_t i = 0; i < want.size(); ++i, ++steps) {
       const int32_t got =
           static_cast<int32_t>(std::max_element(logits.data, logits.data + V) - logits.data);
       if (got != want[i]) {
+        ++parted;
         EXPECT_LE(gaps[i], errors[i])
             << c["text"] << ": token " << i << " is " << got << ", llama.cpp's " << want[i]
             << " by a margin of " << gaps[i] << " (its error there: " << errors[i] << ")";
-        break;
       }
-      logits = model->forward_cached(cache, &got, 1, 1);
+      logits = model->forward_cached(cache, &want[i], 1, 1);
     }
-    identical += i == want.size();
   }
-  EXPECT_GE(identical, 1) << "no continuation is llama.cpp's throughout";
+  std::printf("greedy: llama.cpp's token at %d of %d steps (the rest at its near ties)\n",
+              steps - parted, steps);
 }
 
 // Teacher-forced: each prompt and llama.cpp's 32 tokens in one prefill (at least 16 rows, so a
