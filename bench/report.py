@@ -44,8 +44,9 @@ PEER = os.path.join(ROOT, "build", "peer")
 SMOLLM2 = os.path.join(ROOT, "models", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 STORIES = os.path.join(ROOT, "models", "stories260K")
 SECTIONS = ["attention", "units", "gemm", "training", "generation", "quantized", "kv_cache",
-            "cache_rotation", "python",
+            "cache_rotation", "quality", "python",
             "mpi", "ggml", "llama2c"]
+GPL3 = "/usr/share/common-licenses/GPL-3"
 
 
 def run(cmd, timeout=3600, env=None):
@@ -519,6 +520,58 @@ def section_kv_cache(peer_py, quick, args):
     for cache, s in c["caches"].items():
         text.append(f"| {cache} | {s['identical_replies']} of {s['replies']} | "
                     f"{s['chars_before_divergence']:,} of {s['chars']:,} |")
+    text.append("")
+    return "\n".join(text)
+
+
+# The quality table: (label, `qkv perplexity` options); the first row is what the others are
+# measured against.
+QUALITY_RUNS = [
+    ("weights exact, f32 cache", []),
+    ("weights int8", ["--matmul", "int8"]),
+    ("bf16 cache", ["--cache", "bf16"]),
+    ("f16 cache", ["--cache", "f16"]),
+    ("q8_0 cache, rotated", ["--cache", "q8_0"]),
+    ("q8_0 cache, not rotated", ["--cache", "q8_0", "--cache-rotation", "off"]),
+    ("q4_0 cache, rotated", ["--cache", "q4_0"]),
+    ("q4_0 cache, not rotated", ["--cache", "q4_0", "--cache-rotation", "off"]),
+    ("q4_1 cache, rotated", ["--cache", "q4_1"]),
+    ("q4_1 cache, not rotated", ["--cache", "q4_1", "--cache-rotation", "off"]),
+    ("f32 cache, decoded", ["--decode"]),
+    ("q8_0 cache, decoded, int8 scores", ["--cache", "q8_0", "--decode"]),
+    ("q8_0 cache, decoded, exact scores", ["--cache", "q8_0", "--decode", "--cache-scores", "exact"]),
+]
+
+
+def section_quality(peer_py, quick, args):
+    """Every quality figure the docs quote, in one table: SmolLM2's perplexity on one text per
+    weight arithmetic, cache type, rotation and cache-score arithmetic, from `qkv perplexity`."""
+    text = ["## Quality: perplexity per arithmetic and cache\n"]
+    if not os.path.exists(SMOLLM2) or not os.path.exists(GPL3):
+        text.append(f"Not measured: it needs SmolLM2 (`scripts/get-models`) and {GPL3}.\n")
+        return "\n".join(text)
+    ctx = 512
+    rows = []
+    for label, options in QUALITY_RUNS:
+        r = json.loads(run([QKV, "perplexity", "--model", SMOLLM2, "--text", GPL3, "--ctx",
+                            str(ctx), "--json"] + options, timeout=3600))
+        rows.append((label, options, r))
+    base = rows[0][2]
+    text.append(
+        f"SmolLM2-135M-Instruct (Q4_1) on {GPL3} ({base['tokens']:,} tokens, {base['chunks']} "
+        f"chunks of {ctx}, {base['scored']:,} scored in llama-perplexity's windows; "
+        f"`qkv perplexity`, weights exact unless the row says int8). A decoded row scores each "
+        f"chunk's second half one token at a time through the decoding kernels (`--decode`), "
+        f"where the block caches' scores run in int8 or exact; the others run each chunk at once "
+        f"through the tiled kernels, which widen every cache to fp32. The page's other sections "
+        f"hold llama.cpp's perplexities beside qkv's.\n\n"
+        f"| run | options | perplexity | against the first row |\n|---|---|---:|---:|")
+    SUMMARY["quality"] = {}
+    for label, options, r in rows:
+        v = r["perplexity"]
+        SUMMARY["quality"][label] = round(v, 4)
+        text.append(f"| {label} | `{' '.join(options) or '(defaults)'}` | {v:.4f} | "
+                    f"{100 * (v / base['perplexity'] - 1):+.2f}% |")
     text.append("")
     return "\n".join(text)
 

@@ -38,7 +38,6 @@ std::string env(const char* name) {
 class TargetEnvironment : public testing::Environment {
  public:
   void SetUp() override {
-    qkv::check_target_environment();  // QKV_TARGET and QKV_UNITS read now, before what follows
     std::string target = env("QKV_TARGET"), units = env("QKV_UNITS");
     const std::string force = env("QKV_TEST_FORCE");
     if (!force.empty()) {
@@ -55,6 +54,7 @@ class TargetEnvironment : public testing::Environment {
         GTEST_SKIP() << "this CPU does not run SIMD target " << target << missing_flag(target);
     }
     // What runs without them, then what runs with them (the forcing the tests keep).
+    qkv::check_target_environment();  // QKV_TARGET and QKV_UNITS read first: nothing undoes this
     qkv::set_target("best");
     qkv::set_units("");
     const std::vector<std::string> best = what_runs();
