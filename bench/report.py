@@ -551,11 +551,14 @@ def section_quality(peer_py, quick, args):
         text.append(f"Not measured: it needs SmolLM2 (`scripts/get-models`) and {GPL3}.\n")
         return "\n".join(text)
     ctx = 512
-    rows = []
-    for label, options in QUALITY_RUNS:
-        r = json.loads(run([QKV, "perplexity", "--model", SMOLLM2, "--text", GPL3, "--ctx",
-                            str(ctx), "--json"] + options, timeout=3600))
-        rows.append((label, options, r))
+    if args.quality_json:  # `qkv perplexity --json` of each run, in QUALITY_RUNS' order
+        with open(args.quality_json, encoding="utf-8") as f:
+            results = json.load(f)
+    else:
+        results = [json.loads(run([QKV, "perplexity", "--model", SMOLLM2, "--text", GPL3, "--ctx",
+                                   str(ctx), "--json"] + options, timeout=3600))
+                   for _, options in QUALITY_RUNS]
+    rows = [(label, options, r) for (label, options), r in zip(QUALITY_RUNS, results)]
     base = rows[0][2]
     text.append(
         f"SmolLM2-135M-Instruct (Q4_1) on {GPL3} ({base['tokens']:,} tokens, {base['chunks']} "
@@ -936,6 +939,8 @@ def main():
                     "CMake build tree)")
     ap.add_argument("--cache-rotation-json", help="the cache_rotation section from this output "
                     "of bench/cache_rotation_compare.py --json instead of running it")
+    ap.add_argument("--quality-json", help="the quality section from this file: a JSON list of "
+                    "`qkv perplexity --json` outputs, one per run of QUALITY_RUNS, in order")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--kv-cache-json", help="the kv_cache section from this output of "
                     "bench/kv_cache_compare.py instead of running it (it takes the better part "

@@ -145,6 +145,8 @@ def check_cli_sections(problems):
         # Options of other programs or of other subcommands the prose names by their command.
         prose = re.sub(r"`(mpirun|make|qkv (?!" + re.escape(sub) + r")[a-z]+)[^`]*`", "", section)
         prose = re.sub(r"(?m) # .*$", "", prose)  # a code line's comment names other commands
+        # A command's output shown as a sample (scripts/docs-samples) names other commands' options.
+        prose = re.sub(r"(?s)<!-- sample: .*?<!-- /sample -->", "", prose)
         for option in sorted(set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", prose))):
             if option not in known | MPI_OPTIONS:
                 problems.append(f"docs/cli.md `## qkv {sub}`: `{option}` is not in "
