@@ -193,6 +193,12 @@ INTEL_MODELS = {85: "Skylake/Cascade Lake", 106: "Ice Lake", 108: "Ice Lake",
                 174: "Granite Rapids"}
 
 
+# The CPU classes qkv is built and tested for, and the mark of their pages' file names.
+CPU_CLASSES = [("AMD Zen 3 (AVX2)", "zen-3"), ("AMD Zen 4 (AVX-512 with BF16)", "zen-4"),
+               ("Intel Ice Lake (AVX-512 without BF16)", "ice-lake"),
+               ("Intel Sapphire/Emerald Rapids (AMX)", "rapids")]
+
+
 def cpu_of(info):
     """(title, file name) of the CPU `qkv info --json` describes: its name, and for AMD and
     Intel servers the microarchitecture (lscpu's "AMD EPYC" alone does not say which Zen)."""
@@ -235,6 +241,7 @@ def header(info, versions, peers, peer_py, quick, date=None):
     ]
     if quick:
         lines.append("- **`--quick`:** fewer shapes and rounds than the full report.")
+    lines.append("- **Run time:** RUN_MINUTES minutes for the sections below.")
     lines += ["", "| peer | version | commit | build | threads |", "|---|---|---|---|---|"]
     lines += [f"| {' | '.join(p)} |" for p in peers]
     if not peers:
@@ -537,9 +544,6 @@ QUALITY_RUNS = [
     ("q4_0 cache, not rotated", ["--cache", "q4_0", "--cache-rotation", "off"]),
     ("q4_1 cache, rotated", ["--cache", "q4_1"]),
     ("q4_1 cache, not rotated", ["--cache", "q4_1", "--cache-rotation", "off"]),
-    ("f32 cache, decoded", ["--decode"]),
-    ("q8_0 cache, decoded, int8 scores", ["--cache", "q8_0", "--decode"]),
-    ("q8_0 cache, decoded, exact scores", ["--cache", "q8_0", "--decode", "--cache-scores", "exact"]),
 ]
 
 
@@ -563,12 +567,12 @@ def section_quality(peer_py, quick, args):
     text.append(
         f"SmolLM2-135M-Instruct (Q4_1) on {GPL3} ({base['tokens']:,} tokens, {base['chunks']} "
         f"chunks of {ctx}, {base['scored']:,} scored in llama-perplexity's windows; "
-        f"`qkv perplexity`, weights exact unless the row says int8). A decoded row scores each "
-        f"chunk's second half one token at a time through the decoding kernels (`--decode`), "
-        f"where the block caches' scores run in int8 or exact; the others run each chunk at once "
-        f"through the tiled kernels, which widen every cache to fp32. The page's other sections "
-        f"hold llama.cpp's perplexities beside qkv's.\n\n"
-        f"| run | options | perplexity | against the first row |\n|---|---|---:|---:|")
+        f"`qkv perplexity`, weights exact unless the row says int8). Each chunk runs at once "
+        f"through the tiled kernels, which widen every cache to fp32: the rows measure the "
+        f"storage's rounding. The page's other sections hold llama.cpp's perplexities beside "
+        f"qkv's." + (f" (The perplexities of a run of `qkv perplexity` before this page's, read "
+                     f"from {os.path.basename(args.quality_json)}.)" if args.quality_json else "")
+        + "\n\n| run | options | perplexity | against the first row |\n|---|---|---:|---:|")
     SUMMARY["quality"] = {}
     for label, options, r in rows:
         v = r["perplexity"]
@@ -856,14 +860,17 @@ def write_index():
         rows.append(f"| [{s['title']}]({name}) | {s['date']} | {s['commit']} | "
                     f"{span(fwd or []) or '-'} | {span(bf16 or []) or '-'} | "
                     f"{span([gen]) or '-'} |")
+    missing = [cpu for cpu, mark in CPU_CLASSES if not any(mark in name for name, _ in pages)]
     text = f"""# Benchmarks, one page per CPU
 
 Each page is written whole by `bench/report.py` in one run on one CPU, headed by the CPU, its
 yardsticks, the qkv version and commit, the date and each peer's version, commit, build and
 threads. The ratios below are speeds (above 1: qkv faster), each the range over that page's
-shapes and thread counts.
+shapes and thread counts; a page that lists sections (`--only`) has only those.
 
 {chr(10).join(rows)}
+
+CPU classes qkv runs on with no page yet: {", ".join(missing) or "none"}.
 
 ## Adding a page
 
@@ -982,6 +989,7 @@ def main():
     path = os.path.join(PAGES, slug + ".md")
     if args.merge and not os.path.exists(path):
         sys.exit(f"report.py: --merge: {path} does not exist yet: run every section first")
+    started = time.time()
     head = header(info, versions, peers, peer_py, args.quick)
     texts = []
     for s in sections:
@@ -992,8 +1000,10 @@ def main():
         except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as e:
             texts.append(f"## {s}\n\nNot measured: {e}\n")
         print(f"report.py: {s} took {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    minutes = (time.time() - started) / 60
+    head = head.replace("RUN_MINUTES", f"{minutes:.0f}")
     summary = dict(SUMMARY, cpu=slug, commit=info["commit"], title=title,
-                   date=datetime.date.today().isoformat())
+                   date=datetime.date.today().isoformat(), minutes=round(minutes, 1))
     text = (merge(path, head, texts, info, summary) if args.merge
             else page_text(head, texts, summary))
     with open(path, "w", encoding="utf-8") as f:
