@@ -80,7 +80,7 @@ test-arm:
 
 # Every parser of outside bytes under libFuzzer (clang) for FUZZ_SECONDS each, from the seeds in
 # fuzz/corpus/<name>/ (copied: what the fuzzer finds stays in build/fuzz/corpus/). The targets
-# are the build's list (fuzz/CMakeLists.txt: a folder of fuzz/corpus/ each).
+# are the build's list (fuzz/CMakeLists.txt: fuzz/*.cpp, each with its seeds).
 fuzz:
 	@scripts/install-deps --fuzz
 	cmake --preset fuzz >/dev/null
