@@ -544,6 +544,15 @@ QUALITY_RUNS = [
     ("q4_0 cache, not rotated", ["--cache", "q4_0", "--cache-rotation", "off"]),
     ("q4_1 cache, rotated", ["--cache", "q4_1"]),
     ("q4_1 cache, not rotated", ["--cache", "q4_1", "--cache-rotation", "off"]),
+    # Keys and values each in a type of their own: 8-bit keys with 4-bit values, and the reverse.
+    ("q8_0 keys, q4_0 values, rotated", ["--cache-k", "q8_0", "--cache-v", "q4_0"]),
+    ("q8_0 keys, q4_1 values, rotated", ["--cache-k", "q8_0", "--cache-v", "q4_1"]),
+    ("q4_0 keys, q8_0 values, rotated", ["--cache-k", "q4_0", "--cache-v", "q8_0"]),
+    ("q8_0 keys, q4_0 values, not rotated",
+     ["--cache-k", "q8_0", "--cache-v", "q4_0", "--cache-rotation", "off"]),
+    ("q4_0 keys, q8_0 values, not rotated",
+     ["--cache-k", "q4_0", "--cache-v", "q8_0", "--cache-rotation", "off"]),
+    ("f16 keys, q4_0 values, rotated", ["--cache-k", "f16", "--cache-v", "q4_0"]),
 ]
 
 

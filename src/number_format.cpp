@@ -3,15 +3,18 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "qkv/error.h"
 
 namespace qkv {
 
 const std::vector<TensorType>& kv_row_types() {
-  static const std::vector<TensorType> types = {TensorType::f32,  TensorType::bf16,
-                                                TensorType::f16,  TensorType::q8_0,
-                                                TensorType::q4_0, TensorType::q4_1};
+  static const std::vector<TensorType> types = [] {
+    std::vector<TensorType> all(std::begin(kKvElementTypes), std::end(kKvElementTypes));
+    all.insert(all.end(), std::begin(kKvBlockTypes), std::end(kKvBlockTypes));
+    return all;
+  }();
   return types;
 }
 
@@ -22,7 +25,9 @@ bool is_kv_row_type(TensorType t) {
 }
 
 bool is_kv_block_type(TensorType t) {
-  return is_kv_row_type(t) && block_of(t).elements == kKvBlockValues;
+  for (TensorType k : kKvBlockTypes)
+    if (k == t) return true;
+  return false;
 }
 
 std::string to_string(TensorType t) {

@@ -8,8 +8,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "qkv/attention.h"
@@ -27,6 +30,7 @@ namespace {
 
 struct StoredCase {
   TensorType type = TensorType::f32;
+  std::optional<TensorType> v_type;  // values of their own type (StoredKV::v_type)
   int64_t slots = 0;  // 0: rows in order; else a ring of that many slots
   int64_t Tq = 1;
   int window = -1;  // window_left; -1: the whole prefix
@@ -43,8 +47,11 @@ struct StoredCase {
 
 bool in_blocks(TensorType t) { return is_kv_block_type(t); }
 
+std::string type_name(TensorType t) { return in_blocks(t) ? to_string(t) : dtype_name(t); }
+
 std::string name_of(const StoredCase& c) {
-  std::string s = in_blocks(c.type) ? to_string(c.type) : dtype_name(c.type);
+  std::string s = type_name(c.type);
+  if (c.v_type) s += "_v" + type_name(*c.v_type);
   s += c.slots ? "_ring" + std::to_string(c.slots) : "_rows";
   s += "_Tq" + std::to_string(c.Tq) + "_win" + std::to_string(c.window + 1);
   if (c.alibi) s += "_alibi";
@@ -64,14 +71,14 @@ class StoredAttention : public ::testing::TestWithParam<StoredCase> {};
 TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   const StoredCase c = GetParam();
   const int64_t Hq = c.Hq, Hkv = 2, L = c.L;  // L positions, the queries the last Tq
-  const bool blocks = in_blocks(c.type);
+  const TensorType k_type = c.type, v_type = c.v_type.value_or(c.type);
+  const bool k_blocks = in_blocks(k_type), blocks = k_blocks || in_blocks(v_type);
   const int64_t D = blocks ? 64 : 16;
-  const bool half = c.type == TensorType::bf16 || c.type == TensorType::f16;
-  auto round = [&](float x) {
-    return c.type == TensorType::bf16 ? float_to_bf16(x) : float_to_half(x);
-  };
-  auto widen = [&](uint16_t b) {
-    return c.type == TensorType::bf16 ? bf16_to_float(b) : half_to_float(b);
+  // x as a row of `type` holds it (16-bit types round each element).
+  auto rounded = [](TensorType type, float x) {
+    return type == TensorType::bf16  ? bf16_to_float(float_to_bf16(x))
+           : type == TensorType::f16 ? half_to_float(float_to_half(x))
+                                     : x;
   };
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -80,41 +87,47 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   for (Tensor* t : {&k, &v, &q})
     for (int64_t i = 0; i < t->numel(); ++i) {
       const float x = u(rng);
-      t->data()[i] = half && t != &q ? widen(round(x)) : x;
+      t->data()[i] = t == &q ? x : rounded(t == &k ? k_type : v_type, x);
     }
   // Blocks: each row as the reference dequantizer reads its quantized bytes.
-  const int64_t row_bytes = blocks ? quant::row_bytes(c.type, D) : 0;
-  if (blocks)
-    for (Tensor* t : {&k, &v})
-      for (int64_t r = 0; r < Hkv * L; ++r) {
-        float* row = t->data() + r * D;
-        quant::dequantize(c.type, quant::quantize(c.type, row, D).data(), D, row);
-      }
-  // The storage: [Hkv, rows, D] per tensor, NaN where nothing is held.
+  for (auto [t, type] : {std::pair{&k, k_type}, std::pair{&v, v_type}})
+    for (int64_t r = 0; in_blocks(type) && r < Hkv * L; ++r) {
+      float* row = t->data() + r * D;
+      quant::dequantize(type, quant::quantize(type, row, D).data(), D, row);
+    }
+  // The storage: [Hkv, rows, D] of `type` per tensor, NaN where nothing is held (blocks: each
+  // block's scale a NaN).
   const int64_t rows = c.slots ? c.slots : L;
   const int64_t stored_end = c.fresh ? L - c.Tq : L;
   const int64_t held_from = c.slots ? std::max<int64_t>(0, stored_end - c.slots) : 0;
-  std::vector<float> kf(Hkv * rows * D, NAN), vf(Hkv * rows * D, NAN);
-  std::vector<uint16_t> kb(Hkv * rows * D, round(NAN)), vb(Hkv * rows * D, round(NAN));
-  // Blocks: rows of quantized bytes, each block's scale a NaN where nothing is held.
-  std::vector<uint8_t> kq(Hkv * rows * row_bytes), vq(kq.size());
-  for (size_t i = 0; blocks && i < kq.size(); i += row_bytes / (D / 32))
-    kq[i] = vq[i] = 0x00, kq[i + 1] = vq[i + 1] = 0x7e;  // fp16 NaN
-  for (int64_t h = 0; h < Hkv; ++h)
-    for (int64_t p = held_from; p < stored_end; ++p)
-      for (int64_t d = 0; d < D; ++d) {
-        const int64_t at = (h * rows + (c.slots ? p % c.slots : p)) * D + d;
-        kf[at] = k.view()(0, h, p, d), vf[at] = v.view()(0, h, p, d);
-        kb[at] = round(kf[at]), vb[at] = round(vf[at]);
+  auto storage = [&](const Tensor& t, TensorType type) {
+    const int64_t row_bytes = bytes_of(type, D);
+    std::vector<uint8_t> bytes(Hkv * rows * row_bytes);
+    const std::vector<float> nan_row(D, NAN);
+    auto put = [&](uint8_t* at, const float* x) {
+      if (in_blocks(type)) {
+        const std::vector<uint8_t> q = quant::quantize(type, x, D);
+        std::copy(q.begin(), q.end(), at);
+        if (std::isnan(x[0]))
+          for (int64_t b = 0; b < D / 32; ++b)
+            at[b * row_bytes / (D / 32)] = 0x00, at[b * row_bytes / (D / 32) + 1] = 0x7e;
+      } else if (type == TensorType::f32) {
+        std::memcpy(at, x, D * sizeof(float));
+      } else {
+        for (int64_t d = 0; d < D; ++d) {
+          const uint16_t b = type == TensorType::bf16 ? float_to_bf16(x[d]) : float_to_half(x[d]);
+          std::memcpy(at + 2 * d, &b, 2);
+        }
       }
-  for (int64_t h = 0; blocks && h < Hkv; ++h)
-    for (int64_t p = held_from; p < stored_end; ++p) {
-      const int64_t at = (h * rows + (c.slots ? p % c.slots : p)) * row_bytes;
-      const auto kr = quant::quantize(c.type, &k.view()(0, h, p, 0), D);
-      const auto vr = quant::quantize(c.type, &v.view()(0, h, p, 0), D);
-      std::copy(kr.begin(), kr.end(), kq.begin() + at);
-      std::copy(vr.begin(), vr.end(), vq.begin() + at);
-    }
+    };
+    for (int64_t r = 0; r < Hkv * rows; ++r) put(bytes.data() + r * row_bytes, nan_row.data());
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t p = held_from; p < stored_end; ++p)
+        put(bytes.data() + (h * rows + (c.slots ? p % c.slots : p)) * row_bytes,
+            &t.view()(0, h, p, 0));
+    return bytes;
+  };
+  const std::vector<uint8_t> ks = storage(k, k_type), vs = storage(v, v_type);
   // Fresh rows as the model has them: fp32, not yet rounded (blocks: a dequantized row
   // quantizes back to the same bytes).
   Tensor fk({1, Hkv, c.Tq, D}), fv({1, Hkv, c.Tq, D});
@@ -125,12 +138,9 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
         fv.view()(0, h, t, d) = v.view()(0, h, L - c.Tq + t, d);
       }
   StoredKV kv{.type = c.type,
-              .k = blocks ? static_cast<const void*>(kq.data())
-                   : half ? static_cast<const void*>(kb.data())
-                          : kf.data(),
-              .v = blocks ? static_cast<const void*>(vq.data())
-                   : half ? static_cast<const void*>(vb.data())
-                          : vf.data(),
+              .v_type = c.v_type,
+              .k = ks.data(),
+              .v = vs.data(),
               .batch_stride = Hkv * rows * D,
               .head_stride = rows * D,
               .row_stride = D,
@@ -188,7 +198,7 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   Tensor out8({1, Hq, c.Tq, D});
   std::vector<float> lse8(Hq * c.Tq);
   double delta = 0, vmax = 0;
-  if (blocks) {
+  if (k_blocks) {
     StoredKV kv8 = kv;
     kv8.scores = CacheScores::int8;
     AttentionArgs a8 = a;
@@ -227,7 +237,7 @@ TEST_P(StoredAttention, MatchesTheReferenceOverPlainRows) {
   for (int64_t i = 0; i < out.numel(); ++i)
     ASSERT_NEAR(out.data()[i], expected.data()[i], 2e-5) << "element " << i;
   for (int64_t i = 0; i < Hq * c.Tq; ++i) ASSERT_NEAR(lse[i], expected_lse[i], 2e-5) << "row " << i;
-  if (!blocks) return;
+  if (!k_blocks) return;
   for (int64_t i = 0; i < out.numel(); ++i)
     ASSERT_NEAR(out8.data()[i], expected.data()[i], std::expm1(2 * delta) * vmax + 2e-5)
         << "int8 scores, element " << i;
@@ -303,6 +313,27 @@ std::vector<StoredCase> stored_cases() {
     cases.push_back({.type = type, .slots = 8, .Tq = 3, .fresh = true, .functions = 7});
     cases.push_back({.type = type, .Tq = 3, .rotation = in_blocks(type) ? 64 : 16, .functions = 3});
     cases.push_back({.type = type, .slots = 8, .Tq = 1, .functions = 7});
+  }
+  // Keys and values each in a type of their own (a cache's --cache-k/--cache-v): 8-bit keys
+  // with 4-bit values and the reverse, blocks beside 16-bit and fp32 rows (16-bit keys beside
+  // other values are gathered when decoding), through decoding with rows in registers and in
+  // tiles, several chunks, a wrapped ring, fresh rows, rotation, the tiled forward, functions.
+  using T = TensorType;
+  for (auto [kt, vt] : {std::pair{T::q8_0, T::q4_0}, std::pair{T::q4_0, T::q8_0},
+                        std::pair{T::q8_0, T::q4_1}, std::pair{T::f32, T::q4_0},
+                        std::pair{T::q8_0, T::f16}, std::pair{T::f16, T::q8_0},
+                        std::pair{T::bf16, T::f32}}) {
+    const std::optional<TensorType> v = vt;
+    const int64_t D = in_blocks(kt) || in_blocks(vt) ? 64 : 16;
+    cases.push_back({.type = kt, .v_type = v, .Tq = 1});
+    cases.push_back({.type = kt, .v_type = v, .Tq = 3, .window = 5, .alibi = true});
+    cases.push_back({.type = kt, .v_type = v, .Tq = 1, .Hq = 32});
+    cases.push_back({.type = kt, .v_type = v, .Tq = 2, .window = 300, .Hq = 8, .L = 1100});
+    cases.push_back({.type = kt, .v_type = v, .slots = 600, .Tq = 2, .window = 590, .L = 1100});
+    cases.push_back({.type = kt, .v_type = v, .slots = 6, .Tq = 3, .window = 5, .fresh = true});
+    cases.push_back({.type = kt, .v_type = v, .Tq = 1, .rotation = D, .sinks = true});
+    cases.push_back({.type = kt, .v_type = v, .Tq = 40, .L = 300});
+    cases.push_back({.type = kt, .v_type = v, .Tq = 3, .functions = 3});
   }
   return cases;
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "model_configs.h"
@@ -267,6 +268,46 @@ TEST(KVCache, BlockStorageIsSmallAndStaysClose) {
     }
 }
 
+// Keys and values each in a type of their own: each tensor holds its own type's bytes, rotated
+// when either is a block format (automatic), and the logits stay as close to the full forward's
+// as the coarser of the two symmetric caches' (BlockStorageIsSmallAndStaysClose).
+TEST(KVCache, KeysAndValuesInTypesOfTheirOwn) {
+  const ModelConfig c = config_of("llama", 128);
+  Model m(c, 7);
+  const auto tokens = tokens_of(30, 4, c.vocab_size);
+  const auto expected = full_logits(m, tokens);
+  KVCache f32(c, {.max_seq = 30});
+  KVCache mixed(c, {.max_seq = 30, .key_type = CacheType::q8_0, .value_type = CacheType::q4_0});
+  EXPECT_EQ(mixed.key_type(), CacheType::q8_0);
+  EXPECT_EQ(mixed.value_type(), CacheType::q4_0);
+  EXPECT_EQ(mixed.bytes() * 128 * 2, f32.bytes() * (34 + 18));  // per 32 values: 34 and 18
+  EXPECT_GT(mixed.rotation(), 0);
+  KVCache half_keys(c, {.max_seq = 30, .type = CacheType::f16, .value_type = CacheType::q8_0});
+  EXPECT_EQ(half_keys.bytes() * 128 * 2, f32.bytes() * (64 + 34));
+  EXPECT_GT(half_keys.rotation(), 0);
+  EXPECT_EQ(KVCache(c, {.max_seq = 30, .type = CacheType::f16, .value_type = CacheType::bf16})
+                .rotation(),
+            0);
+  for (KVCache* cache : {&mixed, &half_keys}) {
+    m.forward_cached(*cache, tokens.data(), 1, 10);
+    double worst = 0;
+    for (int64_t t = 10; t < 30; ++t) {
+      const View l = m.forward_cached(*cache, &tokens[t], 1, 1);
+      worst = std::max(worst, relative_error(expected, t, l, 0, c.vocab_size));
+    }
+    EXPECT_LE(worst, cache == &mixed ? 1.5 : 0.12) << cache_type_name(cache->key_type());
+    EXPECT_GT(worst, 0) << "the rounding should show";
+  }
+  try {  // head dim 8: q4_0 values need whole blocks of 32, whatever the keys
+    KVCache(config_of("llama"), {.type = CacheType::f16, .value_type = CacheType::q4_0});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q4_0 cache stores rows as blocks of 32"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // One token at a time (split-KV decoding), a chunk (the tiled forward), a ring of window + 1
 // slots (its overrun chunk through an fp32 copy of the dequantized rows) and a batch of
 // sequences of different lengths all read the same quantized rows: each row is quantized
@@ -318,6 +359,45 @@ TEST(KVCache, BlockCachesAgreeAcrossKernelsRingsAndBatches) {
             << cache_type_name(type) << " batch sequence " << s << ", step " << step;
     }
   }
+}
+
+// Keys and values in types of their own, over the same rows: the rows a chunk computes differ
+// from a token's in their last bits (another product's order), which can move a value across a
+// 4-bit rounding boundary, so each comparison computes its rows alike. One token at a time
+// (split-KV decoding with the values widened a block at a time, or gathered beside 16-bit keys)
+// in a plain cache and in a ring, and chunks of 7 (the tiled forward) in both, agree up to
+// summation order.
+TEST(KVCache, CachesWithKeysAndValuesOfTheirOwnAgreeAcrossKernelsAndRings) {
+  const ModelConfig c = config_of("window", 128);
+  const int64_t V = c.vocab_size;
+  Model m(c, 12);
+  const auto tokens = tokens_of(40, 6, V);
+  for (auto [k, v] : {std::pair{CacheType::q8_0, CacheType::q4_0},
+                      std::pair{CacheType::q4_0, CacheType::q8_0},
+                      std::pair{CacheType::f16, CacheType::q4_1},
+                      std::pair{CacheType::f32, CacheType::q4_1}})
+    for (int64_t chunk : {1, 7}) {
+      const std::string name = std::string(cache_type_name(k)) + "/" + cache_type_name(v) +
+                               " chunk " + std::to_string(chunk);
+      // (Unrotated, exact scores, as above: attention_stored_test checks those arithmetics.)
+      const KVCacheOptions o{.max_seq = 64,
+                             .key_type = k,
+                             .value_type = v,
+                             .rotation = CacheRotation::off,
+                             .scores = CacheScores::exact};
+      KVCacheOptions ring_options = o;
+      ring_options.ring = true;
+      KVCache plain(c, o), ring(c, ring_options);
+      for (int64_t done = 0; done < 40; done += chunk) {
+        const int64_t n = std::min<int64_t>(chunk, 40 - done);
+        const View a = m.forward_cached(plain, &tokens[done], 1, n, nullptr, true);
+        const std::vector<float> expected(a.data, a.data + n * V);
+        const View b = m.forward_cached(ring, &tokens[done], 1, n, nullptr, true);
+        for (int64_t t = 0; t < n; ++t)
+          EXPECT_LE(relative_error(expected, t, b, t, V), 2e-4)
+              << name << ", ring, position " << done + t;
+      }
+    }
 }
 
 TEST(KVCache, OutgrowingTheCacheIsAClearError) {

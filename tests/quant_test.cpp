@@ -272,12 +272,12 @@ static void k_quant_products_are_exact(std::initializer_list<int64_t> Ms = {1, 3
       }
 }
 
-// f(unit) with each int8 unit this CPU has forced: on x86 AVX-VNNI and vpmaddubsw + vpmaddwd
-// (the AVX2 target's two ways), on AArch64 sdot and int16 pairs; the table chooses again after.
+// f(unit) with each int8 unit this CPU has forced: on x86 AVX512-VNNI's vpdpbusd, AVX-VNNI and
+// vpmaddubsw + vpmaddwd, on AArch64 sdot and int16 pairs; the table chooses again after.
 template <class F>
 void for_each_int8_unit(F&& f) {
-  for (simd::Unit unit :
-       {simd::Unit::avx_vnni, simd::Unit::vpmaddubsw, simd::Unit::sdot, simd::Unit::int16}) {
+  for (simd::Unit unit : {simd::Unit::vpdpbusd, simd::Unit::avx_vnni, simd::Unit::vpmaddubsw,
+                          simd::Unit::sdot, simd::Unit::int16}) {
     try {
       simd::force_unit(simd::Work::int8, unit);
     } catch (const Error&) {
@@ -355,9 +355,14 @@ quant::ProductKernel expected_kernel(TensorType t, quant::Matmul mode, int64_t M
     return M == 1 ? K::rows_widened : K::tiles_widened;
   const std::string target = current_target();
   const simd::Unit unit = simd::unit_of(simd::Work::int8);
-  if (target == "avx512_dl" || target == "avx512_bf16")  // AVX512-VNNI; Q6_K's 16-value groups not
-    return t == TensorType::q6_k ? K::int8_vpmaddubsw : K::int8_vpdpbusd;
-  if (target == "avx2") return unit == simd::Unit::avx_vnni ? K::int8_avx_vnni : K::int8_vpmaddubsw;
+  // AVX512-VNNI where the unit is it (or AMX's, beneath); Q6_K's 16-value groups not.
+  const bool vnni512 = unit == simd::Unit::vpdpbusd || unit == simd::Unit::amx;
+  if (target == "avx512_dl" || target == "avx512_bf16")
+    return t == TensorType::q6_k || !vnni512 ? K::int8_vpmaddubsw : K::int8_vpdpbusd;
+  // AVX-VNNI where the unit is it, or a 512-bit one on a CPU that has it too.
+  const bool avx_vnni =
+      unit == simd::Unit::avx_vnni || (vnni512 && simd::cpu_features().avx_vnni);
+  if (target == "avx2") return avx_vnni ? K::int8_avx_vnni : K::int8_vpmaddubsw;
   if (target == "avx512" || target == "sse4") return K::int8_vpmaddubsw;
   if (target == "emu128" || target == "scalar") return K::int8_int16;
   return unit == simd::Unit::sdot ? K::int8_sdot : K::int8_int16;  // AArch64's targets

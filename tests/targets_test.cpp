@@ -157,10 +157,17 @@ TEST(Units, TheTableChoosesByVendorAndFeatures) {
   EXPECT_EQ(choose_unit(Work::bf16, arm(false, true), true).unit, Unit::fma);
   EXPECT_NE(choose_unit(Work::bf16, intel_emerald_rapids(), true).why.find("Intel"),
             std::string::npos);
-  // int8: this architecture's dot instruction where the CPU has it.
+  // int8: this architecture's dot instruction where the CPU has it: AVX512-VNNI's on Zen 4
+  // and Emerald Rapids (whose AVX2 target then takes AVX-VNNI where it has it), AVX-VNNI's on a
+  // CPU with that alone, vpmaddubsw on Zen 3.
 #if defined(__x86_64__)
-  EXPECT_EQ(choose_unit(Work::int8, intel_emerald_rapids(), true).unit, Unit::avx_vnni);
-  EXPECT_EQ(choose_unit(Work::int8, amd_zen(25, true), true).unit, Unit::vpmaddubsw);
+  EXPECT_EQ(choose_unit(Work::int8, intel_emerald_rapids(), true).unit, Unit::vpdpbusd);
+  EXPECT_EQ(choose_unit(Work::int8, amd_zen(25, true), true).unit, Unit::vpdpbusd);
+  simd::CpuFeatures alder_lake = intel_emerald_rapids();
+  alder_lake.avx512 = alder_lake.avx512_bf16 = alder_lake.avx512_vnni = false;
+  alder_lake.amx_bf16 = alder_lake.amx_int8 = false;
+  EXPECT_EQ(choose_unit(Work::int8, alder_lake, true).unit, Unit::avx_vnni);
+  EXPECT_EQ(choose_unit(Work::int8, amd_zen(25, false), true).unit, Unit::vpmaddubsw);
 #elif defined(__aarch64__)
   EXPECT_EQ(choose_unit(Work::int8, arm(false, true), true).unit, Unit::sdot);
   EXPECT_EQ(choose_unit(Work::int8, arm(false, false), true).unit, Unit::int16);

@@ -39,6 +39,7 @@ struct BenchOptions {
   double min_time = 1.0;
   std::string dtype = "fp32";  // of q, k, v, out (and the gradients)
   std::string cache;           // K and V stored as a cache of this type (cache_type_names())
+  std::string cache_k, cache_v;  // or each in a type of its own
   std::string cache_rotation = "auto";  // and rotated (CacheRotation)
   std::string cache_scores = "int8";    // and read by decoding (CacheScores)
   std::string mask;                     // a mask function in the text form
@@ -46,18 +47,21 @@ struct BenchOptions {
   int64_t block_size = 128;             // the BlockMask's
 };
 
-// K and V [B, Hkv, T, D] (fp32, contiguous) stored as a key/value cache of `type` stores them
-// (rows rounded or quantized as written), and the StoredKV that attention reads them through.
+// K and V [B, Hkv, T, D] (fp32, contiguous) stored as a key/value cache of types k_type and
+// v_type stores them (rows rounded or quantized as written), and the StoredKV that attention
+// reads them through.
 struct CacheStorage {
   std::vector<uint8_t> k, v;
   StoredKV kv;
-  CacheStorage(const Tensor& kt, const Tensor& vt, TensorType type, int64_t rotation) {
+  CacheStorage(const Tensor& kt, const Tensor& vt, TensorType k_type, TensorType v_type,
+               int64_t rotation) {
     const int64_t B = kt.size(0), H = kt.size(1), T = kt.size(2), D = kt.size(3);
     check(vt.size(3) == D, "bench: --cache needs --dim-v equal to --dim");
-    if (is_kv_block_type(type))
-      check(D % kKvBlockValues == 0, "bench: a ", to_string(type),
-            " cache needs a head dim of whole 32s, got ", D);
-    auto store = [&](const Tensor& t, std::vector<uint8_t>& bytes) {
+    for (TensorType type : {k_type, v_type})
+      if (is_kv_block_type(type))
+        check(D % kKvBlockValues == 0, "bench: a ", to_string(type),
+              " cache needs a head dim of whole 32s, got ", D);
+    auto store = [&](const Tensor& t, TensorType type, std::vector<uint8_t>& bytes) {
       const int64_t rows = B * H * T, row_bytes = quant::row_bytes(type, D);
       bytes.resize(rows * row_bytes);
       std::vector<float> rotated(D);
@@ -76,9 +80,10 @@ struct CacheStorage {
         else quant::quantize_into(type, x, D, bytes.data() + r * row_bytes);
       }
     };
-    store(kt, k);
-    store(vt, v);
-    kv = StoredKV{.type = type,
+    store(kt, k_type, k);
+    store(vt, v_type, v);
+    kv = StoredKV{.type = k_type,
+                  .v_type = v_type,
                   .k = k.data(),
                   .v = v.data(),
                   .batch_stride = H * T * D,
@@ -92,10 +97,11 @@ struct CacheStorage {
   }
   // Head (b, h)'s keys or values as the cache holds them, in fp32 [1, 1, T, D].
   Tensor widened(bool values, int64_t b, int64_t h) const {
-    const int64_t T = kv.length, D = kv.dim_k, row_bytes = quant::row_bytes(kv.type, D);
+    const TensorType type = values ? *kv.v_type : kv.type;
+    const int64_t T = kv.length, D = kv.dim_k, row_bytes = quant::row_bytes(type, D);
     Tensor out({1, 1, T, D});
     const uint8_t* at = (values ? v : k).data() + ((b * kv.heads + h) * T) * row_bytes;
-    quant::dequantize(kv.type, at, T * D, out.data());
+    quant::dequantize(type, at, T * D, out.data());
     if (kv.rotation > 0)  // back to the rows attention sees
       for (int64_t t = 0; t < T; ++t) hadamard_rotate(out.data() + t * D, D, kv.rotation);
     return out;
@@ -224,15 +230,22 @@ void bench_attention(const BenchOptions& o) {
   // In a 16-bit type every tensor the kernels read and write has a 16-bit copy.
   const TensorType type = dtype_of(o.dtype);
   // --cache: K and V as a key/value cache stores them, read through attention(args, StoredKV).
+  // --cache-k / --cache-v: keys or values in a type of their own (the other: --cache's).
   std::unique_ptr<CacheStorage> cache;
-  if (!o.cache.empty()) {
+  const std::string cache_k = o.cache_k.empty() ? o.cache : o.cache_k,
+                    cache_v = o.cache_v.empty() ? o.cache : o.cache_v;
+  const std::string cache_name = cache_k == cache_v ? cache_k : cache_k + " keys, " + cache_v +
+                                                                    " values";
+  if (!cache_k.empty() || !cache_v.empty()) {
+    check(!cache_k.empty() && !cache_v.empty(),
+          "bench: --cache-k and --cache-v each need the other or --cache");
     check(!o.seq_major && !o.backward && o.kv_len == 0,
           "bench: --cache times the forward over "
           "[B, H, T, D] rows (no --bthd, --backward or --kv-len)");
-    const CacheType t = cache_type(o.cache);
+    const CacheType tk = cache_type(cache_k), tv = cache_type(cache_v);
     cache = std::make_unique<CacheStorage>(
-        k, v, cache_element_type(t),
-        cache_rotates(t, cache_rotation(o.cache_rotation)) ? rotation_block(D) : 0);
+        k, v, cache_element_type(tk), cache_element_type(tv),
+        cache_rotates(tk, tv, cache_rotation(o.cache_rotation)) ? rotation_block(D) : 0);
     cache->kv.scores = cache_scores(o.cache_scores);
   }
   // The unit a block cache's scores run on (units_in_use: int8 scores on the target's byte
@@ -243,9 +256,11 @@ void bench_attention(const BenchOptions& o) {
   const bool rows_decode = Tq <= 4 && Tq * (Hq / Hkv) < 16;
   if (cache)
     for (const UnitInUse& u : units_in_use())
-      if (u.data == o.cache + " cache") {
+      if (u.data == cache_k + " cache") {
         cache_unit = o.cache_scores == "exact" || !rows_decode ? "fma" : u.unit;
-        values_unit = cache_unit == "fma" ? "fma" : cache_values_unit(o.cache, D, Tq * (Hq / Hkv));
+        values_unit = cache_unit == "fma" || cache_v != cache_k
+                          ? "fma"
+                          : cache_values_unit(cache_k, D, Tq * (Hq / Hkv));
       }
   std::vector<std::unique_ptr<Storage16>> storage16;
   auto typed = [&](const Tensor& t) {
@@ -418,7 +433,9 @@ void bench_attention(const BenchOptions& o) {
       {"kv_len", o.kv_len > 0 ? o.kv_len : Tk},
       {"layout", o.seq_major ? "bthd" : "bhtd"},
       {"dtype", o.dtype},
-      {"cache", o.cache.empty() ? json(nullptr) : json(o.cache)},
+      {"cache", cache ? json(cache_name) : json(nullptr)},
+      {"cache_k", cache ? json(cache_k) : json(nullptr)},
+      {"cache_v", cache ? json(cache_v) : json(nullptr)},
       {"cache_rotation", cache ? json(cache->kv.rotation > 0 ? "on" : "off") : json(nullptr)},
       {"cache_scores", cache ? json(o.cache_scores) : json(nullptr)},
       {"cache_unit", cache_unit.empty() ? json(nullptr) : json(cache_unit)},
@@ -453,7 +470,7 @@ void bench_attention(const BenchOptions& o) {
                                    std::to_string(block_mask->bytes()) + " bytes)"
                              : std::string())
               << " " << o.dtype
-              << (cache ? ", " + o.cache + " cache (rotation " +
+              << (cache ? ", " + cache_name + " cache (rotation " +
                               std::string(cache->kv.rotation > 0 ? "on" : "off") + ", " +
                               o.cache_scores + " scores on " + cache_unit + ", P·V on " +
                               values_unit + ")"
@@ -537,6 +554,7 @@ void add_bench(CLI::App& app) {
                    "K and V stored as a key/value cache of this type, read through "
                    "qkv::attention over the storage (needs --dim-v equal to --dim); the read "
                    "loop reads the stored bytes");
+  add_cache_kv_options(*cmd, o->cache_k, o->cache_v);
   add_cache_rotation_option(*cmd, o->cache_rotation);
   add_cache_scores_option(*cmd, o->cache_scores);
   cmd->add_flag("--json", o->json, "Print only the JSON result line");

@@ -37,6 +37,8 @@ void run_chat(const ChatCliOptions& o) {
                 .max_reply = o.max_reply,
                 .context = o.context,
                 .cache = sampling.cache,
+                .cache_k = sampling.cache_k,
+                .cache_v = sampling.cache_v,
                 .cache_rotation = sampling.cache_rotation,
                 .cache_scores = sampling.cache_scores};
   Chat chat(*f.model, *f.tokenizer, format, c);

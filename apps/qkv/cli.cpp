@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <tuple>
 
 #include "qkv/error.h"
 #include "qkv/targets.h"
@@ -37,6 +38,7 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
       ->capture_default_str();
   cmd.add_option("--seed", f.seed, "Random seed (default: from the clock)");
   add_cache_option(cmd, f.cache, "KV cache storage");
+  add_cache_kv_options(cmd, f.cache_k, f.cache_v);
   add_cache_rotation_option(cmd, f.cache_rotation);
   add_cache_scores_option(cmd, f.cache_scores);
 }
@@ -60,7 +62,38 @@ void add_cache_scores_option(CLI::App& cmd, std::string& scores) {
 }
 
 const char* rotation_state(const std::string& cache, const std::string& rotation) {
-  return cache_rotates(cache_type(cache), cache_rotation(rotation)) ? "on" : "off";
+  return rotation_state(cache, "", "", rotation);
+}
+
+const char* rotation_state(const std::string& cache, const std::string& cache_k,
+                           const std::string& cache_v, const std::string& rotation) {
+  const CacheType type = cache_type(cache);
+  return cache_rotates(cache_type_or_none(cache_k).value_or(type),
+                       cache_type_or_none(cache_v).value_or(type), cache_rotation(rotation))
+             ? "on"
+             : "off";
+}
+
+void add_cache_kv_options(CLI::App& cmd, std::string& cache_k, std::string& cache_v) {
+  for (auto [flag, name, target] : {std::tuple{"--cache-k", "keys", &cache_k},
+                                    std::tuple{"--cache-v", "values", &cache_v}})
+    cmd.add_option(flag, *target,
+                   std::string("The cache's ") + name + " in a storage of their own (default: " +
+                       "--cache's): " + cache_type_choices() +
+                       ". 8-bit keys with 4-bit values cost little, 4-bit keys much more "
+                       "(docs/tuning.md)")
+        ->check(CLI::IsMember(cache_type_names()));
+}
+
+std::optional<CacheType> cache_type_or_none(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  return cache_type(name);
+}
+
+std::string cache_label(const std::string& cache, const std::string& cache_k,
+                        const std::string& cache_v) {
+  const std::string k = cache_k.empty() ? cache : cache_k, v = cache_v.empty() ? cache : cache_v;
+  return k == v ? k : k + " keys, " + v + " values";
 }
 
 CLI::Option* add_cache_option(CLI::App& cmd, std::string& cache, const std::string& help) {
@@ -79,6 +112,8 @@ Sampling sampling_of(const SamplingFlags& f) {
              : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   return {{.temperature = f.temperature, .top_k = f.top_k, .top_p = f.top_p, .seed = seed},
           cache_type(f.cache),
+          cache_type_or_none(f.cache_k),
+          cache_type_or_none(f.cache_v),
           cache_rotation(f.cache_rotation),
           cache_scores(f.cache_scores)};
 }

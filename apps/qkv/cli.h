@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <ostream>
+#include <optional>
 #include <string>
 
 #include "qkv/generate.h"
@@ -42,8 +43,17 @@ CLI::Option* add_cache_option(CLI::App& cmd, std::string& cache, const std::stri
 void add_cache_rotation_option(CLI::App& cmd, std::string& rotation);
 // --cache-scores int8|exact: how decoding queries meet a block cache's keys (CacheScores).
 void add_cache_scores_option(CLI::App& cmd, std::string& scores);
+// --cache-k, --cache-v: the keys' or the values' storage when it is not --cache's ("": it is).
+void add_cache_kv_options(CLI::App& cmd, std::string& cache_k, std::string& cache_v);
+// A --cache-k or --cache-v value as an option: none for "".
+std::optional<CacheType> cache_type_or_none(const std::string& name);
+// The keys' and values' storage as the commands print it: "q8_0", or "q8_0 keys, q4_0 values".
+std::string cache_label(const std::string& cache, const std::string& cache_k,
+                        const std::string& cache_v);
 // "on" or "off": whether a cache of that type and setting rotates (what the commands print).
 const char* rotation_state(const std::string& cache, const std::string& rotation);
+const char* rotation_state(const std::string& cache, const std::string& cache_k,
+                           const std::string& cache_v, const std::string& rotation);
 
 // The sampling and KV-cache flags of generate and chat: --temperature, --top-p, --top-k,
 // --seed (0: from the clock), --cache and --cache-rotation.
@@ -56,13 +66,14 @@ struct SamplingFlags {
   float temperature = 1.0f, top_p = 0.9f;
   int64_t top_k = 0;
   uint64_t seed = 0;
-  std::string cache = "f32", cache_rotation = "auto", cache_scores = "int8";
+  std::string cache = "f32", cache_k, cache_v, cache_rotation = "auto", cache_scores = "int8";
 };
 void add_sampling_flags(CLI::App& cmd, SamplingFlags& flags);
 // The flags as options: the seed drawn from the clock when none was given, --cache checked.
 struct Sampling {
   SamplingOptions options;
   CacheType cache;
+  std::optional<CacheType> cache_k, cache_v;
   CacheRotation cache_rotation;
   CacheScores cache_scores;
 };

@@ -31,6 +31,8 @@ void run_generate(const GenerateCliOptions& o) {
   GenerateOptions g{.steps = o.steps,
                     .sampling = sampling.options,
                     .cache = sampling.cache,
+                    .cache_k = sampling.cache_k,
+                    .cache_v = sampling.cache_v,
                     .cache_rotation = sampling.cache_rotation,
                     .cache_scores = sampling.cache_scores};
   g.stop_tokens = stop_tokens(f);
@@ -73,7 +75,9 @@ void run_generate(const GenerateCliOptions& o) {
   std::fprintf(
       stderr, "(model: %s, %s parameters, %d threads, %s cache (rotation %s), seed %llu)\n",
       f.format.c_str(), short_count(model.num_params()).c_str(), num_threads(),
-      o.sampling.cache.c_str(), rotation_state(o.sampling.cache, o.sampling.cache_rotation),
+      cache_label(o.sampling.cache, o.sampling.cache_k, o.sampling.cache_v).c_str(),
+      rotation_state(o.sampling.cache, o.sampling.cache_k, o.sampling.cache_v,
+                     o.sampling.cache_rotation),
       static_cast<unsigned long long>(g.sampling.seed));
 }
 

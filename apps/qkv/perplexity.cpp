@@ -16,7 +16,8 @@ namespace qkv::cli {
 namespace {
 
 struct PerplexityCliOptions {
-  std::string model, text, matmul = "exact", cache = "f32", rotation = "auto", scores = "int8";
+  std::string model, text, matmul = "exact", cache = "f32", cache_k, cache_v, rotation = "auto",
+                                               scores = "int8";
   int64_t ctx = 512;
   int threads = 0;
   bool json = false, decode = false;
@@ -32,15 +33,22 @@ void run_perplexity(const PerplexityCliOptions& o) {
   const Tokenizer& tok = *f.tokenizer;
   const std::vector<int32_t> tokens = tok.encode(text);
   const PerplexityResult r =
-      perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1, cache_type(o.cache),
-                 cache_rotation(o.rotation), cache_scores(o.scores), o.decode);
-  const char* rotation = rotation_state(o.cache, o.rotation);
+      perplexity(*f.model, tokens, o.ctx, tok.adds_bos() ? tok.bos() : -1,
+                 KVCacheOptions{.type = cache_type(o.cache),
+                                .key_type = cache_type_or_none(o.cache_k),
+                                .value_type = cache_type_or_none(o.cache_v),
+                                .rotation = cache_rotation(o.rotation),
+                                .scores = cache_scores(o.scores)},
+                 o.decode);
+  const char* rotation = rotation_state(o.cache, o.cache_k, o.cache_v, o.rotation);
   nlohmann::json j = {{"model", o.model},           {"text", o.text},
                       {"tokens", tokens.size()},    {"ctx", r.ctx},
                       {"chunks", r.chunks},         {"scored", r.scored},
                       {"perplexity", r.perplexity}, {"nll", r.nll},
                       {"nll_stderr", r.nll_stderr}, {"matmul", o.matmul},
                       {"cache", o.cache},           {"cache_rotation", rotation},
+                      {"cache_k", o.cache_k.empty() ? o.cache : o.cache_k},
+                      {"cache_v", o.cache_v.empty() ? o.cache : o.cache_v},
                       {"cache_scores", o.scores},   {"decode", o.decode},
                       {"threads", num_threads()},   {"target", current_target()},
                       {"seconds", r.seconds},       {"chunk_perplexity", r.chunk_perplexity}};
@@ -49,8 +57,8 @@ void run_perplexity(const PerplexityCliOptions& o) {
     return;
   }
   std::cout << o.text << ": " << tokens.size() << " tokens, " << r.chunks << " chunks of " << r.ctx
-            << ", " << r.scored << " scored (" << o.matmul << " matmul, " << o.cache
-            << " cache, rotation " << rotation << ", " << o.scores << " scores"
+            << ", " << r.scored << " scored (" << o.matmul << " matmul, "
+            << cache_label(o.cache, o.cache_k, o.cache_v) << " cache, rotation " << rotation << ", " << o.scores << " scores"
             << (o.decode ? ", decoded a token at a time" : "") << ")\n";
   for (size_t k = 0; k < r.chunk_perplexity.size(); ++k)
     std::cout << "[" << k + 1 << "]" << r.chunk_perplexity[k]
@@ -72,6 +80,7 @@ void add_perplexity(CLI::App& app) {
       ->capture_default_str();
   add_matmul_option(*cmd, o->matmul);
   add_cache_option(*cmd, o->cache, "KV cache storage");
+  add_cache_kv_options(*cmd, o->cache_k, o->cache_v);
   add_cache_rotation_option(*cmd, o->rotation);
   add_cache_scores_option(*cmd, o->scores);
   cmd->add_flag("--decode", o->decode,

@@ -45,6 +45,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "qkv/number_format.h"
 #include "qkv/tensor.h"
@@ -165,12 +166,6 @@ void validate_backward(const AttentionArgs& args, const View& dout, const View& 
 
 // ---- attention over stored keys and values (a key/value cache) ----------------------------
 
-// How a cache lays out its rows. rows: position after position, where the strides say (the
-// one layout attention reads). Layouts that interleave groups of rows for a product unit (bf16
-// pairs, int8 quads, 16 rows per tile) are to be declared here, read through the same
-// interface; attention refuses a value it does not know.
-enum class KvLayout { rows };
-
 // How few decoding queries (the split-KV kernel's rows, fewer than 16 per key/value head)
 // meet keys stored in 32-value blocks (q8_0, q4_0, q4_1); other types, and the tiled kernels,
 // are exact either way:
@@ -198,6 +193,9 @@ enum class CacheScores { int8, exact };
 // then only the last `slots` positions are held. The queries are the last Tq positions.
 struct StoredKV {
   TensorType type = TensorType::f32;
+  // The values' type when it is not `type` (a cache with its own key and value formats, say
+  // q8_0 keys and q4_0 values): then `type` is the keys'. Any two of kv_row_types().
+  std::optional<TensorType> v_type;
   const void* k = nullptr;
   const void* v = nullptr;
   int64_t batch_stride = 0, head_stride = 0, row_stride = 0;  // in elements
@@ -205,7 +203,6 @@ struct StoredKV {
   int64_t dim_k = 0, dim_v = 0;                               // D, Dv
   int64_t length = 0;  // positions so far, the queries' included
   int64_t slots = 0;   // 0: not a ring
-  KvLayout layout = KvLayout::rows;
   CacheScores scores = CacheScores::int8;  // (block formats: see CacheScores)
   // Optional [B, Hkv, n, D] and [B, Hkv, n, Dv] (any type): the keys and values of the last n
   // positions, given here rather than stored (a ring that storing them would overrun while

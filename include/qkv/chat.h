@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +32,7 @@ struct ChatOptions {
   int64_t max_reply = 1024;  // tokens per answer, at most
   int64_t context = 0;       // positions the cache holds, all turns together; 0 = the model's
   CacheType cache = CacheType::f32;
+  std::optional<CacheType> cache_k, cache_v;  // (KVCacheOptions::key_type, value_type)
   CacheRotation cache_rotation = CacheRotation::automatic;  // (KVCacheOptions::rotation)
   CacheScores cache_scores = CacheScores::int8;             // (KVCacheOptions::scores)
 };

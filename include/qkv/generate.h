@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -46,6 +47,7 @@ struct GenerateOptions {
   SamplingOptions sampling;
   std::vector<int32_t> stop_tokens;  // generation ends when one is drawn (it is not emitted)
   CacheType cache = CacheType::f32;
+  std::optional<CacheType> cache_k, cache_v;  // (KVCacheOptions::key_type, value_type)
   CacheRotation cache_rotation = CacheRotation::automatic;  // (KVCacheOptions::rotation)
   CacheScores cache_scores = CacheScores::int8;             // (KVCacheOptions::scores)
 };

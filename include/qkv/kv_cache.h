@@ -7,7 +7,7 @@
 // every cached attention goes through qkv::attention over the cache's StoredKV. Positions are
 // rotated (RoPE) before they are stored, so a cached key never needs touching again.
 //
-// Storage: fp32; bf16 or fp16 (half the memory; keys and values are rounded to 8 or 11
+// Storage (keys and values alike, or each in a type of its own): fp32; bf16 or fp16 (half the memory; keys and values are rounded to 8 or 11
 // mantissa bits when written); or q8_0, q4_0 or q4_1, ggml's 32-value blocks with an fp16
 // scale (q4_1: and an fp16 offset; 34, 18 or 20 bytes per 32 values: 0.27, 0.14 or 0.16 of
 // fp32), each row quantized as it is written, as llama.cpp's quantizers do. Scores and softmax stay
@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "qkv/attention.h"
@@ -52,8 +53,10 @@ enum class CacheRotation { automatic, on, off };
 // "auto", "on" or "off" (the CLI's --cache-rotation); a qkv::Error naming them for anything else.
 CacheRotation cache_rotation(const std::string& name);
 const char* cache_rotation_name(CacheRotation rotation);
-// Whether a cache of this type with this setting rotates.
+// Whether a cache of this type with this setting rotates; with keys and values of their own
+// types, whether it rotates its rows (automatic: when either is a block format).
 bool cache_rotates(CacheType type, CacheRotation rotation);
+bool cache_rotates(CacheType keys, CacheType values, CacheRotation rotation);
 // "int8" or "exact" (the CLI's --cache-scores; CacheScores, qkv/attention.h); a qkv::Error
 // naming them for anything else.
 CacheScores cache_scores(const std::string& name);
@@ -62,7 +65,10 @@ const char* cache_scores_name(CacheScores scores);
 struct KVCacheOptions {
   int64_t batch = 1;    // sequences held side by side
   int64_t max_seq = 0;  // positions per sequence; 0 = the model's context
-  CacheType type = CacheType::f32;
+  CacheType type = CacheType::f32;  // keys and values
+  // Keys or values in a format of their own, as llama.cpp's --cache-type-k/-v: q8_0 keys with
+  // q4_0 values, say (low-bit values cost far less than low-bit keys: docs/api.md). Unset: type.
+  std::optional<CacheType> key_type, value_type;
   CacheRotation rotation = CacheRotation::automatic;
   bool ring = false;  // keep only the last window + 1 positions (the model needs a window)
   // How decoding queries meet q8_0, q4_0 and q4_1 keys (StoredKV::scores, include/qkv/
@@ -81,7 +87,9 @@ class KVCache {
   int64_t slots() const { return slots_; }      // rows kept per sequence and head
   int64_t max_seq() const { return max_seq_; }  // longest a sequence may grow
   bool ring() const { return ring_; }
-  CacheType type() const { return type_; }
+  CacheType key_type() const { return key_type_; }
+  CacheType value_type() const { return value_type_; }
+  CacheType type() const { return key_type_; }  // (the keys': see value_type())
   // The block of the rotation its rows are stored with (StoredKV::rotation); 0: none.
   int64_t rotation() const { return rotation_; }
   CacheScores scores() const { return scores_; }
@@ -113,17 +121,21 @@ class KVCache {
   // Positions 0 … length − 1 of one sequence at one layer, as attention reads them.
   StoredKV stored(int64_t layer, int64_t seq, int64_t length) const;
   int64_t offset(int64_t layer, int64_t seq, int64_t head, int64_t slot) const;
+  CacheType type_of(bool value) const { return value ? value_type_ : key_type_; }
   float* f32(bool value) const { return (value ? v_ : k_).data(); }
   // bf16 or fp16 storage: 16-bit elements.
   uint16_t* bits16(bool value) const {
     return reinterpret_cast<uint16_t*>((value ? v_ : k_).data());
   }
-  // q8_0 or q4_0 storage: the byte where element offset `at` (a multiple of 32) begins.
+  // Block storage: the byte where element offset `at` (a multiple of 32) begins.
   uint8_t* block_at(bool value, int64_t at) const;
+  // One key (or value) row stored at element offset `at`, rounded to its type; the row there.
+  void store_row(bool value, int64_t at, const float* x);
+  const void* row_at(bool value, int64_t at) const;
 
   int64_t batch_, layers_, kv_heads_, d_head_, slots_, max_seq_, rotation_;
   bool ring_;
-  CacheType type_;
+  CacheType key_type_, value_type_;
   CacheScores scores_;
   Tensor k_, v_;  // [layers, batch, kv_heads, slots, d_head] elements, packed into floats
   std::vector<int64_t> length_;

@@ -98,8 +98,14 @@ inline int64_t bytes_of(TensorType type, int64_t n) {
 }
 
 // The types of key and value rows that attention reads in place, and so those a key/value
-// cache stores: f32, bf16, f16 and the 32-value block formats q8_0, q4_0, q4_1 (one list, in
-// number_format.cpp; src/simd/blocks-inl.h holds each block format's widening).
+// cache stores (the one list): elements f32, bf16, f16, and the 32-value block formats q8_0,
+// q4_0, q4_1 (src/simd/blocks-inl.h holds each block format's widening; a switch over these
+// lists is checked against them at compile time, so a format added here cannot fall into
+// another's case).
+inline constexpr TensorType kKvElementTypes[] = {TensorType::f32, TensorType::bf16,
+                                                 TensorType::f16};
+inline constexpr TensorType kKvBlockTypes[] = {TensorType::q8_0, TensorType::q4_0,
+                                               TensorType::q4_1};
 const std::vector<TensorType>& kv_row_types();
 bool is_kv_row_type(TensorType t);
 // Whether a key/value row type is stored in blocks (of kKvBlockValues values).
@@ -108,6 +114,13 @@ inline constexpr int64_t kKvBlockValues =
     block_size(static_cast<uint32_t>(TensorType::q8_0))->elements;
 static_assert(block_size(static_cast<uint32_t>(TensorType::q4_0))->elements == kKvBlockValues &&
               block_size(static_cast<uint32_t>(TensorType::q4_1))->elements == kKvBlockValues);
+
+// A block's bytes (a K-quant's super-block's) at compile time, and where a 32-value block's
+// values begin: after its fp16 scale d and (q4_1) its fp16 offset m.
+template <TensorType T>
+inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(T))->bytes;
+template <TensorType T>
+inline constexpr int64_t kDataOffset = T == TensorType::q4_1 ? 4 : 2;
 
 // IEEE half and bfloat16 bits to float and back (round to nearest even; NaN stays NaN).
 float half_to_float(uint16_t h);

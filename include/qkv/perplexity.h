@@ -38,5 +38,9 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, in
                             int32_t bos, CacheType cache = CacheType::f32,
                             CacheRotation rotation = CacheRotation::automatic,
                             CacheScores scores = CacheScores::int8, bool decode = false);
+// The same with the cache described whole (its types, keys' and values' of their own
+// included, rotation and scores; batch and max_seq are the chunk's).
+PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, int64_t ctx,
+                            int32_t bos, const KVCacheOptions& cache, bool decode = false);
 
 }  // namespace qkv

@@ -3,7 +3,8 @@ with torch.fx into qkv's text form (docs/api.md: "Mask functions", "Score functi
 tensors it captures.
 
 Only what qkv's expression form can say is taken: + - * // %, unary -, comparisons, & | ~ on
-booleans, abs, torch.where, torch.minimum/maximum (and min/max, clamp), and indexing captured
+booleans, abs, torch.where, torch.minimum/maximum (and min/max, clamp, clip; each in its method
+form too: x.clamp(lo, hi), x.where(c, y), x.minimum(y)), and indexing captured
 tensors by index expressions; in a score function also floats: / (true division), float
 constants, exp, log, tanh, sigmoid, sqrt, and captured float tensors. Python control flow on the
 arguments, .item(), math.* or any other operation is an error naming it.
@@ -31,6 +32,8 @@ _BINARY_METHODS = {
     "logical_or": "||", "bitwise_and": "&&", "bitwise_or": "||", "__and__": "&&", "__or__": "||",
     "__add__": "+", "__sub__": "-", "__mul__": "*", "__floordiv__": "/", "__mod__": "%",
 }
+# The method forms of clamp: where each takes its lower and upper bound (None: it has none).
+_CLAMP_METHODS = {"clamp": (1, 2), "clip": (1, 2), "clamp_min": (1, None), "clamp_max": (None, 1)}
 _FUNCTIONS = {torch.minimum: "min", torch.maximum: "max", torch.min: "min", torch.max: "max",
               min: "min", max: "max"}
 # Functions of one float (score functions).
@@ -260,6 +263,20 @@ def trace(fn, score=False, int_sources=None):
                  "cannot express")
         return f"({x} {op} {y})", numbers(kx, ky)
 
+    def where(c, a, b):
+        (x, kx), (y, ky) = arg(a), arg(b)
+        return f"where({arg(c)[0]}, {x}, {y})", "b" if kx == ky == "b" else numbers(kx, ky)
+
+    def clamp(a, lo, hi):
+        x, k = arg(a)
+        if lo is not None:
+            t, kl = arg(lo)
+            x, k = f"max({x}, {t})", numbers(k, kl)
+        if hi is not None:
+            t, kh = arg(hi)
+            x, k = f"min({x}, {t})", numbers(k, kh)
+        return x, k
+
     def true_division(a, b):
         (x, kx), (y, ky) = arg(a), arg(b)
         if not score:
@@ -302,6 +319,22 @@ def trace(fn, score=False, int_sources=None):
         if node.op == "call_method":
             if target == "__getitem__" and args[0] in tensor_names:
                 index_into(node, args[0], args[1])
+            elif target in _CLAMP_METHODS:  # x.clamp(lo, hi), x.clip(…), x.clamp_min(lo), …
+                def bound(at, name):
+                    if at is None:
+                        return None
+                    return node.kwargs.get(name, args[at] if len(args) > at else None)
+                lo_at, hi_at = _CLAMP_METHODS[target]
+                text[node], kind[node] = clamp(args[0], bound(lo_at, "min"), bound(hi_at, "max"))
+            elif target in ("minimum", "maximum", "min", "max") and len(args) == 2 and \
+                    not node.kwargs:  # x.minimum(y), x.min(y): as torch.minimum(x, y)
+                (x, kx), (y, ky) = arg(args[0]), arg(args[1])
+                text[node], kind[node] = f"{target[:3]}({x}, {y})", numbers(kx, ky)
+            elif target == "where" and len(args) == 3:  # x.where(c, y): torch.where(c, x, y)
+                text[node], kind[node] = where(args[1], args[0], args[2])
+            elif target == "div" and node.kwargs.get("rounding_mode") == "floor" and \
+                    len(args) == 2:
+                text[node], kind[node] = binary("/", args[0], args[1])
             elif target in _BINARY_METHODS and len(args) == 2 and not node.kwargs:
                 text[node], kind[node] = binary(_BINARY_METHODS[target], args[0], args[1])
             elif target in ("div", "true_divide", "__truediv__") and len(args) == 2 and \
@@ -347,23 +380,14 @@ def trace(fn, score=False, int_sources=None):
             x, k = arg(args[0])
             text[node], kind[node] = f"abs({x})", k
         elif target is torch.where and len(args) == 3:
-            c, _ = arg(args[0])
-            (x, kx), (y, ky) = arg(args[1]), arg(args[2])
-            text[node], kind[node] = f"where({c}, {x}, {y})", "b" if kx == ky == "b" else numbers(kx, ky)
+            text[node], kind[node] = where(args[0], args[1], args[2])
         elif target in _FUNCTIONS and len(args) == 2 and not node.kwargs:
             (x, kx), (y, ky) = arg(args[0]), arg(args[1])
             text[node], kind[node] = f"{_FUNCTIONS[target]}({x}, {y})", numbers(kx, ky)
-        elif target is torch.clamp:
-            x, k = arg(args[0])
-            lo = node.kwargs.get("min", args[1] if len(args) > 1 else None)
-            hi = node.kwargs.get("max", args[2] if len(args) > 2 else None)
-            if lo is not None:
-                t, kl = arg(lo)
-                x, k = f"max({x}, {t})", numbers(k, kl)
-            if hi is not None:
-                t, kh = arg(hi)
-                x, k = f"min({x}, {t})", numbers(k, kh)
-            text[node], kind[node] = x, k
+        elif target in (torch.clamp, torch.clip):
+            text[node], kind[node] = clamp(
+                args[0], node.kwargs.get("min", args[1] if len(args) > 1 else None),
+                node.kwargs.get("max", args[2] if len(args) > 2 else None))
         elif target is torch.div and node.kwargs.get("rounding_mode") == "floor" and len(args) == 2:
             text[node], kind[node] = binary("/", args[0], args[1])
         elif target in (operator.truediv, torch.div, torch.true_divide) and len(args) == 2 and \

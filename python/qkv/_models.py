@@ -69,21 +69,23 @@ class Model:
         return ids
 
     def tokens(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0,
-               cache="f32", cache_rotation="auto", cache_scores="int8"):
+               cache="f32", cache_rotation="auto", cache_scores="int8", cache_k=None,
+               cache_v=None):
         """The generated token ids, one at a time (a generator), with every option as
         generate() takes it: prompt, max_tokens, temperature, top_p, seed, top_k, cache,
-        cache_rotation, cache_scores."""
+        cache_rotation, cache_scores, cache_k, cache_v."""
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         ids = self._ids(prompt)
         g = self._file._generator(ids, len(ids) + max_tokens - 1, float(temperature), float(top_p),
-                                  int(top_k), int(seed), str(cache), str(cache_rotation),
-                                  str(cache_scores))
+                                  int(top_k), int(seed), str(cache), _storage(cache_k),
+                                  _storage(cache_v), str(cache_rotation), str(cache_scores))
         while (token := g.next()) >= 0:
             yield token
 
     def generate(self, prompt, max_tokens=256, temperature=1.0, top_p=0.9, seed=1, top_k=0,
-                 cache="f32", cache_rotation="auto", cache_scores="int8"):
+                 cache="f32", cache_rotation="auto", cache_scores="int8", cache_k=None,
+                 cache_v=None):
         """Text after `prompt` (a string, or token ids), streamed piece by piece.
 
         A KV cache holds the keys and values: the prompt runs once, then each step runs one
@@ -99,7 +101,9 @@ class Model:
         alike and the outputs back), "on" (any storage) or "off". cache_scores: how decoding
         meets a q8_0, q4_0 or q4_1 cache, "int8" (the default: each query rounded to int8 blocks
         against the stored integers, and on x86-64 P rounded to 8 bits for P·V) or "exact"
-        (every key and value widened to fp32).
+        (every key and value widened to fp32). cache_k, cache_v: the keys' or the values' storage
+        when it is not `cache`'s (as llama.cpp's cache-type-k and cache-type-v options): "q8_0" keys with "q4_0"
+        values cost little, 4-bit keys much more.
         """
         tok = self.tokenizer
         if tok is None:
@@ -108,7 +112,7 @@ class Model:
         utf8 = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span tokens
         prev = ids[-1]
         for token in self.tokens(ids, max_tokens, temperature, top_p, seed, top_k, cache,
-                                 cache_rotation, cache_scores):
+                                 cache_rotation, cache_scores, cache_k, cache_v):
             text = utf8.decode(tok.decode_bytes(prev, token))
             prev = token
             if text:
@@ -122,15 +126,17 @@ class Model:
         return self._file.logits(self._ids(tokens))
 
     def perplexity(self, text, ctx=512, cache="f32", cache_rotation="auto", cache_scores="int8",
-                   decode=False):
+                   decode=False, cache_k=None, cache_v=None):
         """Perplexity on `text` (a string, or token ids), windowed as llama.cpp's
         llama-perplexity: chunks of `ctx` tokens, each run on its own (starting with BOS when
         the tokenizer adds one), the predictions of each chunk's second half scored; cache:
-        the KV cache's storage, cache_rotation and cache_scores, as in generate(); decode=True
+        the KV cache's storage, cache_rotation, cache_scores, cache_k and cache_v, as in
+        generate(); decode=True
         scores the second half one token at a time through the cache (the decoding kernels, as
         generation runs them) instead of the whole chunk at once. A dict: perplexity, nll (nats
         per token) and its nll_stderr, ctx, chunks, scored, chunk_perplexity (after each
-        chunk), seconds, cache_rotation ("on" or "off"), cache_scores, decode."""
+        chunk), seconds, cache_k and cache_v (the storage of each), cache_rotation ("on" or
+        "off"), cache_scores, decode."""
         tok = self.tokenizer
         if isinstance(text, str):
             if tok is None:
@@ -139,8 +145,14 @@ class Model:
         else:
             ids = [int(t) for t in text]
         bos = tok.bos if tok is not None and tok.adds_bos else -1
-        return self._file.perplexity(ids, int(ctx), bos, str(cache), str(cache_rotation),
-                                     str(cache_scores), bool(decode))
+        return self._file.perplexity(ids, int(ctx), bos, str(cache), _storage(cache_k),
+                                     _storage(cache_v), str(cache_rotation), str(cache_scores),
+                                     bool(decode))
+
+
+def _storage(name):
+    """A cache_k or cache_v argument as the extension takes it: "" for None (the cache's own)."""
+    return "" if name is None else str(name)
 
 
 def load_llama2c(path, tokenizer=None):
@@ -177,13 +189,13 @@ class Chat:
     system: the system prompt (None: the one the template writes, "" for none); max_reply:
     tokens per answer at most; context: positions for all turns together (0: the model's);
     temperature (0: greedy), top_p, top_k and seed sample as generate() does; cache: the KV
-    cache's storage, "f32", "bf16", "f16", "q8_0", "q4_0" or "q4_1", cache_rotation and
-    cache_scores, as in generate().
+    cache's storage, "f32", "bf16", "f16", "q8_0", "q4_0" or "q4_1", cache_rotation,
+    cache_scores, cache_k and cache_v, as in generate().
     """
 
     def __init__(self, model, system=None, *, max_reply=1024, context=0, temperature=0.7,
                  top_p=0.9, top_k=0, seed=1, cache="f32", cache_rotation="auto",
-                 cache_scores="int8"):
+                 cache_scores="int8", cache_k=None, cache_v=None):
         self.model = model
         if model._file.format != "gguf":
             raise ValueError(f"Chat needs a GGUF model with a chat template; {model.path} is "
@@ -193,7 +205,8 @@ class Chat:
         self.system = str(system)
         self._chat = _qkv._Chat(model._file, self.system, int(max_reply), int(context),
                                 float(temperature), float(top_p), int(top_k), int(seed),
-                                str(cache), str(cache_rotation), str(cache_scores))
+                                str(cache), _storage(cache_k), _storage(cache_v),
+                                str(cache_rotation), str(cache_scores))
         self.reset()
 
     def reset(self):

@@ -29,6 +29,13 @@ namespace qkv::python {
 namespace nb = nanobind;
 namespace {
 
+// A cache_k or cache_v argument: none for "" (the cache's own storage).
+std::optional<CacheType> cache_type_or_none(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  return cache_type(name);
+}
+
+
 nb::bytes as_bytes(const std::string& s) { return nb::bytes(s.data(), s.size()); }
 
 // A float array of `shape` that owns a copy of `data` (results the library keeps in its own
@@ -126,13 +133,16 @@ void bind_models(nb::module_& m) {
           "_generator",
           [](ModelFile& f, std::vector<int32_t> prompt, int64_t steps, float temperature,
              float top_p, int64_t top_k, uint64_t seed, const std::string& cache,
-             const std::string& rotation, const std::string& scores) {
+             const std::string& cache_k, const std::string& cache_v, const std::string& rotation,
+             const std::string& scores) {
             GenerateOptions o{.steps = steps,
                               .sampling = {.temperature = temperature,
                                            .top_k = top_k,
                                            .top_p = top_p,
                                            .seed = seed},
                               .cache = cache_type(cache),
+                              .cache_k = cache_type_or_none(cache_k),
+                              .cache_v = cache_type_or_none(cache_v),
                               .cache_rotation = cache_rotation(rotation),
                               .cache_scores = cache_scores(scores)};
             o.stop_tokens = stop_tokens(f);
@@ -140,7 +150,8 @@ void bind_models(nb::module_& m) {
           },
           nb::keep_alive<0, 1>(), nb::arg("prompt"), nb::arg("steps"), nb::arg("temperature"),
           nb::arg("top_p"), nb::arg("top_k"), nb::arg("seed"), nb::arg("cache"),
-          nb::arg("cache_rotation"), nb::arg("cache_scores"))
+          nb::arg("cache_k"), nb::arg("cache_v"), nb::arg("cache_rotation"),
+          nb::arg("cache_scores"))
       .def(
           "logits",
           [](ModelFile& f, const std::vector<int32_t>& tokens) {
@@ -160,26 +171,31 @@ void bind_models(nb::module_& m) {
       .def(
           "perplexity",
           [](ModelFile& f, const std::vector<int32_t>& tokens, int64_t ctx, int32_t bos,
-             const std::string& cache, const std::string& rotation, const std::string& scores,
-             bool decode) {
+             const std::string& cache, const std::string& cache_k, const std::string& cache_v,
+             const std::string& rotation, const std::string& scores, bool decode) {
             PerplexityResult r;
-            const CacheType type = cache_type(cache);
-            const CacheRotation rotates = cache_rotation(rotation);
-            const CacheScores meets = cache_scores(scores);
+            const KVCacheOptions o{.type = cache_type(cache),
+                                   .key_type = cache_type_or_none(cache_k),
+                                   .value_type = cache_type_or_none(cache_v),
+                                   .rotation = cache_rotation(rotation),
+                                   .scores = cache_scores(scores)};
             {
               nb::gil_scoped_release unlocked;
-              r = perplexity(*f.model, tokens, ctx, bos, type, rotates, meets, decode);
+              r = perplexity(*f.model, tokens, ctx, bos, o, decode);
             }
             nb::dict d;
             d["perplexity"] = r.perplexity, d["nll"] = r.nll, d["nll_stderr"] = r.nll_stderr;
             d["ctx"] = r.ctx, d["chunks"] = r.chunks, d["scored"] = r.scored;
             d["chunk_perplexity"] = r.chunk_perplexity, d["seconds"] = r.seconds;
-            d["cache_rotation"] = cache_rotates(type, rotates) ? "on" : "off";
-            d["cache_scores"] = cache_scores_name(meets), d["decode"] = decode;
+            const CacheType k = o.key_type.value_or(o.type), v = o.value_type.value_or(o.type);
+            d["cache_k"] = cache_type_name(k), d["cache_v"] = cache_type_name(v);
+            d["cache_rotation"] = cache_rotates(k, v, o.rotation) ? "on" : "off";
+            d["cache_scores"] = cache_scores_name(o.scores), d["decode"] = decode;
             return d;
           },
-          nb::arg("tokens"), nb::arg("ctx"), nb::arg("bos"), nb::arg("cache"),
-          nb::arg("cache_rotation"), nb::arg("cache_scores"), nb::arg("decode"))
+          nb::arg("tokens"), nb::arg("ctx"), nb::arg("bos"), nb::arg("cache"), nb::arg("cache_k"),
+          nb::arg("cache_v"), nb::arg("cache_rotation"), nb::arg("cache_scores"),
+          nb::arg("decode"))
       .def("_attention_maps", [](ModelFile& f, const std::string& name, const std::string& prompt,
                                  const std::string& prompt_ids) {
         AttentionMaps maps;
@@ -203,7 +219,8 @@ void bind_models(nb::module_& m) {
           "__init__",
           [](Chat* chat, ModelFile& f, const std::string& system, int64_t max_reply,
              int64_t context, float temperature, float top_p, int64_t top_k, uint64_t seed,
-             const std::string& cache, const std::string& rotation, const std::string& scores) {
+             const std::string& cache, const std::string& cache_k, const std::string& cache_v,
+             const std::string& rotation, const std::string& scores) {
             check(f.tokenizer.has_value(), "Chat: the model has no tokenizer");
             const ChatFormat format = chat_format(f.chat_template);
             ChatOptions o{.system = system,
@@ -214,13 +231,16 @@ void bind_models(nb::module_& m) {
                           .max_reply = max_reply,
                           .context = context,
                           .cache = cache_type(cache),
+                          .cache_k = cache_type_or_none(cache_k),
+                          .cache_v = cache_type_or_none(cache_v),
                           .cache_rotation = cache_rotation(rotation),
                           .cache_scores = cache_scores(scores)};
             new (chat) Chat(*f.model, *f.tokenizer, format, o);
           },
           nb::keep_alive<1, 2>(), nb::arg("file"), nb::arg("system"), nb::arg("max_reply"),
           nb::arg("context"), nb::arg("temperature"), nb::arg("top_p"), nb::arg("top_k"),
-          nb::arg("seed"), nb::arg("cache"), nb::arg("cache_rotation"), nb::arg("cache_scores"))
+          nb::arg("seed"), nb::arg("cache"), nb::arg("cache_k"), nb::arg("cache_v"),
+          nb::arg("cache_rotation"), nb::arg("cache_scores"))
       .def("add", &Chat::add, nb::arg("role"), nb::arg("content"))
       .def(
           "respond",

@@ -285,6 +285,34 @@ def test_smollm2_decodes_a_block_cache_with_int8_or_exact_scores():
         m.perplexity(text, ctx=64, cache_scores="yes")
 
 
+def test_smollm2_keys_and_values_in_storages_of_their_own():
+    m = qkv.load_gguf(smollm2_path())
+    text = " ".join(["The quick brown fox jumps over the lazy dog."] * 20)
+    # The same rows as the symmetric caches hold: q8_0 keys with q8_0 values is the q8_0 cache,
+    # bit for bit, through the decoding kernels too.
+    same = m.perplexity(text, ctx=64, cache="f32", cache_k="q8_0", cache_v="q8_0", decode=True)
+    q8 = m.perplexity(text, ctx=64, cache="q8_0", decode=True)
+    assert same["perplexity"] == q8["perplexity"]
+    assert same["cache_k"] == same["cache_v"] == "q8_0"
+    # Mixed: the cache says each storage, rotates (a block format), and decodes in place as the
+    # windows compute it (other kernels, other fp32 sums).
+    mixed = m.perplexity(text, ctx=64, cache_k="q8_0", cache_v="q4_0", decode=True)
+    windows = m.perplexity(text, ctx=64, cache_k="q8_0", cache_v="q4_0")
+    assert (mixed["cache_k"], mixed["cache_v"], mixed["cache_rotation"]) == ("q8_0", "q4_0", "on")
+    assert abs(mixed["perplexity"] / windows["perplexity"] - 1) < 0.01
+    # f16 keys beside q4_1 values (read through an fp32 copy when decoding).
+    half = m.perplexity(text, ctx=64, cache_k="f16", cache_v="q4_1", decode=True)
+    assert half["cache_k"] == "f16" and half["cache_rotation"] == "on"
+    assert abs(half["perplexity"] / windows["perplexity"] - 1) < 0.05
+    text = "".join(m.generate("The capital of France is", max_tokens=8, temperature=0,
+                              cache_k="q8_0", cache_v="q4_0"))
+    assert text.startswith(" Paris"), text
+    chat = qkv.Chat(m, temperature=0, max_reply=16, cache_k="q8_0", cache_v="q4_1")
+    assert "Paris" in chat.reply("What is the capital of France?")
+    with pytest.raises(ValueError, match="f32, bf16, f16, q8_0, q4_0 or q4_1"):
+        next(m.generate("x", cache_v="q5_0"))
+
+
 def chatml(messages):
     """The ChatML text of `messages`, then the assistant's opening, as the template writes it."""
     return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + \

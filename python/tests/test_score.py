@@ -369,3 +369,29 @@ def test_a_small_model_trains_with_a_relative_bias_and_sinks():
     assert np.allclose(ours, theirs, rtol=5e-4), (ours, theirs)
     assert ours[-1] < 0.5 * ours[0]
     assert model.rel.abs().max() > 0 and model.sinks.abs().max() > 0  # both learned something
+
+
+def test_method_forms_mean_what_the_functions_mean(rng):
+    # x.clamp(lo, hi), x.clip, x.clamp_min/max, x.minimum/maximum, x.where and x.div(…, floor)
+    # compute what torch.clamp, torch.minimum, torch.where and // compute: PyTorch's own
+    # flex_attention semantics, checked against the eager scores.
+    q = torch.tensor(rand(rng, 1, 2, 24, 8))
+    k = torch.tensor(rand(rng, 1, 2, 24, 8))
+    v = torch.tensor(rand(rng, 1, 2, 24, 8))
+    methods = {
+        "clamp": lambda s, b, h, i, j: s.clamp(-0.5, 0.5),
+        "clip": lambda s, b, h, i, j: s.clip(min=-0.25),
+        "clamp_min_max": lambda s, b, h, i, j: s.clamp_min(-0.3).clamp_max(0.4),
+        "minimum": lambda s, b, h, i, j: s.minimum(s * 0.5) + (i - j).maximum(j - i) * 0.01,
+        "where": lambda s, b, h, i, j: s.where(i >= j, s - 2.0),
+        "floor_div": lambda s, b, h, i, j: s + (i - j).div(4, rounding_mode="floor") * 0.1,
+    }
+    scale = 1 / math.sqrt(8)
+    raw = (q @ k.transpose(-1, -2)).double() * scale
+    i = torch.arange(24).view(24, 1)
+    j = torch.arange(24).view(1, 24)
+    for name, fn in methods.items():
+        out = qt.flex_attention(q, k, v, score_mod=fn)
+        s = fn(raw, None, None, i, j)
+        want = torch.softmax(s, dim=-1) @ v.double()
+        assert torch.allclose(out.double(), want, atol=1e-5), name

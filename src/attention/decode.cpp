@@ -14,9 +14,13 @@
 // their partial sums in registers (decode_unit_rows), 16 and more in vector lanes with the
 // tiled kernels' pieces (decode_unit_tiled), and head dims below a vector with the keys in
 // the lanes (decode_unit_keys_in_lanes). Each is written once over
-//   a row source (decode_rows-inl.h): elements (fp32, bf16, fp16) or 32-value blocks, and
-//   a product unit: RowsOnFma / RowsOnBf16Dot (decode_units-inl.h) for the rows,
-//   tiles::TileUnit<…> (tile_units-inl.h) for the tiles.
+//   a row source for the keys and one for the values (decode_rows-inl.h): elements (fp32,
+//   bf16, fp16) or 32-value blocks, the same for both, or values in a format of their own
+//   widened a block of rows at a time (WidenedValues), and
+//   a product unit for the rows: RowsOnFma (decode_rows-inl.h), RowsOnBf16Dot
+//   (decode_units-inl.h), RowsOnInt8 (integer Q·K over blocks, decode_int8-inl.h, with P·V
+//   in integers too where Int8Values takes it, int8_values-inl.h); tiles::TileUnit<…>
+//   (tile_units-inl.h) for the tiles.
 // Compiled once per SIMD target; the entry points below dispatch (see src/simd/dispatch.h).
 // Compiled once more for the bf16 units (decode_bf16.cpp, src/simd/units.h), where bf16 rows
 // are multiplied as pairs (vdpbf16ps, bfdot) instead of widened: the tiled unit on both, the
@@ -359,8 +363,8 @@ void decode_unit_keys_in_lanes(const AttentionArgs& a, const ElementSource<T>& K
 // softmax, then P·V over blocks of value rows, in groups of up to 4 rows and passes of
 // kValueVectors columns. Each key and value row is read from memory once. Src: where the rows
 // are and how they are read; Unit: which instructions multiply them (RowsOnFma, RowsOnBf16Dot).
-template <class Unit, class Src>
-void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const ScoreRule& rule,
+template <class Unit, class KSrc, class VSrc>
+void decode_unit_rows(const AttentionArgs& a, const KSrc& K, const VSrc& V, const ScoreRule& rule,
                       float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
                       float* parts) {
   const int64_t N = static_cast<int64_t>(simd::lanes());
@@ -403,12 +407,13 @@ void decode_unit_rows(const AttentionArgs& a, const Src& K, const Src& V, const 
 // 2.45 ms this way.) A tile of rows comes from the source in place, or widened into the
 // thread's scratch (blocks); the tile unit multiplies it (bf16 rows on the bf16 dot unit in
 // the units' pass, everything else widened).
-template <class Unit, class Src>
-void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const ScoreRule& rule,
+template <class Unit, class KSrc, class VSrc>
+void decode_unit_tiled(const AttentionArgs& a, const KSrc& K, const VSrc& V, const ScoreRule& rule,
                        float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
                        float* parts) {
   using tiles::kKeyTile;
-  using E = typename Src::TileElement;
+  using E = typename KSrc::TileElement;
+  static_assert(std::is_same_v<E, typename VSrc::TileElement>, "K and V tiles of one element");
   const int64_t N = static_cast<int64_t>(simd::lanes());
   const UnitRows u = start_unit(a, rule, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts);
   const bool two = a.q.type != TensorType::bf16;  // (the bf16 unit takes q as hi + lo)
@@ -446,12 +451,14 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
   simd::PrefetchQueue prefetch;
   const int64_t NK = simd::product_rows(static_cast<int>(Mq / N));
   const int64_t calls = blocks * ((kKeyTile + NK - 1) / NK + (n.Dv + NK - 1) / NK);
-  using Stored = std::remove_cv_t<std::remove_pointer_t<typename Src::Ptr>>;
-  constexpr int64_t kBytes = sizeof(Stored);
-  const int64_t lines_per_row = (K.width() * kBytes + 63) / 64 + (V.width() * kBytes + 63) / 64;
-  constexpr bool kWidened = !std::is_same_v<Stored, E>;  // tiles widened into scratch (blocks)
-  float* k_scratch = kWidened ? thread_scratch(BlockSlot::keys, kKeyTile * n.D) : nullptr;
-  float* v_scratch = kWidened ? thread_scratch(BlockSlot::values, kKeyTile * n.Dv) : nullptr;
+  using KStored = std::remove_cv_t<std::remove_pointer_t<typename KSrc::Ptr>>;
+  using VStored = std::remove_cv_t<std::remove_pointer_t<typename VSrc::Ptr>>;
+  const int64_t lines_per_row = (K.width() * static_cast<int64_t>(sizeof(KStored)) + 63) / 64 +
+                                (V.width() * static_cast<int64_t>(sizeof(VStored)) + 63) / 64;
+  // Tiles widened into scratch (blocks, values of their own format), else read in place.
+  constexpr bool kWidenK = !std::is_same_v<KStored, E>, kWidenV = !std::is_same_v<VStored, E>;
+  float* k_scratch = kWidenK ? thread_scratch(BlockSlot::keys, kKeyTile * n.D) : nullptr;
+  float* v_scratch = kWidenV ? thread_scratch(BlockSlot::values, kKeyTile * n.Dv) : nullptr;
   Unit::begin();
   for (int64_t j0 = lo; j0 < hi; j0 += kKeyTile) {
     const int64_t nk = std::min(kKeyTile, hi - j0);
@@ -514,10 +521,13 @@ void decode_unit_tiled(const AttentionArgs& a, const Src& K, const Src& V, const
   }
 }
 
-// The split-KV driver over one row source for keys and values.
-template <class Src>
+// The split-KV driver over a row source for the keys and one for the values: the same one, or
+// WidenedValues for values stored in a format of their own.
+template <class Src, class VSrc = Src>
 void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
-  const Src K(KR), V(VR);
+  const Src K(KR);
+  const VSrc V(VR);
+  constexpr bool kOneSource = std::is_same_v<Src, VSrc>;
   Shape n{};
   n.B = a.q.shape[0], n.Hq = a.q.shape[1], n.Hkv = KR.heads, n.Tq = a.q.shape[2];
   n.Tk = KR.rows, n.D = a.q.shape[3], n.Dv = VR.dim;
@@ -545,20 +555,21 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
     });
   };
   using Tiles = tiles::TileUnit<tiles::kOnUnits<typename Src::TileElement>>;
-  constexpr bool kRowsOnBf16Dot = kRowsOnUnits && std::is_same_v<Src, ElementSource<simd::Bf16>>;
+  constexpr bool kRowsOnBf16Dot =
+      kRowsOnUnits && kOneSource && std::is_same_v<Src, ElementSource<simd::Bf16>>;
   // bf16 rows on AMX tiles (when forced: QKV_UNITS=bf16=amx) at any number of rows: a tile's
   // unused query lanes cost tile products, which are not what bounds a decode.
   const auto on_tiles = [&] {
-    if constexpr (std::is_same_v<Src, ElementSource<simd::Bf16>>)
+    if constexpr (kOneSource && std::is_same_v<Src, ElementSource<simd::Bf16>>)
       return tiles::on_amx(n.D, n.Dv, [&](auto amx) {
         each_unit(Variant::decode_tiled_amx,
                   [](auto&&... x) { decode_unit_tiled<decltype(amx)>(x...); });
       });
     return false;
   };
-  if (kElements && keys_in_lanes(n))  // (block rows are whole 32s: never below a vector)
+  if (kElements && kOneSource && keys_in_lanes(n))  // (block rows: never below a vector)
     each_unit(Variant::decode_keys_in_lanes, [](auto&&... x) {
-      if constexpr (kElements) decode_unit_keys_in_lanes(x...);
+      if constexpr (kElements && kOneSource) decode_unit_keys_in_lanes(x...);
     });
   else if (on_tiles()) {
   } else if (!kElements && kInt8Scores && KR.int8_scores && n.R < kTiledDecodeMinRows)
@@ -601,6 +612,16 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
 }  // namespace
 
 void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
+  if (K.type != V.type) {  // values in a format of their own
+    check(values_apart(K.type), "attention: split-KV decoding reads values of their own format "
+          "beside f32 or block keys, not ", to_string(K.type), " keys");
+#if !defined(QKV_BF16_UNITS)  // (the bf16 pass runs bf16 keys and values only)
+    if (K.type == TensorType::f32) return decode<ElementSource<float>, WidenedValues>(a, K, V);
+    return with_block_format(K.type, [&](auto format) {
+      decode<BlockSource<decltype(format)::value>, WidenedValues>(a, K, V);
+    });
+#endif
+  }
   if (K.in_blocks())
     return with_block_format(
         K.type, [&](auto format) { decode<BlockSource<decltype(format)::value>>(a, K, V); });
@@ -641,7 +662,8 @@ namespace qkv::detail {
 // bf16 K and V on the bf16 units when the head dim is whole pairs (decode_bf16.cpp).
 QKV_ENTRY_WITH_BF16_UNITS(decode_forward,
                           (const AttentionArgs& a, const KvRows& K, const KvRows& V), (a, K, V),
-                          K.type == TensorType::bf16 && a.q.shape[3] % 2 == 0)
+                          K.type == TensorType::bf16 && V.type == TensorType::bf16 &&
+                              a.q.shape[3] % 2 == 0)
 
 #if !defined(QKV_BF16_UNITS)
 HWY_EXPORT(int8_values_on_bytes);

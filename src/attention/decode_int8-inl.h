@@ -127,11 +127,8 @@ struct Panel16 {
   using F = __m512;
   static constexpr int kKeys = 16;
   static constexpr bool kSignedDot = false;  // vpdpbusd: unsigned (keys) by signed (query)
-  static bool vnni() { return ::qkv::simd::int8_scores_vnni(true); }
-  static HWY_INLINE I dpbusd(I acc, I u, I s) {
-    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
-    return acc;
-  }
+  static bool vnni() { return ::qkv::simd::vnni_in_use(true); }
+  static HWY_INLINE I dpbusd(I acc, I u, I s) { return simd::dpbusd(acc, u, s); }
   // The same sums without VNNI: vpmaddubsw + vpmaddwd (|u| ≤ 128 for no int16 saturation).
   static HWY_INLINE I pair_dot(I acc, I u, I s) {
     return _mm512_add_epi32(acc,
@@ -224,11 +221,8 @@ struct Panel8 {
   using F = __m256;
   static constexpr int kKeys = 8;
   static constexpr bool kSignedDot = false;
-  static bool vnni() { return ::qkv::simd::int8_scores_vnni(false); }
-  static HWY_INLINE I dpbusd(I acc, I u, I s) {
-    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
-    return acc;
-  }
+  static bool vnni() { return ::qkv::simd::vnni_in_use(false); }
+  static HWY_INLINE I dpbusd(I acc, I u, I s) { return simd::dpbusd(acc, u, s); }
   static HWY_INLINE I pair_dot(I acc, I u, I s) {
     return _mm256_add_epi32(acc,
                             _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
@@ -309,6 +303,7 @@ inline bool int8_scores_vnni() { return Panel::vnni(); }
 // Arm panel lacks, are compiled only where they run.)
 template <TensorType kType, bool kVnni, class Lanes = Panel>
 struct RowsOnInt8 {
+  static_assert(simd::kLaidOut<kType>, "RowsOnInt8: a block format it does not know");
   static constexpr bool kScalesScores = false;  // the queries arrive scaled
   static constexpr int64_t kBytes = kBlockBytes<kType>;
   // What the unsigned key bytes are above their values (taken back as offset · Σq).
@@ -408,9 +403,11 @@ struct RowsOnInt8 {
     if constexpr (kValuesOnBytes) return Values::fits(Dv) && R >= Values::kMinRows;
     return false;
   }
-  void values(const BlockSource<kType>& V, const float* s, int64_t stride, int64_t j, int64_t nk,
-              const uint8_t* v, int64_t ahead_rows, int64_t R, float* const* o) {
-    if constexpr (kValuesOnBytes) {
+  // (Values in a format of their own, VSrc another source: on the FMAs.)
+  template <class VSrc>
+  void values(const VSrc& V, const float* s, int64_t stride, int64_t j, int64_t nk,
+              typename VSrc::Ptr v, int64_t ahead_rows, int64_t R, float* const* o) {
+    if constexpr (kValuesOnBytes && std::is_same_v<VSrc, BlockSource<kType>>) {
       if (on_bytes(V.dim, R)) {
         Values::add(s, stride, j, nk, v, V.step, V.bytes, keys - (j + nk), V.dim, R, o);
         return;
@@ -418,8 +415,9 @@ struct RowsOnInt8 {
     }
     V.value_rows(s, stride, j, nk, v, ahead_rows, R, o);
   }
-  void finish(const BlockSource<kType>& V, float* const* o, int64_t R) {
-    if constexpr (kValuesOnBytes)
+  template <class VSrc>
+  void finish(const VSrc& V, float* const* o, int64_t R) {
+    if constexpr (kValuesOnBytes && std::is_same_v<VSrc, BlockSource<kType>>)
       if (on_bytes(V.dim, R)) {
         for (int64_t r = 0; r < R; ++r) Values::columns_from_lanes(o[r], V.dim);
         reached(Variant::decode_values_int8);

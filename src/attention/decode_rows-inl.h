@@ -27,6 +27,7 @@
 #include "attention/kv_rows.h"
 #include "simd/convert-inl.h"
 #include "simd/simd-inl.h"
+#include "util/scratch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::detail {
@@ -445,6 +446,45 @@ struct BlockSource {
   const float* tile(int64_t b, int64_t h, int64_t j0, int64_t nk, float* scratch,
                     int64_t& stride) const {
     widen_rows_of<kType>(rows, b, h, j0, nk, scratch);
+    stride = dim;
+    return scratch;
+  }
+};
+
+// ---- Values in a format of their own ---------------------------------------------------------
+//
+// A cache whose values are stored in another format than its keys (q8_0 keys with q4_0
+// values, say): the keys are read by their own source, and each block of value rows is widened
+// to fp32 into the thread's scratch (widen_rows_at: any row type) and multiplied there as fp32
+// rows. Each value row is still read from memory once; the widened block stays in L1.
+struct WidenedValues {
+  using Ptr = const uint8_t*;
+  using TileElement = float;  // the tiled unit gets fp32 tiles
+  KvRows rows;
+  int64_t step, dim, bytes;  // step and bytes in bytes
+
+  explicit WidenedValues(const KvRows& r)
+      : rows(r), step(r.stride_bytes()), dim(r.dim), bytes(r.row_bytes()) {}
+  Ptr row(int64_t b, int64_t h, int64_t j) const { return rows.row(b, h, j); }
+  int64_t width() const { return bytes; }
+  int64_t paired() const { return 0; }
+  static void ask(Ptr r, int64_t row_step, int64_t row_bytes) {
+    prefetch_blocks(r, row_step, row_bytes);
+  }
+
+  // As ElementSource::value_rows: nk ≤ kValueBlock rows from v widened, then summed as fp32.
+  void value_rows(const float* s, int64_t stride, int64_t j, int64_t nk, Ptr v, int64_t,
+                  int64_t R, float* const* o) const {
+    float* w = thread_scratch(BlockSlot::values, kValueBlock * dim);
+    widen_rows_at(rows.type, v, step, nk, dim, w);
+    const ElementSource<float> widened(kv_rows(TensorType::f32, w, 0, 0, dim, 1, nk, dim));
+    widened.value_rows(s, stride, j, nk, w, 0, R, o);
+  }
+
+  // Rows [j0, j0 + nk) for the tiled unit: widened to fp32 into `scratch` (nk × dim).
+  const float* tile(int64_t b, int64_t h, int64_t j0, int64_t nk, float* scratch,
+                    int64_t& stride) const {
+    widen_rows(rows, b, h, j0, nk, scratch);
     stride = dim;
     return scratch;
   }

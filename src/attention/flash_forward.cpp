@@ -193,6 +193,10 @@ void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, c
           t.l[r] == 0 ? simd::kMinusInf : t.m[r] + std::log(t.l[r]);
 }
 
+// Whether K and V are widened to fp32 a tile at a time (blocks, or two formats) rather than
+// read in place.
+bool widened(const KvRows& K, const KvRows& V) { return K.in_blocks() || K.type != V.type; }
+
 // One unit: query tiles [first, first + count) of (b, h), walking the key tiles together; K
 // and V are T (fp32, bf16 or fp16), read in place, multiplied on Unit.
 template <class T, class Unit>
@@ -237,9 +241,9 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   }
 
   const int64_t hkv = h / (n.Hq / n.Hkv);
-  // Keys and values in 32-value blocks (a Q8_0, Q4_0 or Q4_1 cache; T is float): each key tile's
-  // rows widened into tiles first, then read as fp32 rows.
-  const bool in_blocks = K.in_blocks();
+  // Keys and values in 32-value blocks (a Q8_0, Q4_0 or Q4_1 cache), or in two different
+  // formats (T is float): each key tile's rows widened into tiles first, then read as fp32 rows.
+  const bool in_blocks = widened(K, V);
   float *k_tile = nullptr, *v_tile = nullptr;
   if (in_blocks) {
     k_tile = thread_scratch(BlockSlot::keys, kKeyTile * n.D);
@@ -371,7 +375,7 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
     on_unit(element, TileUnit<kOnUnits<T>>{},
             kOnUnits<T> ? Variant::forward_tiles_bf16_dot : Variant::forward_tiles);
   };
-  if (K.in_blocks()) group(float{});  // widened to fp32 a tile at a time
+  if (widened(K, V)) group(float{});  // widened to fp32 a tile at a time
   else with_element_type(K.type, group);
   if (call) call.check_miss();  // an index a kernel found outside its tensor
 }
@@ -386,7 +390,9 @@ namespace qkv::detail {
 
 // bf16 K and V on the bf16 units when the head dim is whole pairs (flash_forward_bf16.cpp).
 QKV_ENTRY_WITH_BF16_UNITS(flash_forward, (const AttentionArgs& a, const KvRows& K, const KvRows& V),
-                          (a, K, V), K.type == TensorType::bf16 && a.q.shape[3] % 2 == 0)
+                          (a, K, V),
+                          K.type == TensorType::bf16 && V.type == TensorType::bf16 &&
+                              a.q.shape[3] % 2 == 0)
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

@@ -70,6 +70,7 @@ inline constexpr bool kInt8Values = kVnni;
 // Panel: the 512-bit panel of decode_int8-inl.h (its vpdpbusd).
 template <TensorType kType, class Panel, bool kVnni>
 struct Int8Values {
+  static_assert(simd::kLaidOut<kType>, "Int8Values: a block format it does not know");
   static constexpr int64_t kBytes = kBlockBytes<kType>, kKeys = kValueBlock;
   static constexpr int64_t kMaxBlocks = kInt8ValuesMaxDim / kBlockValues;
   static constexpr bool kNibbles = kType != TensorType::q8_0;
@@ -289,6 +290,7 @@ inline constexpr bool kInt8Values = true;
 
 template <TensorType kType, class Panel, bool kVnni>
 struct Int8Values {
+  static_assert(simd::kLaidOut<kType>, "Int8Values: a block format it does not know");
   static constexpr int64_t kBytes = kBlockBytes<kType>, kKeys = kValueBlock;
   static constexpr int64_t kMaxBlocks = RoundedP::kBlocks;
   static constexpr bool kNibbles = kType != TensorType::q8_0;

@@ -15,7 +15,6 @@ namespace qkv::detail {
 
 struct KvRows {
   TensorType type = TensorType::f32;  // f32, bf16, f16 elements; q8_0, q4_0, q4_1 32-value blocks
-  KvLayout layout = KvLayout::rows;
   const void* data = nullptr;  // element 0 of sequence 0, head 0, slot 0
   int64_t batch_stride = 0, head_stride = 0, row_stride = 0;  // in values
   int64_t heads = 0, rows = 0, dim = 0;

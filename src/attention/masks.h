@@ -53,7 +53,8 @@ inline View full_bias(const AttentionArgs& a, int64_t Tk, const char* where) {
 // (batch b, head h) and key j come, in this order, the softcap c · tanh(s / c), the bias,
 // ALiBi's −slope · |pos − j|, then the mask (visible_keys above: −inf outside the query's
 // range). The tiled kernels apply the same steps a vector at a time (transform_scores in
-// tiles.cpp); user-defined scores and masks are to enter here.
+// tiles.cpp). A mask function (block_mask) hides pairs as the mask does; a score function
+// (score_mod) replaces the softcap, bias and ALiBi steps.
 struct ScoreRule {
   float softcap = 0;             // 0: off
   View bias;                     // [B, Hq, Tq, Tk], strides 0 where broadcast; or empty

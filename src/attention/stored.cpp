@@ -3,6 +3,8 @@
 // gathers an fp32 copy of the positions the queries see where they cannot.
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <tuple>
 #include <vector>
 
 #include "attention/kernels.h"
@@ -67,34 +69,46 @@ int64_t fresh_rows(const StoredKV& kv) { return kv.fresh_k.empty() ? 0 : kv.fres
 bool in_blocks(TensorType t) { return is_kv_block_type(t); }
 constexpr int64_t kBlock = kKvBlockValues;
 
-// The stored rows of keys (or values) at p, from position `first` on: the row source the
-// kernels read in place.
-detail::KvRows stored_rows(const StoredKV& kv, const void* p, int64_t first, int64_t dim) {
-  detail::KvRows r = detail::kv_rows(kv.type, p, kv.batch_stride, kv.head_stride, kv.row_stride,
+// The values' type (the keys' unless StoredKV::v_type says otherwise).
+TensorType value_type(const StoredKV& kv) { return kv.v_type.value_or(kv.type); }
+
+// The stored rows of keys (or values) at p, of `type`, from position `first` on: the row source
+// the kernels read in place.
+detail::KvRows stored_rows(const StoredKV& kv, TensorType type, const void* p, int64_t first,
+                           int64_t dim) {
+  detail::KvRows r = detail::kv_rows(type, p, kv.batch_stride, kv.head_stride, kv.row_stride,
                                      kv.heads, kv.length - first, dim);
-  r.first = first, r.slots = kv.slots, r.layout = kv.layout;
-  r.int8_scores = in_blocks(kv.type) && kv.scores == CacheScores::int8;
+  r.first = first, r.slots = kv.slots;
+  r.int8_scores = in_blocks(type) && kv.scores == CacheScores::int8;
   r.positions = true;
   return r;
+}
+detail::KvRows stored_keys(const StoredKV& kv, int64_t first) {
+  return stored_rows(kv, kv.type, kv.k, first, kv.dim_k);
+}
+detail::KvRows stored_values(const StoredKV& kv, int64_t first) {
+  return stored_rows(kv, value_type(kv), kv.v, first, kv.dim_v);
 }
 
 void validate(const AttentionArgs& a, const StoredKV& kv) {
   check(a.k.empty() && a.v.empty(), kWhere,
         ": k and v are read from the storage; leave args.k and args.v empty");
-  if (!is_kv_row_type(kv.type)) {  // (the names only on failure)
-    std::string names;
-    for (TensorType t : kv_row_types()) names += (names.empty() ? "" : ", ") + to_string(t);
-    fail(kWhere, ": keys and values stored as ", to_string(kv.type), " (", names, " are read)");
-  }
-  if (in_blocks(kv.type))
-    check(kv.dim_k % kBlock == 0 && kv.dim_v % kBlock == 0 && kv.batch_stride % kBlock == 0 &&
-              kv.head_stride % kBlock == 0 && kv.row_stride % kBlock == 0,
-          kWhere, ": ", to_string(kv.type), " rows are 32-value blocks: dim_k ", kv.dim_k,
-          ", dim_v ", kv.dim_v, " and the strides (", kv.batch_stride, ", ", kv.head_stride, ", ",
-          kv.row_stride, ") must be multiples of 32");
+  for (const auto& [what, type] : {std::pair{"keys", kv.type}, std::pair{"values", value_type(kv)}})
+    if (!is_kv_row_type(type)) {  // (the names only on failure)
+      std::string names;
+      for (TensorType t : kv_row_types()) names += (names.empty() ? "" : ", ") + to_string(t);
+      fail(kWhere, ": ", what, " stored as ", to_string(type), " (", names, " are read)");
+    }
+  for (const auto& [what, type, dim_name, dim] :
+       {std::tuple{"keys", kv.type, "dim_k", kv.dim_k},
+        std::tuple{"values", value_type(kv), "dim_v", kv.dim_v}})
+    if (in_blocks(type))
+      check(dim % kBlock == 0 && kv.batch_stride % kBlock == 0 && kv.head_stride % kBlock == 0 &&
+                kv.row_stride % kBlock == 0,
+            kWhere, ": ", what, " stored as ", to_string(type), " are rows of 32-value blocks: ",
+            dim_name, " ", dim, " and the strides (", kv.batch_stride, ", ", kv.head_stride, ", ",
+            kv.row_stride, ") must be multiples of 32");
   check(kv.k != nullptr && kv.v != nullptr, kWhere, ": no stored keys or values (null)");
-  check(kv.layout == KvLayout::rows, kWhere, ": layout ", static_cast<int>(kv.layout),
-        " is not one attention reads (KvLayout::rows)");
   check(kv.heads > 0 && kv.dim_k > 0 && kv.dim_v > 0, kWhere,
         ": heads, dim_k and dim_v must be > 0, got ", kv.heads, ", ", kv.dim_k, ", ", kv.dim_v);
   check(kv.slots >= 0 && kv.batch_stride >= 0 && kv.head_stride >= 0 && kv.row_stride >= 0, kWhere,
@@ -144,8 +158,7 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   }
   // The outputs apart from the queries and from the rows the storage holds (in bytes).
   const int64_t rows = kv.slots > 0 ? kv.slots : kv.length;
-  auto stored = [&](const char* name, const void* p, int64_t dim) {
-    const detail::KvRows r = stored_rows(kv, p, 0, dim);
+  auto stored = [&](const char* name, const detail::KvRows& r, const void* p, int64_t dim) {
     int64_t shape[3] = {B, kv.heads, r.bytes((rows - 1) * kv.row_stride + dim)};
     int64_t stride[3] = {r.bytes(kv.batch_stride), r.bytes(kv.head_stride), 1};
     detail::Extent e = detail::extent_of(name, p, 3, shape, stride, 1);
@@ -155,8 +168,9 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
   using detail::extent_of;
   detail::check_no_overlap(
       kWhere, {extent_of("out", a.out), extent_of("lse", a.lse, B * a.q.shape[1] * Tq)},
-      {extent_of("q", a.q), stored("stored keys", kv.k, kv.dim_k),
-       stored("stored values", kv.v, kv.dim_v), extent_of("fresh_k", kv.fresh_k),
+      {extent_of("q", a.q), stored("stored keys", stored_keys(kv, 0), kv.k, kv.dim_k),
+       stored("stored values", stored_values(kv, 0), kv.v, kv.dim_v),
+       extent_of("fresh_k", kv.fresh_k),
        extent_of("fresh_v", kv.fresh_v)});
   const int64_t stored_end = kv.length - n;
   const int64_t held_from = kv.slots > 0 ? std::max<int64_t>(0, stored_end - kv.slots) : 0;
@@ -172,39 +186,44 @@ void validate(const AttentionArgs& a, const StoredKV& kv) {
 void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
   const int64_t n = kv.length - first, D = kv.dim_k, Dv = kv.dim_v;
   const int64_t fresh_from = kv.length - fresh_rows(kv);
-  const detail::KvRows stored_k = stored_rows(kv, kv.k, 0, D),
-                       stored_v = stored_rows(kv, kv.v, 0, Dv);
+  const detail::KvRows stored_k = stored_keys(kv, 0), stored_v = stored_values(kv, 0);
   auto stored_row = [&](const detail::KvRows& r, int64_t b, int64_t h, int64_t p, float* out) {
     const uint8_t* row = r.row(b, h, p);
-    if (kv.type == TensorType::f32) {
-      const auto* x = reinterpret_cast<const float*>(row);
-      std::copy(x, x + r.dim, out);
-    } else if (kv.type == TensorType::bf16) {
-      const auto* bits = reinterpret_cast<const uint16_t*>(row);
-      for (int64_t d = 0; d < r.dim; ++d) out[d] = bf16_to_float(bits[d]);
-    } else if (kv.type == TensorType::f16) {
-      const auto* bits = reinterpret_cast<const uint16_t*>(row);
-      for (int64_t d = 0; d < r.dim; ++d) out[d] = half_to_float(bits[d]);
-    } else {
-      quant::dequantize(kv.type, row, r.dim, out);
+    switch (r.type) {
+      case TensorType::f32: {
+        const auto* x = reinterpret_cast<const float*>(row);
+        std::copy(x, x + r.dim, out);
+        return;
+      }
+      case TensorType::bf16:
+        for (int64_t d = 0; d < r.dim; ++d)
+          out[d] = bf16_to_float(reinterpret_cast<const uint16_t*>(row)[d]);
+        return;
+      case TensorType::f16:
+        for (int64_t d = 0; d < r.dim; ++d)
+          out[d] = half_to_float(reinterpret_cast<const uint16_t*>(row)[d]);
+        return;
+      default:
+        quant::dequantize(r.type, row, r.dim, out);  // (the blocks; it refuses anything else)
     }
   };
-  auto fresh_row = [&](const View& fresh, int64_t b, int64_t h, int64_t t, int64_t dim,
-                       float* out) {
-    if (in_blocks(kv.type)) {  // quantized and back, as storing it would
+  // A fresh row rounded as storing it in `type` would.
+  auto fresh_row = [&](TensorType type, const View& fresh, int64_t b, int64_t h, int64_t t,
+                       int64_t dim, float* out) {
+    if (in_blocks(type)) {  // quantized and back, as storing it would
       for (int64_t d = 0; d < dim; ++d) out[d] = fresh.get(b, h, t, d);
       for (int64_t e = 0; e < dim; e += kBlock) {  // block by block
         uint8_t block[2 * kBlock];  // more than a block of any cache format (q8_0: 34 bytes)
-        quant::quantize_into(kv.type, out + e, kBlock, block);
-        quant::dequantize(kv.type, block, kBlock, out + e);
+        quant::quantize_into(type, out + e, kBlock, block);
+        quant::dequantize(type, block, kBlock, out + e);
       }
       return;
     }
     for (int64_t d = 0; d < dim; ++d) {
       const float x = fresh.get(b, h, t, d);
-      out[d] = kv.type == TensorType::bf16  ? bf16_to_float(float_to_bf16(x))
-               : kv.type == TensorType::f16 ? half_to_float(float_to_half(x))
-                                            : x;
+      out[d] = type == TensorType::bf16  ? bf16_to_float(float_to_bf16(x))
+               : type == TensorType::f16 ? half_to_float(float_to_half(x))
+                                         : x;
     }
   };
   const int64_t heads = B * kv.heads;
@@ -219,8 +238,8 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
         stored_row(stored_k, b, h, p, k);
         stored_row(stored_v, b, h, p, v);
       } else {
-        fresh_row(kv.fresh_k, b, h, p - fresh_from, D, k);
-        fresh_row(kv.fresh_v, b, h, p - fresh_from, Dv, v);
+        fresh_row(kv.type, kv.fresh_k, b, h, p - fresh_from, D, k);
+        fresh_row(value_type(kv), kv.fresh_v, b, h, p - fresh_from, Dv, v);
       }
     }
   });
@@ -234,10 +253,14 @@ void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
   // in position order, split at the wrap, by the decoding kernels.
   const bool wrapped = kv.slots > 0 && kv.length > kv.slots;
   const int64_t held = wrapped ? kv.length - kv.slots : 0;
-  if (fresh_rows(kv) == 0 && (!wrapped || detail::decodes(Tq, kv.length - held, Hq / Hkv)))
+  const bool decodes = detail::decodes(Tq, kv.length - held, Hq / Hkv);
+  // (Values of their own format: the tiled forward reads any pair, decoding beside f32 or
+  // block keys.)
+  const bool pair_read = value_type(kv) == kv.type || !decodes || detail::values_apart(kv.type);
+  if (fresh_rows(kv) == 0 && (!wrapped || decodes) && pair_read)
     // Read in place, in the storage's type (the kernels widen 16-bit rows and blocks).
-    return detail::forward_validated(args, stored_rows(kv, kv.k, held, D),
-                                     stored_rows(kv, kv.v, held, Dv));  // checked above
+    return detail::forward_validated(args, stored_keys(kv, held),
+                                     stored_values(kv, held));  // checked above
   // The positions the queries see, in order, as fp32.
   // (Positions the ring no longer holds are hidden from every query: validate made sure.)
   const int64_t held_from =

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
 
 #include <hwy/highway.h>
@@ -23,6 +24,7 @@
 #include "mask/lanes-inl.h"
 #include "mask/score_lanes-inl.h"
 #include "qkv/attention.h"
+#include "qkv/error.h"
 #include "simd/convert-inl.h"
 #include "simd/simd-inl.h"
 
@@ -63,9 +65,17 @@ HWY_INLINE auto with_typed(const View& v, int64_t b, int64_t h, int64_t i, int64
 // inner loops for the type of K and V.
 template <class F>
 HWY_INLINE void with_element_type(TensorType type, F&& f) {
-  if (type == TensorType::bf16) f(simd::Bf16{});
-  else if (type == TensorType::f16) f(simd::F16{});
-  else f(float{});
+  static_assert(std::size(kKvElementTypes) == 3, "with_element_type: a case per element type");
+  switch (type) {
+    case TensorType::f32:
+      return f(float{});
+    case TensorType::bf16:
+      return f(simd::Bf16{});
+    case TensorType::f16:
+      return f(simd::F16{});
+    default:
+      fail("kernels: ", to_string(type), " is not an element type (f32, bf16, f16)");
+  }
 }
 
 struct Shape {

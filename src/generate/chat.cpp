@@ -47,6 +47,8 @@ void Chat::reset() {
   cache_ = std::make_unique<KVCache>(model_->config(),
                                      KVCacheOptions{.max_seq = context_,
                                                     .type = options_.cache,
+                                                    .key_type = options_.cache_k,
+                                                    .value_type = options_.cache_v,
                                                     .rotation = options_.cache_rotation,
                                                     .scores = options_.cache_scores});
   pending_.clear();

@@ -102,6 +102,8 @@ int32_t Generator::next() {
   if (!cache_) {
     cache_ = std::make_unique<KVCache>(c, KVCacheOptions{.max_seq = steps_,
                                                          .type = options_.cache,
+                                                         .key_type = options_.cache_k,
+                                                         .value_type = options_.cache_v,
                                                          .rotation = options_.cache_rotation,
                                                          .ring = c.window > 0,
                                                          .scores = options_.cache_scores});

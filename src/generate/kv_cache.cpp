@@ -97,8 +97,12 @@ const char* cache_rotation_name(CacheRotation rotation) {
 }
 
 bool cache_rotates(CacheType type, CacheRotation rotation) {
+  return cache_rotates(type, type, rotation);
+}
+
+bool cache_rotates(CacheType keys, CacheType values, CacheRotation rotation) {
   return rotation == CacheRotation::on ||
-         (rotation == CacheRotation::automatic && is_kv_block_type(cache_element_type(type)));
+         (rotation == CacheRotation::automatic && (in_blocks(keys) || in_blocks(values)));
 }
 
 KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
@@ -107,11 +111,14 @@ KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
       kv_heads_(config.n_kv_heads),
       d_head_(config.d_head),
       max_seq_(o.max_seq > 0 ? o.max_seq : config.context),
-      rotation_(cache_rotates(o.type, o.rotation) && config.d_head > 0
+      rotation_(cache_rotates(o.key_type.value_or(o.type), o.value_type.value_or(o.type),
+                              o.rotation) &&
+                        config.d_head > 0
                     ? rotation_block(config.d_head)
                     : 0),
       ring_(o.ring),
-      type_(o.type),
+      key_type_(o.key_type.value_or(o.type)),
+      value_type_(o.value_type.value_or(o.type)),
       scores_(o.scores) {
   validate(config);
   check(o.batch >= 1, "kv cache: batch must be >= 1, got ", o.batch);
@@ -125,21 +132,26 @@ KVCache::KVCache(const ModelConfig& config, const KVCacheOptions& o)
   if (config.positions == PositionKind::learned)
     check(max_seq_ <= config.context, "kv cache: max_seq ", max_seq_, " is longer than the ",
           config.context, " learned positions of the model");
-  check(!in_blocks(type_) || d_head_ % kBlock == 0, "kv cache: a ", cache_type_name(type_),
-        " cache stores rows as blocks of 32 values; the model's head dim ", d_head_,
-        " is not a multiple of 32 (use f32, bf16 or f16 for this model)");
+  for (const CacheType type : {key_type_, value_type_})
+    check(!in_blocks(type) || d_head_ % kBlock == 0, "kv cache: a ", cache_type_name(type),
+          " cache stores rows as blocks of 32 values; the model's head dim ", d_head_,
+          " is not a multiple of 32 (use f32, bf16 or f16 for this model)");
   slots_ = ring_ ? std::min(config.window + 1, max_seq_) : max_seq_;
   const int64_t n = layers_ * batch_ * kv_heads_ * slots_ * d_head_;
-  const int64_t bytes = type_ == CacheType::f32 ? 4 * n
-                        : in_blocks(type_)      ? n / kBlock * block_bytes(type_)
-                                                : 2 * n;
-  const int64_t floats = (bytes + 3) / 4;
-  k_ = Tensor({floats});
-  v_ = Tensor({floats});
+  const auto floats = [&](CacheType type) {  // the storage of n values, packed into floats
+    const int64_t bytes = type == CacheType::f32 ? 4 * n
+                          : in_blocks(type)      ? n / kBlock * block_bytes(type)
+                                                 : 2 * n;
+    return (bytes + 3) / 4;
+  };
+  k_ = Tensor({floats(key_type_)});
+  v_ = Tensor({floats(value_type_)});
   length_.assign(batch_, 0);
 }
 
-int64_t KVCache::bytes() const { return 2 * k_.numel() * static_cast<int64_t>(sizeof(float)); }
+int64_t KVCache::bytes() const {
+  return (k_.numel() + v_.numel()) * static_cast<int64_t>(sizeof(float));
+}
 
 int64_t KVCache::length(int64_t seq) const {
   check(seq >= 0 && seq < batch_, "kv cache: sequence ", seq, " out of range [0, ", batch_, ")");
@@ -169,7 +181,8 @@ int64_t KVCache::offset(int64_t layer, int64_t seq, int64_t head, int64_t slot) 
 }
 
 uint8_t* KVCache::block_at(bool value, int64_t at) const {
-  return reinterpret_cast<uint8_t*>((value ? v_ : k_).data()) + at / kBlock * block_bytes(type_);
+  return reinterpret_cast<uint8_t*>((value ? v_ : k_).data()) +
+         at / kBlock * block_bytes(type_of(value));
 }
 
 void KVCache::write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, const float* k_rows,
@@ -184,31 +197,38 @@ void KVCache::write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, con
       const float* k = k_rows + t * row_stride + h * d_head_;
       const float* v = v_rows + t * row_stride + h * d_head_;
       const int64_t at = offset(layer, seq, h, slot);
-      if (type_ == CacheType::f32) {
-        std::copy(k, k + d_head_, f32(false) + at);
-        std::copy(v, v + d_head_, f32(true) + at);
-      } else if (in_blocks(type_)) {
-        const TensorType t = cache_element_type(type_);
-        quant::quantize_into(t, k, d_head_, block_at(false, at));
-        quant::quantize_into(t, v, d_head_, block_at(true, at));
-      } else {
-        const auto round = type_ == CacheType::bf16 ? float_to_bf16 : float_to_half;
-        for (int64_t d = 0; d < d_head_; ++d) {
-          bits16(false)[at + d] = round(k[d]);
-          bits16(true)[at + d] = round(v[d]);
-        }
-      }
+      store_row(false, at, k);
+      store_row(true, at, v);
     }
   }
 }
 
+void KVCache::store_row(bool value, int64_t at, const float* x) {
+  const CacheType type = type_of(value);
+  if (type == CacheType::f32) {
+    std::copy(x, x + d_head_, f32(value) + at);
+  } else if (in_blocks(type)) {
+    quant::quantize_into(cache_element_type(type), x, d_head_, block_at(value, at));
+  } else {
+    const auto round = type == CacheType::bf16 ? float_to_bf16 : float_to_half;
+    for (int64_t d = 0; d < d_head_; ++d) bits16(value)[at + d] = round(x[d]);
+  }
+}
+
+const void* KVCache::row_at(bool value, int64_t at) const {
+  const CacheType type = type_of(value);
+  if (type == CacheType::f32) return f32(value) + at;
+  if (in_blocks(type)) return block_at(value, at);
+  return bits16(value) + at;
+}
+
 StoredKV KVCache::stored(int64_t layer, int64_t seq, int64_t length) const {
   StoredKV kv;
-  kv.type = cache_element_type(type_);
+  kv.type = cache_element_type(key_type_);
+  if (value_type_ != key_type_) kv.v_type = cache_element_type(value_type_);
   const int64_t at = offset(layer, seq, 0, 0);
-  if (type_ == CacheType::f32) kv.k = f32(false) + at, kv.v = f32(true) + at;
-  else if (in_blocks(type_)) kv.k = block_at(false, at), kv.v = block_at(true, at);
-  else kv.k = bits16(false) + at, kv.v = bits16(true) + at;
+  kv.k = row_at(false, at);
+  kv.v = row_at(true, at);
   kv.batch_stride = kv_heads_ * slots_ * d_head_;
   kv.head_stride = slots_ * d_head_;
   kv.row_stride = d_head_;

@@ -12,6 +12,13 @@ namespace qkv {
 PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, int64_t ctx,
                             int32_t bos, CacheType storage, CacheRotation rotation,
                             CacheScores scores, bool decode) {
+  return perplexity(model, tokens, ctx, bos,
+                    KVCacheOptions{.type = storage, .rotation = rotation, .scores = scores},
+                    decode);
+}
+
+PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, int64_t ctx,
+                            int32_t bos, const KVCacheOptions& options, bool decode) {
   const ModelConfig& c = model.config();
   check(ctx >= 4 && ctx <= c.context, "perplexity: --ctx ", ctx,
         " must be from 4 to the model's context of ", c.context);
@@ -21,8 +28,9 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, in
   r.ctx = ctx;
   r.chunks = n / ctx;
   const int64_t first = ctx / 2, V = c.vocab_size;
-  KVCache cache(
-      c, {.batch = 1, .max_seq = ctx, .type = storage, .rotation = rotation, .scores = scores});
+  KVCacheOptions chunk_cache = options;
+  chunk_cache.batch = 1, chunk_cache.max_seq = ctx;
+  KVCache cache(c, chunk_cache);
   std::vector<float> decoded;  // (decode: the scored positions' logits, a row each)
   std::vector<int32_t> chunk(ctx);
   double sum = 0, sum_sq = 0;  // of the scored tokens' negative log-likelihoods

@@ -158,7 +158,7 @@ inline void decode_row(const uint8_t* row, int64_t K, int64_t r, const Chunk& c)
       for (int j = 0; j < 32; ++j) u[j] = blk[2 + j] ^ 0x80;
     } else if constexpr (T == TensorType::q4_0 || T == TensorType::q4_1) {
       const uint8_t* blk = row + s * bytes;
-      const uint8_t* q = blk + (T == TensorType::q4_1 ? 4 : 2);
+      const uint8_t* q = blk + kDataOffset<T>;
       a = half(blk);
       if constexpr (T == TensorType::q4_1) m = half(blk + 2);
       for (int j = 0; j < 16; ++j) u[j] = q[j] & 15, u[16 + j] = q[j] >> 4;
@@ -292,8 +292,10 @@ inline void range_of(const Matrix& m, int64_t row0, int64_t n, int64_t M, const 
       return range<TensorType::q4_1>(m, row0, n, M, tokens, y, ldy);
     case TensorType::q4_k:
       return range<TensorType::q4_k>(m, row0, n, M, tokens, y, ldy);
-    default:
+    case TensorType::q6_k:
       return range<TensorType::q6_k>(m, row0, n, M, tokens, y, ldy);
+    default:
+      fail("AMX int8 products: no kernel for ", to_string(m.type), " weights");
   }
 }
 #endif  // QKV_AMX_INT8

@@ -31,6 +31,7 @@
 #include <hwy/highway.h>
 
 #include "qkv/number_format.h"
+#include "simd/dpbusd-inl.h"
 #include "simd/half-inl.h"
 #include "quant/int8.h"
 #include "quant/k_quants.h"
@@ -78,8 +79,8 @@ inline Row row_at(const float* base, int64_t K) {
 inline constexpr int kTermsQ8_0 = 0, kTermsQ4_0 = 4, kTermsQ4_1 = 8;  // offsets in a pair's 12
 template <TensorType T>
 inline constexpr bool kKQuant = T == TensorType::q4_k || T == TensorType::q6_k;
-template <TensorType T>  // a block's bytes (a K-quant's super-block's)
-inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(T))->bytes;
+using ::qkv::kBlockBytes;  // a block's bytes (a K-quant's super-block's)
+using ::qkv::kDataOffset;
 
 // x (K values, whole blocks) into the row at `base`. A block with a value that is not finite
 // gets d = NaN (its products are NaN, as the exact path's would be).
@@ -143,7 +144,8 @@ template <TensorType T>
 HWY_INLINE ProductKernel int8_kernel() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
 #if HWY_TARGET == HWY_AVX3_DL
-  if constexpr (T != TensorType::q6_k) return ProductKernel::int8_vpdpbusd;
+  if constexpr (T != TensorType::q6_k)
+    if (::qkv::quant::int8::vnni_wide()) return ProductKernel::int8_vpdpbusd;
 #endif
 #if HWY_TARGET == HWY_AVX2
   if (::qkv::quant::int8::avx_vnni()) return ProductKernel::int8_avx_vnni;
@@ -193,9 +195,7 @@ struct Avx2 {
   }
   static HWY_INLINE Products dot_u8_s8(Bytes u, Bytes s) {
     if constexpr (kVnni) {
-      __m256i sum = _mm256_setzero_si256();
-      asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(sum) : "x"(u), "x"(s));
-      return sum;
+      return ::qkv::simd::HWY_NAMESPACE::dpbusd(_mm256_setzero_si256(), u, s);
     } else {
       // |each pair sum| ≤ 2 · 128 · 127 < 2^15 for the values here (u ≤ 128): no saturation.
       return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
@@ -459,9 +459,10 @@ HWY_INLINE Decoded<S> decode_block(const uint8_t* row, int64_t b, const SuperSca
   } else {
     const uint8_t* blk = row + b * kBlockBytes<T>;
     const float d = S::scale_at(blk);
-    if constexpr (T == TensorType::q8_0) return {S::load(blk + 2), d, d, 0};
-    if constexpr (T == TensorType::q4_0) return {S::q4_values(blk + 2), d, d, -8 * d};
-    return {S::q4_values(blk + 4), d, d, S::scale_at(blk + 2)};
+    const uint8_t* values = blk + kDataOffset<T>;
+    if constexpr (T == TensorType::q8_0) return {S::load(values), d, d, 0};
+    if constexpr (T == TensorType::q4_0) return {S::q4_values(values), d, d, -8 * d};
+    return {S::q4_values(values), d, d, S::scale_at(blk + 2)};  // (m after d)
   }
 }
 
@@ -514,13 +515,10 @@ struct BlockUnit {
 };
 
 #if HWY_TARGET == HWY_AVX3_DL
-// vpdpbusd on 512-bit vectors (AVX512-VNNI, which a CPU with Highway's AVX3_DL features has),
-// written out: Highway 1.0.3's options for this target name AVX-VNNI (the VEX form, 256 bits)
-// but not AVX512-VNNI, and Zen 4 has the one but not the other.
+// vpdpbusd on 512-bit vectors from zero (AVX512-VNNI, which a CPU with Highway's AVX3_DL
+// features has; simd/dpbusd-inl.h).
 HWY_INLINE __m512i dpbusd(__m512i u, __m512i s) {
-  __m512i sum = _mm512_setzero_si512();
-  asm("vpdpbusd %2, %1, %0" : "+v"(sum) : "v"(u), "v"(s));
-  return sum;
+  return ::qkv::simd::HWY_NAMESPACE::dpbusd(_mm512_setzero_si512(), u, s);
 }
 
 // 32 bytes of nibbles in both halves of a vector, its low nibbles kept in the first half and
@@ -575,12 +573,13 @@ struct PairUnit {
   // The pair's 64 weights as unsigned bytes.
   static HWY_INLINE __m512i weights(const uint8_t* b0) {
     if constexpr (T == TensorType::q8_0) {
-      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-      const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kBytes + 2));
+      constexpr int64_t at = kDataOffset<T>;
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + at));
+      const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kBytes + at));
       return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
                               _mm512_set1_epi8(static_cast<char>(0x80)));
     } else {
-      constexpr int64_t at = T == TensorType::q4_1 ? 4 : 2;
+      constexpr int64_t at = kDataOffset<T>;
       const __m256i both = _mm256_inserti128_si256(
           _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + at))),
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kBytes + at)), 1);
@@ -733,7 +732,8 @@ template <TensorType T, int R, int XR>
 HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, const uint8_t* packed, int64_t blocks,
                           const Row* x, float* const* y) {
 #if HWY_TARGET == HWY_AVX3_DL
-  if constexpr (T == TensorType::q4_k) {
+  if (int8_kernel<T>() != ProductKernel::int8_vpdpbusd) {  // (int8=vpmaddubsw forced)
+  } else if constexpr (T == TensorType::q4_k) {
     return tile<Q4kPairUnit<R>, XR>(w, rb, 0, blocks, x, y);
   } else if constexpr (!kKQuant<T>) {
     const int64_t paired = blocks / 2 * 2;

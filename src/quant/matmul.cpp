@@ -329,8 +329,10 @@ ProductKernel kernel_for(TensorType t, Matmul mode, int64_t rows) {
         return int8::int8_kernel<TensorType::q4_k>();
       case TensorType::q6_k:
         return int8::int8_kernel<TensorType::q6_k>();
-      default:
+      case TensorType::q4_1:
         return int8::int8_kernel<TensorType::q4_1>();
+      default:
+        fail("int8 products: no kernel for ", to_string(t), " weights");  // (takes_int8 says)
     }
   }
   return rows == 1 && fused(t) ? ProductKernel::rows_widened : ProductKernel::tiles_widened;
@@ -351,8 +353,10 @@ void int8_range_of(const Matrix& m, int64_t begin, int64_t end, int64_t M, const
       return run(int8::dot_range_rows<TensorType::q4_k>);
     case TensorType::q6_k:
       return run(int8::dot_range_rows<TensorType::q6_k>);
-    default:
+    case TensorType::q4_1:
       return run(int8::dot_range_rows<TensorType::q4_1>);
+    default:
+      fail("int8 products: no kernel for ", to_string(m.type), " weights");  // (takes_int8 says)
   }
 }
 

@@ -12,10 +12,13 @@
 #endif
 
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
+#include <utility>
 
 #include <hwy/highway.h>
 
+#include "qkv/error.h"
 #include "qkv/number_format.h"
 #include "simd/half-inl.h"
 #include "simd/simd-inl.h"
@@ -26,22 +29,22 @@ namespace HWY_NAMESPACE {
 
 inline constexpr int64_t kBlockValues = kKvBlockValues;
 
-// Calls f(std::integral_constant<TensorType, T>{}) for a 32-value block format (the one list
-// of them here: q8_0, q4_0, q4_1).
-template <typename F>
-decltype(auto) with_block_format(TensorType type, F&& f) {
-  switch (type) {
-    case TensorType::q8_0:
-      return f(std::integral_constant<TensorType, TensorType::q8_0>{});
-    case TensorType::q4_0:
-      return f(std::integral_constant<TensorType, TensorType::q4_0>{});
-    default:
-      return f(std::integral_constant<TensorType, TensorType::q4_1>{});
+// Calls f(std::integral_constant<TensorType, T>{}) for the 32-value block format `type`, one of
+// kKvBlockTypes (qkv/number_format.h, the one list): a format added there is instantiated
+// here, and a kernel that does not know it fails to compile. Anything else: a qkv::Error.
+template <size_t kAt = 0, typename F>
+auto with_block_format(TensorType type, F&& f)
+    -> decltype(f(std::integral_constant<TensorType, kKvBlockTypes[0]>{})) {
+  if constexpr (kAt < std::size(kKvBlockTypes)) {
+    constexpr TensorType kType = kKvBlockTypes[kAt];
+    if (type == kType) return f(std::integral_constant<TensorType, kType>{});
+    return with_block_format<kAt + 1>(type, std::forward<F>(f));
+  } else {
+    fail("kernels: ", to_string(type), " is not a 32-value block format");
   }
 }
 
-template <TensorType kType>
-inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(kType))->bytes;
+using ::qkv::kBlockBytes;  // (qkv/number_format.h)
 
 // Each format's block: an fp16 scale d first, then (Q4_1) an fp16 offset m, then the values:
 //   Q8_0  x = d · q            q: 32 int8
@@ -49,8 +52,12 @@ inline constexpr int64_t kBlockBytes = block_size(static_cast<uint32_t>(kType))-
 //   Q4_1  x = d · q + m        the same nibbles
 template <TensorType kType>
 inline constexpr bool kHasMin = kType == TensorType::q4_1;
+// The formats this file writes out; kernels that branch on a format assert it is one, so a new
+// entry of kKvBlockTypes stops the build until each of them knows it.
 template <TensorType kType>
-inline constexpr int64_t kDataOffset = kHasMin<kType> ? 4 : 2;
+inline constexpr bool kLaidOut =
+    kType == TensorType::q8_0 || kType == TensorType::q4_0 || kType == TensorType::q4_1;
+using ::qkv::kDataOffset;
 
 // A block's scale d, and its offset m (0 for formats without one).
 HWY_INLINE float block_scale(const uint8_t* blk) { return half_in_block(blk); }
@@ -65,6 +72,7 @@ HWY_INLINE float block_min(const uint8_t* blk) {
 // block, not once per vector.
 template <TensorType kType>
 HWY_INLINE Vf block_ints(const uint8_t* blk, int64_t i) {
+  static_assert(kLaidOut<kType>, "block_ints: a block format without its layout here");
   const Df df;
   const hn::RebindToSigned<Df> di;
   const uint8_t* q = blk + kDataOffset<kType>;

@@ -73,7 +73,7 @@ CpuFeatures read_cpu_features() {
 #if QKV_CPU_ARM
 constexpr Unit kInt8Units[] = {Unit::sdot, Unit::int16};
 #else
-constexpr Unit kInt8Units[] = {Unit::avx_vnni, Unit::vpmaddubsw, Unit::amx};
+constexpr Unit kInt8Units[] = {Unit::vpdpbusd, Unit::avx_vnni, Unit::vpmaddubsw, Unit::amx};
 #endif
 bool multiplies(Unit unit, Work work) {
   if (work == Work::bf16) return unit == Unit::bf16_dot || unit == Unit::fma || unit == Unit::amx;
@@ -90,6 +90,8 @@ const char* lacks(Unit unit, Work work, const CpuFeatures& f, bool bf16_kernels)
       return bf16_kernels ? nullptr : "this build has no bf16-unit kernels";
     case Unit::avx_vnni:
       return f.avx_vnni ? nullptr : "the CPU has no AVX-VNNI";
+    case Unit::vpdpbusd:
+      return f.avx512_vnni ? nullptr : "the CPU has no AVX512-VNNI";
     case Unit::sdot:
       return f.arm_dotprod ? nullptr : "the CPU has no Arm dot product extension";
     case Unit::amx:  // the stand-in runs anywhere; the tiles need the CPU and Linux's grant
@@ -120,6 +122,9 @@ constexpr Rule kRules[] = {
     {Work::bf16, "", Unit::bf16_dot,
      "bf16 dot unit: two products per fp32 lane and instruction (AMD Zen 4/5, Arm BF16)"},
     {Work::bf16, "", Unit::fma, "no bf16 dot unit: widened to fp32"},
+    {Work::int8, "", Unit::vpdpbusd,
+     "AVX512-VNNI: one vpdpbusd per 64 bytes on the 512-bit targets (AVX2's: AVX-VNNI where "
+     "the CPU has it, else vpmaddubsw)"},
     {Work::int8, "", Unit::avx_vnni, "AVX-VNNI: one vpdpbusd per 32 bytes"},
     {Work::int8, "", Unit::sdot, "Arm dot product extension: sdot per 16 bytes"},
     {Work::int8, "", Unit::vpmaddubsw, "no AVX-VNNI: vpmaddubsw + vpmaddwd"},
@@ -137,8 +142,8 @@ constexpr int kWorks = 2;
 std::atomic<int> forced[kWorks] = {0, 0};
 
 const char* const kWorkNames[] = {"bf16", "int8"};
-const char* const kUnitNames[] = {"fma",  "bf16_dot", "avx_vnni", "vpmaddubsw",
-                                  "sdot", "int16",    "amx"};
+const char* const kUnitNames[] = {"fma",   "bf16_dot", "avx_vnni", "vpmaddubsw",
+                                  "sdot",  "int16",    "amx",      "vpdpbusd"};
 
 std::string choices_for(Work work) {
   std::string s;
@@ -220,11 +225,14 @@ UnitChoice unit_for(Work work) {
 
 bool avx_vnni_in_use() {
   const Unit unit = unit_of(Work::int8);
-  return unit == Unit::avx_vnni || (unit == Unit::amx && cpu_features().avx_vnni);
+  return unit == Unit::avx_vnni ||
+         ((unit == Unit::vpdpbusd || unit == Unit::amx) && cpu_features().avx_vnni);
 }
 
-bool int8_scores_vnni(bool wide) {
-  if (wide) return cpu_features().avx512_vnni && forced_unit(Work::int8) != Unit::vpmaddubsw;
+bool vnni_in_use(bool wide) {
+  const Unit unit = unit_of(Work::int8);
+  if (wide)
+    return cpu_features().avx512_vnni && (unit == Unit::vpdpbusd || unit == Unit::amx);
   return avx_vnni_in_use();
 }
 

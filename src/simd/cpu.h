@@ -37,7 +37,7 @@ enum class Work { bf16, int8 };
 // with the vector unit the table chooses beneath it for fewer rows; or their stand-in where
 // amx::stand_in() says so. No rule chooses amx: it runs only where forced (QKV_UNITS=bf16=amx,
 // int8=amx) until its tests have passed on a CPU with AMX.
-enum class Unit { fma, bf16_dot, avx_vnni, vpmaddubsw, sdot, int16, amx };
+enum class Unit { fma, bf16_dot, avx_vnni, vpmaddubsw, sdot, int16, amx, vpdpbusd };
 
 const char* name_of(Work work);
 const char* name_of(Unit unit);
@@ -64,12 +64,13 @@ UnitChoice unit_for(Work work);
 // unit_for(work).unit, without the reason: cheap enough for a kernel's entry.
 Unit unit_of(Work work);
 // Whether the AVX2 target's int8 products use AVX-VNNI's vpdpbusd: the int8 unit is avx_vnni,
-// or amx (whose fewer rows run beneath it) on a CPU with AVX-VNNI.
+// or vpdpbusd or amx (whose other shapes run beneath it) on a CPU with AVX-VNNI.
 bool avx_vnni_in_use();
-// Whether int8 cache scores (src/attention/decode_int8-inl.h) use vpdpbusd on x86's 512-bit
-// targets (wide: AVX512-VNNI, unless int8=vpmaddubsw is forced) or on AVX2 (avx_vnni_in_use);
-// else vpmaddubsw + vpmaddwd.
-bool int8_scores_vnni(bool wide);
+// Whether the byte products (the int8 weight products, src/quant/int8-inl.h, and the int8
+// cache scores and values, src/attention/decode_int8-inl.h: one rule for both) use vpdpbusd on
+// x86's 512-bit targets (wide: the int8 unit is vpdpbusd or amx, on a CPU with AVX512-VNNI) or
+// on AVX2 (avx_vnni_in_use); else vpmaddubsw + vpmaddwd.
+bool vnni_in_use(bool wide);
 
 // Forces the units of a spec as parse_units reads it; "" goes back to the table. Not to be
 // called while kernels run on other threads.

@@ -270,7 +270,7 @@ std::vector<UnitInUse> units_in_use() {
   constexpr bool kArm = HWY_ARCH_ARM_A64;
   const bool wide = target.rfind("avx512", 0) == 0,
              byte_products = kArm || wide || target == "avx2";
-  const bool vnni = byte_products && !kArm && simd::int8_scores_vnni(wide);
+  const bool vnni = byte_products && !kArm && simd::vnni_in_use(wide);
   const std::string unit =
       !byte_products ? "fma"
       : kArm         ? (simd::unit_of(simd::Work::int8) == simd::Unit::sdot ? "sdot" : "int16")
