@@ -315,9 +315,9 @@ std::vector<StoredCase> stored_cases() {
     cases.push_back({.type = type, .slots = 8, .Tq = 1, .functions = 7});
   }
   // Keys and values each in a type of their own (a cache's --cache-k/--cache-v): 8-bit keys
-  // with 4-bit values and the reverse, blocks beside 16-bit and fp32 rows (16-bit keys beside
-  // other values are gathered when decoding), through decoding with rows in registers and in
-  // tiles, several chunks, a wrapped ring, fresh rows, rotation, the tiled forward, functions.
+  // with 4-bit values and the reverse, blocks beside 16-bit and fp32 rows, through decoding
+  // with rows in registers and in tiles (16-bit keys widened too), several chunks, a wrapped
+  // ring, fresh rows, rotation, the tiled forward, functions.
   using T = TensorType;
   for (auto [kt, vt] : {std::pair{T::q8_0, T::q4_0}, std::pair{T::q4_0, T::q8_0},
                         std::pair{T::q8_0, T::q4_1}, std::pair{T::f32, T::q4_0},

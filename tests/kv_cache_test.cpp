@@ -364,7 +364,7 @@ TEST(KVCache, BlockCachesAgreeAcrossKernelsRingsAndBatches) {
 // Keys and values in types of their own, over the same rows: the rows a chunk computes differ
 // from a token's in their last bits (another product's order), which can move a value across a
 // 4-bit rounding boundary, so each comparison computes its rows alike. One token at a time
-// (split-KV decoding with the values widened a block at a time, or gathered beside 16-bit keys)
+// (split-KV decoding with the values widened a block at a time)
 // in a plain cache and in a ring, and chunks of 7 (the tiled forward) in both, agree up to
 // summation order.
 TEST(KVCache, CachesWithKeysAndValuesOfTheirOwnAgreeAcrossKernelsAndRings) {

@@ -300,7 +300,7 @@ def test_smollm2_keys_and_values_in_storages_of_their_own():
     windows = m.perplexity(text, ctx=64, cache_k="q8_0", cache_v="q4_0")
     assert (mixed["cache_k"], mixed["cache_v"], mixed["cache_rotation"]) == ("q8_0", "q4_0", "on")
     assert abs(mixed["perplexity"] / windows["perplexity"] - 1) < 0.01
-    # f16 keys beside q4_1 values (read through an fp32 copy when decoding).
+    # f16 keys beside q4_1 values.
     half = m.perplexity(text, ctx=64, cache_k="f16", cache_v="q4_1", decode=True)
     assert half["cache_k"] == "f16" and half["cache_rotation"] == "on"
     assert abs(half["perplexity"] / windows["perplexity"] - 1) < 0.05

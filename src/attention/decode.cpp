@@ -399,6 +399,30 @@ void decode_unit_rows(const AttentionArgs& a, const KSrc& K, const VSrc& V, cons
   unit.finish(V, o, n.R);
 }
 
+// The element the tiled unit multiplies: K's and V's tiles' own where they share it, else
+// fp32 (values of their own format beside 16-bit keys: both widened).
+template <class KSrc, class VSrc>
+using TileElementOf = std::conditional_t<
+    std::is_same_v<typename KSrc::TileElement, typename VSrc::TileElement>,
+    typename KSrc::TileElement, float>;
+
+// Rows [j0, j0 + nk) of a source as a tile of E: its own tile, or 16-bit rows widened to fp32
+// into `scratch` (nk × dim).
+template <class E, class Src>
+const E* tile_as(const Src& s, int64_t b, int64_t h, int64_t j0, int64_t nk, float* scratch,
+                 int64_t& stride) {
+  using Own = typename Src::TileElement;
+  if constexpr (std::is_same_v<Own, E>) {
+    return s.tile(b, h, j0, nk, scratch, stride);
+  } else {
+    static_assert(std::is_same_v<E, float>, "only fp32 tiles are widened");
+    widen_element_rows<Own>(reinterpret_cast<const uint8_t*>(s.row(b, h, j0)),
+                            s.step * static_cast<int64_t>(sizeof(Own)), nk, s.dim, scratch);
+    stride = s.dim;
+    return scratch;
+  }
+}
+
 // Many rows per key/value head (a large GQA group, several queries each): up to 64 rows per
 // block in vector lanes, the chunk walked in tiles of 64 keys with the tiled forward's
 // micro-kernels and online softmax: S = K Qt, P = e^(S − m), Ot = alpha Ot + Vᵀ P, each key
@@ -412,8 +436,7 @@ void decode_unit_tiled(const AttentionArgs& a, const KSrc& K, const VSrc& V, con
                        float scale, const Shape& n, int64_t b, int64_t hkv, int64_t c,
                        float* parts) {
   using tiles::kKeyTile;
-  using E = typename KSrc::TileElement;
-  static_assert(std::is_same_v<E, typename VSrc::TileElement>, "K and V tiles of one element");
+  using E = TileElementOf<KSrc, VSrc>;
   const int64_t N = static_cast<int64_t>(simd::lanes());
   const UnitRows u = start_unit(a, rule, Unit::kScalesScores ? 1.0f : scale, n, b, hkv, c, parts);
   const bool two = a.q.type != TensorType::bf16;  // (the bf16 unit takes q as hi + lo)
@@ -468,8 +491,8 @@ void decode_unit_tiled(const AttentionArgs& a, const KSrc& K, const VSrc& V, con
     prefetch.reset(K.row(b, hkv, next), K.step, K.width(), V.row(b, hkv, next), V.step, V.width(),
                    next_rows, static_cast<int>(per_call));
     int64_t ks, vs;
-    const E* k_rows = K.tile(b, hkv, j0, nk, k_scratch, ks);
-    const E* v_rows = V.tile(b, hkv, j0, nk, v_scratch, vs);
+    const E* k_rows = tile_as<E>(K, b, hkv, j0, nk, k_scratch, ks);
+    const E* v_rows = tile_as<E>(V, b, hkv, j0, nk, v_scratch, vs);
     Unit::pack_values(v_rows, vs, nk, n.Dv, Vt);
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const tiles::TileMask& tm = masks[blk];
@@ -554,7 +577,7 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
       kernel(a, K, V, rule, scale, n, b, hkv, c, parts);
     });
   };
-  using Tiles = tiles::TileUnit<tiles::kOnUnits<typename Src::TileElement>>;
+  using Tiles = tiles::TileUnit<tiles::kOnUnits<TileElementOf<Src, VSrc>>>;
   constexpr bool kRowsOnBf16Dot =
       kRowsOnUnits && kOneSource && std::is_same_v<Src, ElementSource<simd::Bf16>>;
   // bf16 rows on AMX tiles (when forced: QKV_UNITS=bf16=amx) at any number of rows: a tile's
@@ -613,12 +636,13 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
 
 void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
   if (K.type != V.type) {  // values in a format of their own
-    check(values_apart(K.type), "attention: split-KV decoding reads values of their own format "
-          "beside f32 or block keys, not ", to_string(K.type), " keys");
 #if !defined(QKV_BF16_UNITS)  // (the bf16 pass runs bf16 keys and values only)
-    if (K.type == TensorType::f32) return decode<ElementSource<float>, WidenedValues>(a, K, V);
-    return with_block_format(K.type, [&](auto format) {
-      decode<BlockSource<decltype(format)::value>, WidenedValues>(a, K, V);
+    if (K.in_blocks())
+      return with_block_format(K.type, [&](auto format) {
+        decode<BlockSource<decltype(format)::value>, WidenedValues>(a, K, V);
+      });
+    return tiles::with_element_type(K.type, [&](auto element) {
+      decode<ElementSource<decltype(element)>, WidenedValues>(a, K, V);
     });
 #endif
   }

@@ -54,15 +54,9 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V);
 // Split-KV decoding (decode.cpp): a few queries against a long cache. The rows sharing a
 // key/value head (Hq / Hkv · Tq) are computed together, so K and V are read once per
 // key/value head (the tiled forward reads them once per query head, in tiles of 64 queries).
-// K and V may differ in type (a cache with its own key and value formats) where the keys
-// are f32 or blocks (values_apart).
+// K and V may differ in type (a cache with its own key and value formats): the values are then
+// widened a block of rows at a time.
 void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V);
-// Whether split-KV decoding reads keys of this type beside values of another (widened a block
-// of rows at a time): f32 and block keys; 16-bit keys are read in place beside their own type
-// only. (The tiled forward reads any pair.)
-inline bool values_apart(TensorType key_type) {
-  return key_type == TensorType::f32 || is_kv_block_type(key_type);
-}
 // Whether decoding with int8 scores over a block cache of `format` multiplies P·V in integers
 // too (P rounded to 8 bits per value block and 64 keys) for value dim Dv and R query rows per
 // key/value head, on the target in use.

@@ -253,11 +253,7 @@ void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
   // in position order, split at the wrap, by the decoding kernels.
   const bool wrapped = kv.slots > 0 && kv.length > kv.slots;
   const int64_t held = wrapped ? kv.length - kv.slots : 0;
-  const bool decodes = detail::decodes(Tq, kv.length - held, Hq / Hkv);
-  // (Values of their own format: the tiled forward reads any pair, decoding beside f32 or
-  // block keys.)
-  const bool pair_read = value_type(kv) == kv.type || !decodes || detail::values_apart(kv.type);
-  if (fresh_rows(kv) == 0 && (!wrapped || decodes) && pair_read)
+  if (fresh_rows(kv) == 0 && (!wrapped || detail::decodes(Tq, kv.length - held, Hq / Hkv)))
     // Read in place, in the storage's type (the kernels widen 16-bit rows and blocks).
     return detail::forward_validated(args, stored_keys(kv, held),
                                      stored_values(kv, held));  // checked above
