@@ -305,18 +305,17 @@ struct ElementSource {
 // made. (The work per stored byte is the block's widening and one scale per block, fewer
 // operations than the fp32 rows take per byte.)
 
-template <TensorType kType>
-struct BlockSource {
-  static constexpr TensorType kFormat = kType;
+// Rows addressed in bytes (blocks, or values of their own format): where row j is, how far
+// apart rows lie and how wide one is, and its prefetch; widened to fp32 for the tiled unit.
+struct ByteRows {
   using Ptr = const uint8_t*;
-  using TileElement = float;  // blocks are widened into the thread's scratch for tiles
+  using TileElement = float;  // widened into the thread's scratch for tiles
   KvRows rows;
-  int64_t step;                            // bytes
-  int64_t dim;                             // values per row (whole blocks)
-  int64_t bytes;                           // per row
-  static constexpr bool kFourKeys = true;  // with 1 or 2 rows: four chains of FMAs in flight
+  int64_t step;   // bytes
+  int64_t dim;    // values per row
+  int64_t bytes;  // per row
 
-  explicit BlockSource(const KvRows& r)
+  explicit ByteRows(const KvRows& r)
       : rows(r), step(r.stride_bytes()), dim(r.dim), bytes(r.row_bytes()) {}
   Ptr row(int64_t b, int64_t h, int64_t j) const { return rows.row(b, h, j); }
   int64_t width() const { return bytes; }
@@ -324,6 +323,13 @@ struct BlockSource {
   static void ask(Ptr r, int64_t row_step, int64_t row_bytes) {
     prefetch_blocks(r, row_step, row_bytes);
   }
+};
+
+template <TensorType kType>
+struct BlockSource : ByteRows {
+  static constexpr TensorType kFormat = kType;
+  static constexpr bool kFourKeys = true;  // with 1 or 2 rows: four chains of FMAs in flight
+  using ByteRows::ByteRows;
 
   // dots over rows of blocks (dim a multiple of 32), block by block: one row sums q · (the
   // block's integers) and scales that by d once (one FMA per block, not a multiply per
@@ -457,20 +463,8 @@ struct BlockSource {
 // values, say): the keys are read by their own source, and each block of value rows is widened
 // to fp32 into the thread's scratch (widen_rows_at: any row type) and multiplied there as fp32
 // rows. Each value row is still read from memory once; the widened block stays in L1.
-struct WidenedValues {
-  using Ptr = const uint8_t*;
-  using TileElement = float;  // the tiled unit gets fp32 tiles
-  KvRows rows;
-  int64_t step, dim, bytes;  // step and bytes in bytes
-
-  explicit WidenedValues(const KvRows& r)
-      : rows(r), step(r.stride_bytes()), dim(r.dim), bytes(r.row_bytes()) {}
-  Ptr row(int64_t b, int64_t h, int64_t j) const { return rows.row(b, h, j); }
-  int64_t width() const { return bytes; }
-  int64_t paired() const { return 0; }
-  static void ask(Ptr r, int64_t row_step, int64_t row_bytes) {
-    prefetch_blocks(r, row_step, row_bytes);
-  }
+struct WidenedValues : ByteRows {
+  using ByteRows::ByteRows;
 
   // As ElementSource::value_rows: nk ≤ kValueBlock rows from v widened, then summed as fp32.
   void value_rows(const float* s, int64_t stride, int64_t j, int64_t nk, Ptr v, int64_t,
