@@ -234,8 +234,7 @@ void bench_attention(const BenchOptions& o) {
   std::unique_ptr<CacheStorage> cache;
   const std::string cache_k = o.cache_k.empty() ? o.cache : o.cache_k,
                     cache_v = o.cache_v.empty() ? o.cache : o.cache_v;
-  const std::string cache_name = cache_k == cache_v ? cache_k : cache_k + " keys, " + cache_v +
-                                                                    " values";
+  const std::string cache_name = cache_label(o.cache, o.cache_k, o.cache_v);
   if (!cache_k.empty() || !cache_v.empty()) {
     check(!cache_k.empty() && !cache_v.empty(),
           "bench: --cache-k and --cache-v each need the other or --cache");
