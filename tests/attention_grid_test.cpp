@@ -15,9 +15,11 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention/kernels.h"
+#include "attention/plan.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/number_format.h"
@@ -32,12 +34,13 @@ namespace {
 
 using detail::Variant;
 
-enum class Driver { forward, decode_rows, decode_tiled, decode_keys_in_lanes };
+enum class Driver { forward, decode_rows, decode_tiled, decode_keys_in_lanes, backward };
 enum class Source { view, cache, ring };
-enum class Option { plain, causal, window, alibi, softcap };
+enum class Option { plain, causal, window, alibi, softcap, bias, sinks };
 
 const char* name_of(Driver d) {
-  const char* names[] = {"forward", "decode_rows", "decode_tiled", "decode_keys_in_lanes"};
+  const char* names[] = {"forward", "decode_rows", "decode_tiled", "decode_keys_in_lanes",
+                         "backward"};
   return names[static_cast<int>(d)];
 }
 const char* name_of(Source s) {
@@ -45,7 +48,7 @@ const char* name_of(Source s) {
   return names[static_cast<int>(s)];
 }
 const char* name_of(Option o) {
-  const char* names[] = {"plain", "causal", "window", "alibi", "softcap"};
+  const char* names[] = {"plain", "causal", "window", "alibi", "softcap", "bias", "sinks"};
   return names[static_cast<int>(o)];
 }
 std::string name_of(TensorType t) {
@@ -63,6 +66,7 @@ struct Shape {
 Shape shape_of(Driver d) {
   switch (d) {
     case Driver::forward:
+    case Driver::backward:
       return {2, 1, 40, 150, 32};
     case Driver::decode_rows:
       return {4, 2, 1, 300, 64};
@@ -164,6 +168,15 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
     return;
   }
   if (int8 && source == Source::view) return;  // (counted above, under the fma unit)
+  if (option == Option::bias && source != Source::view) {
+    ++outcome.skipped["an additive bias is for views (attention over a cache refuses it)"];
+    return;
+  }
+  const bool backward = driver == Driver::backward;
+  if (backward && (blocks || source != Source::view)) {
+    ++outcome.skipped["the backward reads views of f32, bf16 or f16"];
+    return;
+  }
   if (unit == "amx" && format != TensorType::bf16) {
     ++outcome.skipped["amx multiplies bf16 rows only (other rows run as with fma)"];
     return;
@@ -202,9 +215,12 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
       }
   Tensor q({1, Hq, Tq, D}), got({1, Hq, Tq, D}), want({1, Hq, Tq, D});
   for (int64_t i = 0; i < q.numel(); ++i) q.data()[i] = u(rng);
-  std::vector<float> slopes(Hq);
+  std::vector<float> slopes(Hq), sinks(Hq), bias(Hq * Tq * Tk), lse(Hq * Tq), ref_lse(Hq * Tq);
   for (int64_t h = 0; h < Hq; ++h) slopes[h] = 0.02f * static_cast<float>(h + 1);
+  for (int64_t h = 0; h < Hq; ++h) sinks[h] = 0.5f * static_cast<float>(h) - 0.25f;
+  for (float& x : bias) x = u(rng);
   AttentionArgs args{.q = q, .out = got};
+  if (backward) args.lse = lse.data();
   switch (option) {
     case Option::causal:
       args.mask.causal = true;
@@ -217,6 +233,12 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
       break;
     case Option::softcap:
       args.softcap = 2.0f;
+      break;
+    case Option::bias:
+      args.mask.bias = View(bias.data(), {1, Hq, Tq, Tk});
+      break;
+    case Option::sinks:
+      args.sinks = sinks.data();
       break;
     default:
       break;
@@ -268,7 +290,18 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   ref.k = View(kp.data(), {1, Hkv, Tk, D});
   ref.v = View(vp.data(), {1, Hkv, Tk, D});
   ref.out = want;
+  if (backward) ref.lse = ref_lse.data();
   reference::attention(ref);
+  // The backward: the gradients of a random dout against the reference's, from each one's
+  // own forward.
+  Tensor dout({1, Hq, Tq, D}), dq({1, Hq, Tq, D}), dk({1, Hkv, Tk, D}), dv({1, Hkv, Tk, D});
+  Tensor want_dq({1, Hq, Tq, D}), want_dk({1, Hkv, Tk, D}), want_dv({1, Hkv, Tk, D});
+  if (backward) {
+    for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = u(rng);
+    detail::kernels_reached() = 0;
+    attention_backward(args, dout, dq, dk, dv);
+    reference::attention_backward(ref, dout, want_dq, want_dk, want_dv);
+  }
   // The variant this combination must reach. A ring is read in place, in position order, by
   // the decoding kernels; for the tiled forward it is gathered as fp32 first.
   const bool gathered = source == Source::ring && driver == Driver::forward;
@@ -299,9 +332,15 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
     case Driver::decode_keys_in_lanes:
       want_variant = Variant::decode_keys_in_lanes;
       break;
+    case Driver::backward:
+      want_variant = amx   ? Variant::backward_tiles_amx
+                     : dot ? Variant::backward_tiles_bf16_dot
+                           : Variant::backward_tiles;
+      break;
   }
   EXPECT_EQ(detail::kernels_reached().load(), static_cast<uint32_t>(want_variant))
-      << "variants reached (bits): " << detail::kernels_reached().load();
+      << "want " << detail::variant_name(want_variant)
+      << "; variants reached (bits): " << detail::kernels_reached().load();
   // Tolerance: fp32 sums of ≤ 300 terms of O(1); the bf16 dot unit and AMX round P to bf16 (an
   // output moves by at most 2^-8 max|v|) and takes q as hi + lo (16 of its 24 bits); int8 P
   // rounds p |d| to u8 per 64 keys (its bound, checked in attention_stored_test, is of the same
@@ -311,6 +350,18 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   for (int64_t i = 0; i < got.numel(); ++i)
     worst = std::max(worst, std::abs(got.data()[i] - want.data()[i]));
   EXPECT_LE(worst, tol);
+  // The gradients, relative to the largest of each (sums of up to 150 terms; the bf16 units
+  // also round dS and dO to bf16).
+  if (backward)
+    for (const auto& [name, g, w] : {std::tuple{"dq", &dq, &want_dq}, std::tuple{"dk", &dk, &want_dk},
+                                     std::tuple{"dv", &dv, &want_dv}}) {
+      float largest = 0, off = 0;
+      for (int64_t i = 0; i < g->numel(); ++i) {
+        largest = std::max(largest, std::abs(w->data()[i]));
+        off = std::max(off, std::abs(g->data()[i] - w->data()[i]));
+      }
+      EXPECT_LE(off, (dot ? 2e-2f : 1e-4f) * largest) << name;
+    }
   ++outcome.ran;
 }
 
@@ -331,8 +382,8 @@ TEST_P(KernelGrid, EveryFormatSourceUnitAndOptionMatchesTheReference) {
   for (TensorType format : kv_row_types())
     for (Source source : {Source::view, Source::cache, Source::ring})
       for (const char* unit : {"fma", "bf16_dot", "amx", "int8"})
-        for (Option option :
-             {Option::plain, Option::causal, Option::window, Option::alibi, Option::softcap})
+        for (Option option : {Option::plain, Option::causal, Option::window, Option::alibi,
+                              Option::softcap, Option::bias, Option::sinks})
           run_case(driver, format, source, unit, option, outcome);
   std::string skipped;
   for (const auto& [why, count] : outcome.skipped)
@@ -344,7 +395,8 @@ TEST_P(KernelGrid, EveryFormatSourceUnitAndOptionMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Drivers, KernelGrid,
                          ::testing::Values(Driver::forward, Driver::decode_rows,
-                                           Driver::decode_tiled, Driver::decode_keys_in_lanes),
+                                           Driver::decode_tiled, Driver::decode_keys_in_lanes,
+                                           Driver::backward),
                          [](const auto& info) { return std::string(name_of(info.param)); });
 
 }  // namespace

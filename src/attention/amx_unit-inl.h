@@ -31,6 +31,7 @@
 #include <hwy/highway.h>
 
 #include "attention/bf16_packing-inl.h"
+#include "attention/plan.h"
 #include "attention/tiles-inl.h"
 #include "qkv/error.h"
 #include "qkv/tensor.h"
@@ -45,13 +46,14 @@ namespace tiles {
 
 // The unit is compiled for x86-64's AVX2 and AVX-512 targets only: a CPU with AMX runs the
 // AVX-512 ones, and the stand-in's tests run under both vector widths. Elsewhere (SSE4, Arm)
-// on_amx says no and attention keeps its other units.
+// the plan never chooses it (run_on_amx says no).
 #undef QKV_AMX_UNIT
 #if QKV_KERNEL_PASS && HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #define QKV_AMX_UNIT 1
 #else
 #define QKV_AMX_UNIT 0
 #endif
+inline constexpr bool kAmxUnit = QKV_AMX_UNIT;
 
 #if QKV_AMX_UNIT
 // The bf16 bits of x rounded to nearest even, in the low half of each 32-bit lane (NaN stays
@@ -71,15 +73,11 @@ struct AmxUnit {
   using TileSet = Tiles;
   static constexpr bool kBf16Dot = true;       // queries as bf16 pairs (hi + lo unless bf16)
   static constexpr bool kScalesScores = true;  // queries packed unscaled, scores scaled after
-  static constexpr int64_t kDepth = 32;        // bf16 values a tile row (64 bytes)
-  static constexpr int64_t kBlock = 16;        // tile rows: keys of S, dims of Ot, pairs of B
+  static constexpr int64_t kDepth = kAmxDepth;  // bf16 values a tile row (64 bytes)
+  static constexpr int64_t kBlock = kAmxBlock;  // tile rows: keys of S, dims of Ot, pairs of B
   // Vt16's row: the key tile and the zeros a depth-32 step may read past its last key.
   static constexpr int64_t kVtKeys = kKeyTile + kDepth;
-  static constexpr int64_t kMostHeadDim = 512;  // a staged tail block of keys lives on the stack
-
-  static bool fits(int64_t D, int64_t Dv) {
-    return D % kDepth == 0 && D <= kMostHeadDim && Dv % kBlock == 0;
-  }
+  static constexpr int64_t kMostHeadDim = kAmxMostHeadDim;  // (plan.h: amx_fits)
 
   // The tiles' shapes for this target's N lanes, on this thread; end() releases them.
   static void begin() {
@@ -318,18 +316,15 @@ struct AmxUnit {
 
 #endif  // QKV_AMX_UNIT
 
-// f(AmxUnit<Tiles>{}) when the registry gives bf16 to AMX (QKV_UNITS=bf16=amx) and the dims
-// fit: on the stand-in where amx::stand_in() says so, else on the instructions. False when
-// not (the caller runs its other unit).
+// f(AmxUnit<Tiles>{}) for a call whose plan runs on AMX tiles (plan.h: forced, and the dims
+// fit): on the stand-in where amx::stand_in() says so, else on the instructions; true. False
+// where this target does not compile the unit.
 template <class F>
-bool on_amx(int64_t D, int64_t Dv, F&& f) {
+bool run_on_amx(F&& f) {
 #if !QKV_AMX_UNIT
-  (void)D, (void)Dv, (void)f;
+  (void)f;
   return false;
 #else
-  if (::qkv::simd::unit_of(::qkv::simd::Work::bf16) != ::qkv::simd::Unit::amx) return false;
-  // (A tile row holds at most 16 fp32 lanes: wider vectors, as SVE may have, do not fit.)
-  if (!AmxUnit<amx::Emulated>::fits(D, Dv) || simd::lanes() > 16) return false;
   if (!amx::stand_in()) {
     // (Forced on the stand-in, then the stand-in switched off: never a fault.)
     if (const char* why = amx::unavailable()) fail("attention on AMX tiles: ", why);

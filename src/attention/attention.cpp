@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "attention/kernels.h"
+#include "attention/plan.h"
 #include "attention/masks.h"
 #include "attention/overlap.h"
 #include "attention/dropout.h"
@@ -223,8 +224,10 @@ void forward_one(const AttentionArgs& args) {
   // kernel over a contiguous copy.
   if (args.k.stride[3] != 1 || args.v.stride[3] != 1) {
     std::vector<char> k_copy, v_copy;
-    return detail::flash_forward(args, detail::kv_rows(detail::contiguous_rows(args.k, k_copy)),
-                                 detail::kv_rows(detail::contiguous_rows(args.v, v_copy)));
+    const detail::KvRows K = detail::kv_rows(detail::contiguous_rows(args.k, k_copy));
+    const detail::KvRows V = detail::kv_rows(detail::contiguous_rows(args.v, v_copy));
+    return detail::flash_forward(args, K, V,
+                                 detail::plan_tiled_forward(detail::call_of(args, K, V)));
   }
   detail::forward_validated(args, detail::kv_rows(args.k), detail::kv_rows(args.v));
 }
@@ -232,12 +235,9 @@ void forward_one(const AttentionArgs& args) {
 }  // namespace
 
 void detail::forward_validated(const AttentionArgs& args, const KvRows& K, const KvRows& V) {
-  // A few queries (decoding against a cache): split the keys instead of the queries, so
-  // every core streams its share of K and V.
-  // (Dropout runs on the tiled kernel at any length.)
-  if (args.dropout.p == 0 && decodes(args.q.shape[2], K.rows, args.q.shape[1] / K.heads))
-    decode_forward(args, K, V);
-  else flash_forward(args, K, V);
+  const Plan plan = plan_forward(call_of(args, K, V));
+  if (plan.driver == Driver::split_kv_decode) decode_forward(args, K, V, plan);
+  else flash_forward(args, K, V, plan);
 }
 
 void detail::forward_validated(const AttentionArgs& args) {
@@ -257,9 +257,12 @@ void attention_backward(const AttentionArgs& args, View dout, View dq, View dk, 
                         const ParameterGrads& grads) {
   validate_backward(args, dout, dq, dk, dv, "attention_backward", grads);
   check(args.lse != nullptr, "attention_backward: lse is required (pass the forward's lse)");
-  if (args.packed.num_seqs > 0)
-    detail::run_packed_backward(args, dout, dq, dk, dv, detail::flash_backward);
-  else detail::flash_backward(args, dout, dq, dk, dv);
+  const auto backward = [](const AttentionArgs& a, const View& dout, const View& dq,
+                           const View& dk, const View& dv) {
+    detail::flash_backward(a, dout, dq, dk, dv, detail::plan_backward(detail::call_of(a)));
+  };
+  if (args.packed.num_seqs > 0) detail::run_packed_backward(args, dout, dq, dk, dv, backward);
+  else backward(args, dout, dq, dk, dv);
   // (Over packed sequences too: lse, out and dout keep the packed [1, Hq, T] rows.)
   if (grads.sinks) detail::sink_gradients(args, dout, grads.sinks);
 }

@@ -38,6 +38,7 @@
 
 #include "util/parallel.h"
 #include "attention/kernels.h"
+#include "attention/plan.h"
 #include "attention/masks.h"
 #include "attention/merge.h"
 #include "simd/simd-inl.h"
@@ -76,7 +77,6 @@ int64_t chunk_for(int64_t Tk) {
   while (chunk < 2048 && 2 * chunk * 16 <= Tk) chunk *= 2;
   return chunk;
 }
-constexpr int64_t kMaxRowsInLanes = 16;  // rows (GQA group × queries) of the keys-in-lanes path
 
 struct Shape {
   int64_t B, Hq, Hkv, Tq, Tk, D, Dv, G, R, chunk, chunks;  // G = Hq / Hkv, R = G · Tq rows
@@ -117,12 +117,9 @@ void softmax_row(float* row, int64_t count, float& m, float& l) {
   l = hn::GetLane(hn::SumOfLanes(df, sum));
 }
 
-// Head dims below a vector (stories260K's are 8) waste most lanes when a vector runs along d:
-// then the lanes run along 16 keys instead, and K and V columns are gathered.
-bool keys_in_lanes(const Shape& n) {
-  const auto N = static_cast<int64_t>(simd::lanes());
-  return n.D < N && n.Dv < N && n.R <= kMaxRowsInLanes;
-}
+// (decode_unit_keys_in_lanes: head dims below a vector, as stories260K's 8, waste most lanes
+// when a vector runs along d; there the lanes run along 16 keys instead, and K and V columns
+// are gathered.)
 
 // N elements of column `e` of rows row0, row0 + stride, … (the rows past `last` repeat it):
 // a gather for fp32; 16-bit elements one by one (head dims this small are rare).
@@ -547,7 +544,7 @@ void decode_unit_tiled(const AttentionArgs& a, const KSrc& K, const VSrc& V, con
 // The split-KV driver over a row source for the keys and one for the values: the same one, or
 // WidenedValues for values stored in a format of their own.
 template <class Src, class VSrc = Src>
-void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
+void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR, const Plan& plan) {
   const Src K(KR);
   const VSrc V(VR);
   constexpr bool kOneSource = std::is_same_v<Src, VSrc>;
@@ -578,38 +575,58 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
     });
   };
   using Tiles = tiles::TileUnit<tiles::kOnUnits<TileElementOf<Src, VSrc>>>;
-  constexpr bool kRowsOnBf16Dot =
-      kRowsOnUnits && kOneSource && std::is_same_v<Src, ElementSource<simd::Bf16>>;
-  // bf16 rows on AMX tiles (when forced: QKV_UNITS=bf16=amx) at any number of rows: a tile's
-  // unused query lanes cost tile products, which are not what bounds a decode.
-  const auto on_tiles = [&] {
-    if constexpr (kOneSource && std::is_same_v<Src, ElementSource<simd::Bf16>>)
-      return tiles::on_amx(n.D, n.Dv, [&](auto amx) {
-        each_unit(Variant::decode_tiled_amx,
-                  [](auto&&... x) { decode_unit_tiled<decltype(amx)>(x...); });
-      });
+  constexpr bool kBf16 = kOneSource && std::is_same_v<Src, ElementSource<simd::Bf16>>;
+  // The plan's kernel (plan.cpp chose it); false where this pass does not compile it.
+  const auto run = [&]() -> bool {
+    switch (plan.variant) {
+      case Variant::decode_keys_in_lanes:
+        if constexpr (kElements && kOneSource) {
+          each_unit(plan.variant, [](auto&&... x) { decode_unit_keys_in_lanes(x...); });
+          return true;
+        }
+        break;
+      case Variant::decode_tiled_amx:
+        if constexpr (kBf16)
+          return tiles::run_on_amx([&](auto amx) {
+            each_unit(plan.variant,
+                      [](auto&&... x) { decode_unit_tiled<decltype(amx)>(x...); });
+          });
+        break;
+      case Variant::decode_rows_int8:
+        if constexpr (!kElements && kInt8Scores) {
+          if (plan.byte_dot)
+            each_unit(plan.variant, [](auto&&... x) {
+              decode_unit_rows<RowsOnInt8<Src::kFormat, true>>(x...);
+            });
+          else
+            each_unit(plan.variant, [](auto&&... x) {
+              decode_unit_rows<RowsOnInt8<Src::kFormat, false>>(x...);
+            });
+          return true;
+        }
+        break;
+      case Variant::decode_tiled:
+      case Variant::decode_tiled_bf16_dot:
+        if (Tiles::kBf16Dot != (plan.variant == Variant::decode_tiled_bf16_dot)) break;
+        each_unit(plan.variant, [](auto&&... x) { decode_unit_tiled<Tiles>(x...); });
+        return true;
+      case Variant::decode_rows_bf16_dot:
+        if constexpr (kRowsOnUnits && kBf16) {
+          each_unit(plan.variant, [](auto&&... x) { decode_unit_rows<RowsOnBf16Dot>(x...); });
+          return true;
+        }
+        break;
+      case Variant::decode_rows:
+        each_unit(plan.variant, [](auto&&... x) { decode_unit_rows<RowsOnFma>(x...); });
+        return true;
+      default:
+        break;
+    }
     return false;
   };
-  if (kElements && kOneSource && keys_in_lanes(n))  // (block rows: never below a vector)
-    each_unit(Variant::decode_keys_in_lanes, [](auto&&... x) {
-      if constexpr (kElements && kOneSource) decode_unit_keys_in_lanes(x...);
-    });
-  else if (on_tiles()) {
-  } else if (!kElements && kInt8Scores && KR.int8_scores && n.R < kTiledDecodeMinRows)
-    each_unit(Variant::decode_rows_int8, [](auto&&... x) {
-      if constexpr (!kElements && kInt8Scores) {
-        if (int8_scores_vnni()) decode_unit_rows<RowsOnInt8<Src::kFormat, true>>(x...);
-        else decode_unit_rows<RowsOnInt8<Src::kFormat, false>>(x...);
-      }
-    });
-  else if (n.R >= kTiledDecodeMinRows)
-    each_unit(Tiles::kBf16Dot ? Variant::decode_tiled_bf16_dot : Variant::decode_tiled,
-              [](auto&&... x) { decode_unit_tiled<Tiles>(x...); });
-  else if (kRowsOnBf16Dot && fits_units(n.D, n.Dv, n.R))
-    each_unit(Variant::decode_rows_bf16_dot, [](auto&&... x) {
-      if constexpr (kRowsOnBf16Dot) decode_unit_rows<RowsOnBf16Dot>(x...);
-    });
-  else each_unit(Variant::decode_rows, [](auto&&... x) { decode_unit_rows<RowsOnFma>(x...); });
+  check(run(), "attention: decoding's plan names ", variant_name(plan.variant),
+        ", which this pass does not compile for ", dtype_name(KR.type), " keys and ",
+        dtype_name(VR.type), " values");
   if (call) call.check_miss();  // an index a kernel found outside its tensor
   // Merge the chunks of each row in chunk order.
   const int64_t rows = n.B * n.Hkv * n.R;
@@ -634,23 +651,35 @@ void decode(const AttentionArgs& a, const KvRows& KR, const KvRows& VR) {
 
 }  // namespace
 
-void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
+void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V, const Plan& plan) {
   if (K.type != V.type) {  // values in a format of their own
 #if !defined(QKV_BF16_UNITS)  // (the bf16 pass runs bf16 keys and values only)
     if (K.in_blocks())
       return with_block_format(K.type, [&](auto format) {
-        decode<BlockSource<decltype(format)::value>, WidenedValues>(a, K, V);
+        decode<BlockSource<decltype(format)::value>, WidenedValues>(a, K, V, plan);
       });
     return tiles::with_element_type(K.type, [&](auto element) {
-      decode<ElementSource<decltype(element)>, WidenedValues>(a, K, V);
+      decode<ElementSource<decltype(element)>, WidenedValues>(a, K, V, plan);
     });
 #endif
   }
   if (K.in_blocks())
-    return with_block_format(
-        K.type, [&](auto format) { decode<BlockSource<decltype(format)::value>>(a, K, V); });
+    return with_block_format(K.type, [&](auto format) {
+      decode<BlockSource<decltype(format)::value>>(a, K, V, plan);
+    });
   tiles::with_element_type(
-      K.type, [&](auto element) { decode<ElementSource<decltype(element)>>(a, K, V); });
+      K.type, [&](auto element) { decode<ElementSource<decltype(element)>>(a, K, V, plan); });
+}
+
+// What the plan needs to know of this target's kernels (plan.h).
+KernelFacts facts() {
+  KernelFacts f;
+  f.lanes = static_cast<int64_t>(simd::lanes());
+  f.byte_products = kInt8Scores;
+  f.byte_dot = int8_scores_vnni();
+  f.amx_unit = tiles::kAmxUnit;
+  f.wide = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3;
+  return f;
 }
 
 // Whether P·V runs in integers (Int8Values) under int8 scores over format's blocks, for value
@@ -683,17 +712,19 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qkv::detail {
 
-// bf16 K and V on the bf16 units when the head dim is whole pairs (decode_bf16.cpp).
+// The bf16-unit pass (decode_bf16.cpp) where the plan says so.
 QKV_ENTRY_WITH_BF16_UNITS(decode_forward,
-                          (const AttentionArgs& a, const KvRows& K, const KvRows& V), (a, K, V),
-                          K.type == TensorType::bf16 && V.type == TensorType::bf16 &&
-                              a.q.shape[3] % 2 == 0)
+                          (const AttentionArgs& a, const KvRows& K, const KvRows& V,
+                           const Plan& plan),
+                          (a, K, V, plan), plan.bf16_units)
 
 #if !defined(QKV_BF16_UNITS)
 HWY_EXPORT(int8_values_on_bytes);
 bool int8_values_on_bytes(TensorType format, int64_t Dv, int64_t R) {
   return QKV_DISPATCH(int8_values_on_bytes)(format, Dv, R);
 }
+HWY_EXPORT(facts);
+KernelFacts kernel_facts() { return QKV_DISPATCH(facts)(); }
 #endif
 
 }  // namespace qkv::detail

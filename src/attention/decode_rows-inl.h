@@ -25,6 +25,7 @@
 
 #include "attention/block_rows-inl.h"
 #include "attention/kv_rows.h"
+#include "attention/plan.h"
 #include "simd/convert-inl.h"
 #include "simd/simd-inl.h"
 #include "util/scratch.h"
@@ -41,9 +42,6 @@ using simd::df;
 using simd::Vf;
 using simd::widen_one;
 
-// Below this many rows (GQA group × queries) per key/value head, decode_unit_rows; from it on,
-// decode_unit_tiled (the two are as fast at 16 rows; below, the rows kernel is faster).
-inline constexpr int64_t kTiledDecodeMinRows = 16;
 inline constexpr int kGroupRows = 4;  // rows per register block
 // Value rows per block: the passes over a block's columns find its rows in L1.
 inline constexpr int64_t kValueBlock = 64;

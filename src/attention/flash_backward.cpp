@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "attention/kernels.h"
+#include "attention/plan.h"
 #include "simd/simd-inl.h"
 #include "simd/convert-inl.h"
 #include "attention/tiles-inl.h"
@@ -781,7 +782,7 @@ void write_score_gradients(const ScoreCall& call, const std::vector<double>& sum
 }  // namespace
 
 void flash_backward(const AttentionArgs& args, const View& dout, const View& dq, const View& dk,
-                    const View& dv) {
+                    const View& dv, const Plan& plan) {
   std::vector<char> k_copy, v_copy;
   AttentionArgs a = args;
   a.k = contiguous_rows(args.k, k_copy);
@@ -852,18 +853,22 @@ void flash_backward(const AttentionArgs& args, const View& dout, const View& dq,
     for (int64_t u = 0; u < whole_rounds; ++u) unit(element, on, u, false);
     for (int64_t u = whole_rounds; u < units; ++u) unit(element, on, u, true);
   };
+  // The plan's unit (plan.cpp chose it).
   tiles::with_element_type(a.k.type, [&](auto element) {
     using T = decltype(element);
+    reached(plan.variant);
 #if QKV_AMX_UNIT
-    // (dP = V dOt multiplies over the value dim: whole 32s there too.)
     if constexpr (std::is_same_v<T, simd::Bf16>)
-      if (n.Dv % 32 == 0 && n.Dv <= tiles::AmxUnit<amx::Emulated>::kMostHeadDim &&
-          tiles::on_amx(n.D, n.Dv, [&](auto amx) {
-            reached(Variant::backward_tiles_amx);
+      if (plan.variant == Variant::backward_tiles_amx &&
+          tiles::run_on_amx([&](auto amx) {
             run_on(element, AmxBackwardUnit<typename decltype(amx)::TileSet>{});
           }))
         return;
 #endif
+    check(plan.variant ==
+              (kOnUnits<T> ? Variant::backward_tiles_bf16_dot : Variant::backward_tiles),
+          "attention_backward: the plan names ", variant_name(plan.variant),
+          ", which this pass does not compile for ", dtype_name(a.k.type), " keys");
     run_on(element, BackwardUnit<kOnUnits<T>>{});
   });
   if (call) call.check_miss();  // an index a kernel found outside its tensor
@@ -879,13 +884,11 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qkv::detail {
 
-// bf16 K and V on the bf16 units when both head dims are whole pairs (flash_backward_bf16.cpp).
+// The bf16-unit pass (flash_backward_bf16.cpp) where the plan says so.
 QKV_ENTRY_WITH_BF16_UNITS(flash_backward,
                           (const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
-                           const View& dv),
-                          (a, dout, dq, dk, dv),
-                          a.k.type == TensorType::bf16 && a.q.shape[3] % 2 == 0 &&
-                              a.v.shape[3] % 2 == 0)
+                           const View& dv, const Plan& plan),
+                          (a, dout, dq, dk, dv, plan), plan.bf16_units)
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

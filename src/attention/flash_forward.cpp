@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "attention/kernels.h"
+#include "attention/plan.h"
 #include "attention/masks.h"
 #include "simd/simd-inl.h"
 #include "simd/convert-inl.h"
@@ -328,7 +329,7 @@ std::vector<int64_t> heaviest_first(const Mask& mask, const BlockMask* fn, int64
 
 }  // namespace
 
-void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
+void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V, const Plan& plan) {
   // (Key tiles walk rows a row apart: a wrapped ring is decoded or gathered by its caller.)
   check(K.wrap() == K.rows && V.wrap() == V.rows, "attention: the tiled kernel got a wrapped ring");
   const size_t N = simd::lanes();
@@ -367,13 +368,17 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V) {
                                 std::min(per_group, tiles - first), stream_out);
     });
   };
+  // The plan's unit (plan.cpp chose it).
   auto group = [&](auto element) {
     using T = decltype(element);
     if constexpr (std::is_same_v<T, simd::Bf16>)
-      if (on_amx(n.D, n.Dv, [&](auto amx) { on_unit(element, amx, Variant::forward_tiles_amx); }))
+      if (plan.variant == Variant::forward_tiles_amx &&
+          run_on_amx([&](auto amx) { on_unit(element, amx, plan.variant); }))
         return;
-    on_unit(element, TileUnit<kOnUnits<T>>{},
-            kOnUnits<T> ? Variant::forward_tiles_bf16_dot : Variant::forward_tiles);
+    check(plan.variant == (kOnUnits<T> ? Variant::forward_tiles_bf16_dot : Variant::forward_tiles),
+          "attention: the tiled forward's plan names ", variant_name(plan.variant),
+          ", which this pass does not compile for ", dtype_name(K.type), " keys");
+    on_unit(element, TileUnit<kOnUnits<T>>{}, plan.variant);
   };
   if (widened(K, V)) group(float{});  // widened to fp32 a tile at a time
   else with_element_type(K.type, group);
@@ -388,11 +393,11 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qkv::detail {
 
-// bf16 K and V on the bf16 units when the head dim is whole pairs (flash_forward_bf16.cpp).
-QKV_ENTRY_WITH_BF16_UNITS(flash_forward, (const AttentionArgs& a, const KvRows& K, const KvRows& V),
-                          (a, K, V),
-                          K.type == TensorType::bf16 && V.type == TensorType::bf16 &&
-                              a.q.shape[3] % 2 == 0)
+// The bf16-unit pass (flash_forward_bf16.cpp) where the plan says so.
+QKV_ENTRY_WITH_BF16_UNITS(flash_forward,
+                          (const AttentionArgs& a, const KvRows& K, const KvRows& V,
+                           const Plan& plan),
+                          (a, K, V, plan), plan.bf16_units)
 
 }  // namespace qkv::detail
 #endif  // HWY_ONCE

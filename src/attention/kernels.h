@@ -9,6 +9,8 @@
 
 namespace qkv::detail {
 
+struct Plan;  // what runs for one call (plan.h)
+
 // The kernel variants an attention call can reach: a call sets its variant's bit in
 // kernels_reached() once, when it chooses it, so that a test can assert the variant a
 // combination of format, shape and unit reaches.
@@ -25,6 +27,8 @@ enum class Variant : uint32_t {
   backward_tiles_amx = 1u << 9,
   decode_rows_int8 = 1u << 10,
   decode_values_int8 = 1u << 11,  // (with decode_rows_int8: P rounded to int8)
+  backward_tiles = 1u << 12,
+  backward_tiles_bf16_dot = 1u << 13,
 };
 std::atomic<uint32_t>& kernels_reached();
 inline void reached(Variant v) {
@@ -45,18 +49,20 @@ void validate_block_mask_batch(const BlockMask& m, int64_t B, int64_t Hq, const 
 void forward_validated(const AttentionArgs& a);
 // The same over row sources K and V (a.k and a.v unused; Hkv, Tk and Dv from K and V): for
 // callers that have validated the arguments themselves (attention over a cache). A ring
-// whose rows wrap (K.wrap() < K.rows) must decode (decodes() true).
+// whose rows wrap (K.wrap() < K.rows) must decode (decodes() true). The kernel is the one
+// plan_forward names.
 void forward_validated(const AttentionArgs& a, const KvRows& K, const KvRows& V);
 
+// The drivers: each runs the kernel its plan names (plan.h), choosing nothing.
 // Tiled FlashAttention-2 forward (flash_forward.cpp): any Tq; rows that do not wrap.
-void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V);
+void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V, const Plan& plan);
 
 // Split-KV decoding (decode.cpp): a few queries against a long cache. The rows sharing a
 // key/value head (Hq / Hkv · Tq) are computed together, so K and V are read once per
 // key/value head (the tiled forward reads them once per query head, in tiles of 64 queries).
 // K and V may differ in type (a cache with its own key and value formats): the values are then
 // widened a block of rows at a time.
-void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V);
+void decode_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V, const Plan& plan);
 // Whether decoding with int8 scores over a block cache of `format` multiplies P·V in integers
 // too (P rounded to 8 bits per value block and 64 keys) for value dim Dv and R query rows per
 // key/value head, on the target in use.
@@ -83,6 +89,6 @@ void sink_gradients(const AttentionArgs& a, const View& dout, float* dsinks);
 
 // Tiled FlashAttention-2 backward (flash_backward.cpp).
 void flash_backward(const AttentionArgs& a, const View& dout, const View& dq, const View& dk,
-                    const View& dv);
+                    const View& dv, const Plan& plan);
 
 }  // namespace qkv::detail

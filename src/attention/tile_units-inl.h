@@ -7,7 +7,7 @@
 //   TileUnit<true>   bf16 pairs on the bf16 dot unit (vdpbf16ps, bfdot; bf16_products-inl.h),
 //                    in the units' pass only: queries as bf16 pairs along the head dim (hi + lo
 //                    unless they are bf16), V's rows interleaved in pairs, P rounded to bf16.
-//   AmxUnit<Tiles>   AMX-BF16 tiles (amx_unit-inl.h), chosen at run time (on_amx) for bf16 K
+//   AmxUnit<Tiles>   AMX-BF16 tiles (amx_unit-inl.h), chosen by the plan (plan.h) for bf16 K
 //                    and V, on the instructions or on their stand-in.
 // A unit's begin() and end() bracket a unit of work on one thread (AMX: the tiles'
 // configuration). Per target, like src/simd/simd-inl.h.

@@ -37,7 +37,6 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 #include <vector>
 
-#include "attention/kernels.h"
 #include "qkv/error.h"
 #include "qkv/kv_cache.h"
 #include "qkv/targets.h"
@@ -241,75 +240,6 @@ std::string cpu_identity() {
   for (const auto& [has, name] : named)
     if (has) s += std::string(" ") + name;
   return s;
-}
-
-std::vector<UnitInUse> units_in_use() {
-  using simd::Unit, simd::Work;
-  const std::string target = current_target();
-  std::vector<UnitInUse> out;
-  out.push_back({"f32", "fma", "fp32 fused multiply-adds"});
-  // A target forced by name overrides the registry's bf16 choice (simd::bf16_units()).
-  const simd::UnitChoice bf16 = simd::unit_for(Work::bf16);
-  const bool registry_agrees = (bf16.unit == Unit::bf16_dot) == simd::bf16_units();
-  if (bf16.unit == Unit::amx)
-    out.push_back(
-        {"bf16", "amx",
-         std::string(amx::stand_in() ? "forced, on the stand-in (QKV_AMX_STAND_IN)" : "forced") +
-             ": attention over bf16 keys and values on AMX-BF16 tiles, forward and "
-             "backward (head dims of whole 32s, value dims of whole 16s, 32s for the "
-             "backward; other shapes and the linear layers as without it)"});
-  else if (simd::bf16_units())
-    out.push_back(
-        {"bf16", "bf16_dot", registry_agrees ? bf16.why : "target " + target + " forced"});
-  else
-    out.push_back(
-        {"bf16", "fma", registry_agrees ? bf16.why : "target " + target + ": widened to fp32"});
-  out.push_back({"f16", "fma", "widened to fp32 (no f16 dot unit is used)"});
-  // Block caches: decoding's scores on the byte products (CacheScores::int8): x86 from AVX2,
-  // every AArch64 target (sdot with the dot product extension, else int16 products).
-  constexpr bool kArm = HWY_ARCH_ARM_A64;
-  const bool wide = target.rfind("avx512", 0) == 0,
-             byte_products = kArm || wide || target == "avx2";
-  const bool vnni = byte_products && !kArm && simd::vnni_in_use(wide);
-  const std::string unit =
-      !byte_products ? "fma"
-      : kArm         ? (simd::unit_of(simd::Work::int8) == simd::Unit::sdot ? "sdot" : "int16")
-      : vnni         ? (wide ? "vpdpbusd" : "avx_vnni")
-                     : "vpmaddubsw";
-  const std::string keys = kArm ? "4" : wide ? "16" : "8";
-  for (const std::string format : {"q8_0", "q4_0", "q4_1"}) {
-    const bool from_two = format == "q8_0" || (!wide && format == "q4_1");
-    out.push_back(
-        {format + " cache", unit,
-         byte_products
-             ? "decoding's scores (--cache-scores int8, the default): the query rounded to int8 "
-               "blocks, a panel of " +
-                   keys + " keys a byte product; " +
-                   (kArm || (wide && !vnni)
-                        ? "values and the tiled kernels widened to fp32"
-                        : "P·V with P rounded to 8 bits per 64 keys on the same unit (value "
-                          "dims of whole " +
-                              std::string(wide ? "64s" : "32s") + " up to 256" +
-                              (from_two ? ", from 2 rows per kv head" : "") +
-                              "; cache_values_unit() says), 4 keys a product; the tiled "
-                              "kernels widened to fp32")
-             : "blocks widened to fp32 in registers, one scale per block"});
-  }
-  return out;
-}
-
-std::string cache_values_unit(const std::string& cache, int64_t dim_v, int64_t rows) {
-  const TensorType type = cache_element_type(cache_type(cache));
-  if (type != TensorType::q8_0 && type != TensorType::q4_0 && type != TensorType::q4_1)
-    throw Error("cache_values_unit: '" + cache +
-                "' is not a cache of 32-value blocks (q8_0, q4_0, q4_1)");
-  if (dim_v < 1 || rows < 1)
-    throw Error("cache_values_unit: dim_v " + std::to_string(dim_v) + " and rows " +
-                std::to_string(rows) + " must be positive");
-  if (!detail::int8_values_on_bytes(type, dim_v, rows)) return "fma";
-  for (const UnitInUse& u : units_in_use())
-    if (u.data == cache + " cache") return u.unit;  // the scores' byte product
-  return "fma";
 }
 
 int target_vector_bits() { return simd::current_vector_bits(); }

@@ -19,13 +19,14 @@ bool bf16_units();
 
 // The entry point of a kernel file that has a bf16-unit version, written once (after the
 // file's per-target code, in its HWY_ONCE part):
-//   QKV_ENTRY_WITH_BF16_UNITS(decode_forward, (const AttentionArgs& a), (a), <fits>)
-// defines `void decode_forward(const AttentionArgs& a)`: the units' version where the data
-// fits them (`fits`: bf16 keys and values of whole pairs) and bf16_units() says so, else
-// Highway's dispatch. In the units' translation unit it defines the units' version's entry,
+//   QKV_ENTRY_WITH_BF16_UNITS(decode_forward, (const AttentionArgs& a, const Plan& plan),
+//                             (a, plan), plan.bf16_units)
+// defines `void decode_forward(const AttentionArgs& a, const Plan& plan)`: the units' version
+// where `on_units` (the call's plan, src/attention/plan.h, chose the pass), else Highway's
+// dispatch. In the units' translation unit it defines the units' version's entry,
 // name_on_bf16_units, instead.
 #if defined(QKV_BF16_UNITS)
-#define QKV_ENTRY_WITH_BF16_UNITS(name, params, args, fits) \
+#define QKV_ENTRY_WITH_BF16_UNITS(name, params, args, on_units) \
   void name##_on_bf16_units params { QKV_UNITS_NAMESPACE::name args; }
 #else
 namespace qkv::simd {
@@ -35,12 +36,12 @@ inline constexpr bool kBf16UnitKernels = true;
 inline constexpr bool kBf16UnitKernels = false;
 #endif
 }  // namespace qkv::simd
-#define QKV_ENTRY_WITH_BF16_UNITS(name, params, args, fits)                  \
+#define QKV_ENTRY_WITH_BF16_UNITS(name, params, args, on_units)              \
   void name##_on_bf16_units params; /* the units' translation unit */       \
   HWY_EXPORT(name);                                                          \
   void name params {                                                         \
     if constexpr (::qkv::simd::kBf16UnitKernels)                             \
-      if ((fits) && ::qkv::simd::bf16_units()) return name##_on_bf16_units args; \
+      if (on_units) return name##_on_bf16_units args;                       \
     QKV_DISPATCH(name) args;                                                 \
   }
 #endif
