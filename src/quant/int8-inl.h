@@ -726,13 +726,14 @@ constexpr int kXRows = 2;  // × 4 weight rows: 8 accumulators (16 halves on SSE
 constexpr int kXRows = 1;  // (no tiles)
 #endif
 
-// y[i][0, R) = R weight rows (rb bytes apart) · activation row x[i], for i < XR; `packed`,
-// the same 4 rows repacked for the pair unit (quant/pair_layout.h), or null.
+// y[i][0, R) = R weight rows (rb bytes apart) · activation row x[i], for i < XR, on `unit`
+// (the call's plan, int8_kernel's choice); `packed`, the same 4 rows repacked for the pair
+// unit (quant/pair_layout.h), or null.
 template <TensorType T, int R, int XR>
 HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, const uint8_t* packed, int64_t blocks,
-                          const Row* x, float* const* y) {
+                          ProductKernel unit, const Row* x, float* const* y) {
 #if HWY_TARGET == HWY_AVX3_DL
-  if (int8_kernel<T>() != ProductKernel::int8_vpdpbusd) {  // (int8=vpmaddubsw forced)
+  if (unit != ProductKernel::int8_vpdpbusd) {  // (int8=vpmaddubsw forced)
   } else if constexpr (T == TensorType::q4_k) {
     return tile<Q4kPairUnit<R>, XR>(w, rb, 0, blocks, x, y);
   } else if constexpr (!kKQuant<T>) {
@@ -751,7 +752,7 @@ HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, const uint8_t* packed, i
   (void)packed;  // (read by the pair unit alone)
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #if HWY_TARGET == HWY_AVX2
-  if (int8_kernel<T>() == ProductKernel::int8_avx_vnni)
+  if (unit == ProductKernel::int8_avx_vnni)
     return tile<BlockUnit<Avx2<true>, T, R>, XR>(w, rb, 0, blocks, x, y);
 #endif
   tile<BlockUnit<Avx2<false>, T, R>, XR>(w, rb, 0, blocks, x, y);
@@ -759,7 +760,7 @@ HWY_INLINE void tile_rows(const uint8_t* w, int64_t rb, const uint8_t* packed, i
   tile<BlockUnit<Sse4, T, R>, XR>(w, rb, 0, blocks, x, y);
 #else
 #if HWY_ARCH_ARM_A64
-  if (int8_kernel<T>() == ProductKernel::int8_sdot)
+  if (unit == ProductKernel::int8_sdot)
     return tile<BlockUnit<Sdot, T, R>, XR>(w, rb, 0, blocks, x, y);
 #endif
   tile<BlockUnit<Widened, T, R>, XR>(w, rb, 0, blocks, x, y);
@@ -776,13 +777,15 @@ HWY_INLINE const uint8_t* packed_group(const uint8_t* packed, int64_t blocks, in
 // y[begin, end) (rows of the matrix at w, rb bytes a row; begin a multiple of 4) = its rows · x.
 template <TensorType T>
 HWY_NOINLINE void dot_range(const uint8_t* w, int64_t rb, const uint8_t* packed, int64_t blocks,
-                            int64_t begin, int64_t end, const Row& x, float* y) {
+                            ProductKernel unit, int64_t begin, int64_t end, const Row& x,
+                            float* y) {
   constexpr int kRows = 4;  // weight rows side by side
   int64_t r = begin;
   for (float* out = y + r; r + kRows <= end; r += kRows, out += kRows)
-    tile_rows<T, kRows, 1>(w + r * rb, rb, packed_group<T>(packed, blocks, r), blocks, &x, &out);
+    tile_rows<T, kRows, 1>(w + r * rb, rb, packed_group<T>(packed, blocks, r), blocks, unit, &x,
+                           &out);
   for (float* out = y + r; r < end; ++r, ++out)
-    tile_rows<T, 1, 1>(w + r * rb, rb, nullptr, blocks, &x, &out);
+    tile_rows<T, 1, 1>(w + r * rb, rb, nullptr, blocks, unit, &x, &out);
 }
 
 // y[i · ldy + begin, end) = rows [begin, end) of the matrix · activation row i, for the M rows
@@ -790,8 +793,8 @@ HWY_NOINLINE void dot_range(const uint8_t* w, int64_t rb, const uint8_t* packed,
 // time share each decoded weight block (tile_rows).
 template <TensorType T>
 HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, const uint8_t* packed, int64_t K,
-                                 int64_t begin, int64_t end, const float* rows, int64_t M, float* y,
-                                 int64_t ldy) {
+                                 ProductKernel unit, int64_t begin, int64_t end, const float* rows,
+                                 int64_t M, float* y, int64_t ldy) {
   const int64_t blocks = K / kBlock, stride = floats_per_row(K);
   int64_t untiled = 0;  // the first activation row left to dot_range
   if constexpr (kXRows > 1) {
@@ -807,16 +810,17 @@ HWY_NOINLINE void dot_range_rows(const uint8_t* w, int64_t rb, const uint8_t* pa
       for (int64_t r = begin; r < tiled_end; r += kRows) {
         float* out[kXRows];
         for (int i = 0; i < kXRows; ++i) out[i] = y + (i0 + i) * ldy + r;
-        tile_rows<T, kRows, kXRows>(w + r * rb, rb, packed_group<T>(packed, blocks, r), blocks, x,
-                                    out);
+        tile_rows<T, kRows, kXRows>(w + r * rb, rb, packed_group<T>(packed, blocks, r), blocks,
+                                    unit, x, out);
       }
       if (tiled_end < end)
         for (int i = 0; i < kXRows; ++i)
-          dot_range<T>(w, rb, packed, blocks, tiled_end, end, x[i], y + (i0 + i) * ldy);
+          dot_range<T>(w, rb, packed, blocks, unit, tiled_end, end, x[i], y + (i0 + i) * ldy);
     }
   }
   for (int64_t i = untiled; i < M; ++i)
-    dot_range<T>(w, rb, packed, blocks, begin, end, row_at(rows + i * stride, K), y + i * ldy);
+    dot_range<T>(w, rb, packed, blocks, unit, begin, end, row_at(rows + i * stride, K),
+                 y + i * ldy);
 }
 
 }  // namespace int8

@@ -3,9 +3,16 @@
 // AArch64 sdot or int16 pairs.
 #pragma once
 
+#include "qkv/number_format.h"
 #include "simd/cpu.h"
 
 namespace qkv::quant::int8 {
+
+// The weight formats the int8 products take (the one list: linear_forward's plan and the
+// kernels' switch read it; the others keep fp32 activations).
+inline constexpr TensorType kWeightTypes[] = {TensorType::q8_0, TensorType::q4_0,
+                                              TensorType::q4_1, TensorType::q4_k,
+                                              TensorType::q6_k};
 
 // Whether the AVX2 target's products use AVX-VNNI (the VEX vpdpbusd): forced, or beneath a
 // forced AMX (which multiplies prompts only) where the CPU has it.

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "simd/simd-inl.h"
 #include "util/parallel.h"
 #include "util/scratch.h"
+#include "util/type_switch.h"
 #include "simd/blocks-inl.h"
 #include "simd/half-inl.h"
 #include "quant/int8-inl.h"
@@ -312,52 +314,35 @@ void decode_rows(const Matrix& m, int64_t row0, int64_t n, float* out) {
 
 // Whether the int8 products take weights of type t (the others keep fp32 activations).
 bool takes_int8(TensorType t) {
-  return t == TensorType::q8_0 || t == TensorType::q4_0 || t == TensorType::q4_1 ||
-         t == TensorType::q4_k || t == TensorType::q6_k;
+  return std::find(std::begin(::qkv::quant::int8::kWeightTypes), std::end(::qkv::quant::int8::kWeightTypes), t) !=
+         std::end(::qkv::quant::int8::kWeightTypes);
+}
+
+// f(format) for the int8 weight format t.
+template <typename F>
+auto with_int8_weights(TensorType t, F&& f) {
+  return ::qkv::detail::with_type_in<::qkv::quant::int8::kWeightTypes>(t, "a format of the int8 products",
+                                                          std::forward<F>(f));
 }
 
 // The kernel of weights of type t in `mode` for `rows` activation rows (linear_forward's choice).
 ProductKernel kernel_for(TensorType t, Matmul mode, int64_t rows) {
   if (mode == Matmul::int8 && takes_int8(t)) {
     if (amx_int8::runs(rows)) return ProductKernel::int8_amx;
-    switch (t) {
-      case TensorType::q8_0:
-        return int8::int8_kernel<TensorType::q8_0>();
-      case TensorType::q4_0:
-        return int8::int8_kernel<TensorType::q4_0>();
-      case TensorType::q4_k:
-        return int8::int8_kernel<TensorType::q4_k>();
-      case TensorType::q6_k:
-        return int8::int8_kernel<TensorType::q6_k>();
-      case TensorType::q4_1:
-        return int8::int8_kernel<TensorType::q4_1>();
-      default:
-        fail("int8 products: no kernel for ", to_string(t), " weights");  // (takes_int8 says)
-    }
+    return with_int8_weights(t, [](auto f) { return int8::int8_kernel<decltype(f)::value>(); });
   }
   return rows == 1 && fused(t) ? ProductKernel::rows_widened : ProductKernel::tiles_widened;
 }
 
 // y[i, begin, end) = rows [begin, end) of m · row i of x, for the M rows of x quantized to int8
-// (int8::quantize_row, each int8::floats_per_row(K) floats from `rows`).
-void int8_range_of(const Matrix& m, int64_t begin, int64_t end, int64_t M, const float* rows,
-                   float* y, int64_t ldy) {
+// (int8::quantize_row, each int8::floats_per_row(K) floats from `rows`), on `unit`.
+void int8_range_of(const Matrix& m, ProductKernel unit, int64_t begin, int64_t end, int64_t M,
+                   const float* rows, float* y, int64_t ldy) {
   const int64_t rb = row_bytes(m.type, m.cols);
-  auto run = [&](auto range) { range(m.data, rb, m.packed, m.cols, begin, end, rows, M, y, ldy); };
-  switch (m.type) {
-    case TensorType::q8_0:
-      return run(int8::dot_range_rows<TensorType::q8_0>);
-    case TensorType::q4_0:
-      return run(int8::dot_range_rows<TensorType::q4_0>);
-    case TensorType::q4_k:
-      return run(int8::dot_range_rows<TensorType::q4_k>);
-    case TensorType::q6_k:
-      return run(int8::dot_range_rows<TensorType::q6_k>);
-    case TensorType::q4_1:
-      return run(int8::dot_range_rows<TensorType::q4_1>);
-    default:
-      fail("int8 products: no kernel for ", to_string(m.type), " weights");  // (takes_int8 says)
-  }
+  with_int8_weights(m.type, [&](auto f) {
+    int8::dot_range_rows<decltype(f)::value>(m.data, rb, m.packed, m.cols, unit, begin, end, rows,
+                                             M, y, ldy);
+  });
 }
 
 }  // namespace
@@ -374,12 +359,13 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   int64_t chunks = 0;
   for (const Matrix& p : parts) chunks += (p.rows + kChunk - 1) / kChunk;
   // Chunk c as (part, first row, rows, first output column).
-  auto locate = [&](int64_t c, const Matrix*& m, int64_t& row0, int64_t& n, int64_t& col0) {
+  auto locate = [&](int64_t c, size_t& part, int64_t& row0, int64_t& n, int64_t& col0) {
     col0 = 0;
-    for (const Matrix& p : parts) {
+    for (part = 0; part < parts.size(); ++part) {
+      const Matrix& p = parts[part];
       const int64_t here = (p.rows + kChunk - 1) / kChunk;
       if (c < here) {
-        m = &p, row0 = c * kChunk, n = std::min(kChunk, p.rows - row0);
+        row0 = c * kChunk, n = std::min(kChunk, p.rows - row0);
         return;
       }
       c -= here, col0 += p.rows;
@@ -390,7 +376,11 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   const int threads = y.shape[1] * K < (1 << 16) ? 1 : num_threads();
   const auto int8_part = [](const Matrix& p) { return takes_int8(p.type); };
   const bool int8 = mode == Matmul::int8 && std::any_of(parts.begin(), parts.end(), int8_part);
-  for (const Matrix& p : parts) reached(kernel_for(p.type, int8 ? mode : Matmul::exact, M));
+  // Each part's kernel, chosen once (kernel_for); the chunks run it.
+  ProductKernel plan[8];
+  check(parts.size() <= std::size(plan), "linear_forward: at most 8 parts, got ", parts.size());
+  for (size_t i = 0; i < parts.size(); ++i)
+    reached(plan[i] = kernel_for(parts[i].type, int8 ? mode : Matmul::exact, M));
   const int64_t nb = K / kBlock;
   // The int8 products' activations (all M rows, once), or the sums of x over each block that
   // Q4_1's offsets multiply in the exact one-row product. In a team, every thread prepares one
@@ -440,22 +430,33 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
     else ::qkv::detail::team_serial(block_sums);
   }
   ::qkv::detail::parallel_for(chunks, threads, [&](int64_t c) {
-    const Matrix* m = nullptr;
+    size_t part = 0;
     int64_t row0 = 0, n = 0, col0 = 0;
-    locate(c, m, row0, n, col0);
+    locate(c, part, row0, n, col0);
+    const Matrix* m = &parts[part];
     float* out = y.data + col0;
-    if (int8 && takes_int8(m->type)) {
+    switch (plan[part]) {
+      case ProductKernel::int8_amx:
 #if QKV_AMX_INT8
-      if (amx) amx_int8::range_of(*m, row0, n, M, tokens, out + row0, ldy);
-      else
+        amx_int8::range_of(*m, row0, n, M, tokens, out + row0, ldy);
+        break;
 #endif
-        int8_range_of(*m, row0, row0 + n, M, scratch, out, ldy);
-    } else if (M == 1 && fused(m->type)) {
-      dot_range_of(*m, row0, row0 + n, xd, xsum, out);
-    } else {
-      float* tile = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::tile, n * K);
-      decode_rows(*m, row0, n, tile);
-      ::qkv::detail::gemm(false, true, M, n, K, 1.0f, xd, ldx, tile, K, 0.0f, out + row0, ldy);
+      case ProductKernel::int8_vpdpbusd:
+      case ProductKernel::int8_avx_vnni:
+      case ProductKernel::int8_vpmaddubsw:
+      case ProductKernel::int8_sdot:
+      case ProductKernel::int8_int16:
+        int8_range_of(*m, plan[part], row0, row0 + n, M, scratch, out, ldy);
+        break;
+      case ProductKernel::rows_widened:
+        dot_range_of(*m, row0, row0 + n, xd, xsum, out);
+        break;
+      case ProductKernel::tiles_widened: {
+        float* tile = ::qkv::detail::thread_scratch(::qkv::detail::QuantSlot::tile, n * K);
+        decode_rows(*m, row0, n, tile);
+        ::qkv::detail::gemm(false, true, M, n, K, 1.0f, xd, ldx, tile, K, 0.0f, out + row0, ldy);
+        break;
+      }
     }
     if (bias)
       for (int64_t i = 0; i < M; ++i)

@@ -21,6 +21,7 @@
 #include "qkv/error.h"
 #include "qkv/number_format.h"
 #include "simd/half-inl.h"
+#include "util/type_switch.h"
 #include "simd/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -32,16 +33,10 @@ inline constexpr int64_t kBlockValues = kKvBlockValues;
 // Calls f(std::integral_constant<TensorType, T>{}) for the 32-value block format `type`, one of
 // kKvBlockTypes (qkv/number_format.h, the one list): a format added there is instantiated
 // here, and a kernel that does not know it fails to compile. Anything else: a qkv::Error.
-template <size_t kAt = 0, typename F>
-auto with_block_format(TensorType type, F&& f)
-    -> decltype(f(std::integral_constant<TensorType, kKvBlockTypes[0]>{})) {
-  if constexpr (kAt < std::size(kKvBlockTypes)) {
-    constexpr TensorType kType = kKvBlockTypes[kAt];
-    if (type == kType) return f(std::integral_constant<TensorType, kType>{});
-    return with_block_format<kAt + 1>(type, std::forward<F>(f));
-  } else {
-    fail("kernels: ", to_string(type), " is not a 32-value block format");
-  }
+template <typename F>
+auto with_block_format(TensorType type, F&& f) {
+  return ::qkv::detail::with_type_in<kKvBlockTypes>(type, "a 32-value block format",
+                                                    std::forward<F>(f));
 }
 
 using ::qkv::kBlockBytes;  // (qkv/number_format.h)
