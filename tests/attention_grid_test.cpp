@@ -22,8 +22,10 @@
 #include "attention/plan.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/mask_function.h"
 #include "qkv/number_format.h"
 #include "qkv/quant.h"
+#include "qkv/score_function.h"
 #include "qkv/targets.h"
 #include "qkv/tensor.h"
 #include "simd/amx.h"
@@ -36,7 +38,18 @@ using detail::Variant;
 
 enum class Driver { forward, decode_rows, decode_tiled, decode_keys_in_lanes, backward };
 enum class Source { view, cache, ring };
-enum class Option { plain, causal, window, alibi, softcap, bias, sinks };
+enum class Option {
+  plain,
+  causal,
+  window,
+  alibi,
+  softcap,
+  bias,
+  sinks,
+  dropout,
+  mask_function,
+  score_function
+};
 
 const char* name_of(Driver d) {
   const char* names[] = {"forward", "decode_rows", "decode_tiled", "decode_keys_in_lanes",
@@ -48,7 +61,8 @@ const char* name_of(Source s) {
   return names[static_cast<int>(s)];
 }
 const char* name_of(Option o) {
-  const char* names[] = {"plain", "causal", "window", "alibi", "softcap", "bias", "sinks"};
+  const char* names[] = {"plain", "causal",  "window",        "alibi",         "softcap",
+                         "bias",  "sinks",   "dropout",       "mask_function", "score_function"};
   return names[static_cast<int>(o)];
 }
 std::string name_of(TensorType t) {
@@ -168,8 +182,13 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
     return;
   }
   if (int8 && source == Source::view) return;  // (counted above, under the fma unit)
-  if (option == Option::bias && source != Source::view) {
-    ++outcome.skipped["an additive bias is for views (attention over a cache refuses it)"];
+  if ((option == Option::bias || option == Option::dropout) && source != Source::view) {
+    ++outcome.skipped["a bias and dropout are for views (attention over a cache refuses them)"];
+    return;
+  }
+  if ((option == Option::mask_function || option == Option::score_function) &&
+      source != Source::view) {
+    ++outcome.skipped["functions over a cache read positions (attention_stored_test)"];
     return;
   }
   const bool backward = driver == Driver::backward;
@@ -219,6 +238,11 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   for (int64_t h = 0; h < Hq; ++h) slopes[h] = 0.02f * static_cast<float>(h + 1);
   for (int64_t h = 0; h < Hq; ++h) sinks[h] = 0.5f * static_cast<float>(h) - 0.25f;
   for (float& x : bias) x = u(rng);
+  // Functions that read every index (a mask with holes in every row; a score offset by both).
+  const BlockMask block_mask =
+      create_block_mask(parse_mask("(q_idx + 2 * kv_idx) % 5 != 1"), 1, 1, Tq, Tk, 32);
+  const ScoreFunction score_mod(
+      parse_score("score + 0.01 * float(kv_idx % 7) - 0.02 * float(q_idx % 3)"));
   AttentionArgs args{.q = q, .out = got};
   if (backward) args.lse = lse.data();
   switch (option) {
@@ -239,6 +263,15 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
       break;
     case Option::sinks:
       args.sinks = sinks.data();
+      break;
+    case Option::dropout:
+      args.dropout = {.p = 0.2f, .seed = 7};
+      break;
+    case Option::mask_function:
+      args.block_mask = &block_mask;
+      break;
+    case Option::score_function:
+      args.score_mod = &score_mod;
       break;
     default:
       break;
@@ -306,10 +339,11 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   // the decoding kernels; for the tiled forward it is gathered as fp32 first.
   const bool gathered = source == Source::ring && driver == Driver::forward;
   const TensorType read = gathered ? TensorType::f32 : format;
-  const bool amx = read == TensorType::bf16 && unit == "amx";
+  // (AMX tiles take head dims of whole 32s; dropout runs the tiled forward at any shape.)
+  const bool amx = read == TensorType::bf16 && unit == "amx" && D % 32 == 0;
   const bool dot = amx || (read == TensorType::bf16 && bf16_dot_in_use());
   Variant want_variant = Variant::forward_tiles;
-  switch (driver) {
+  switch (option == Option::dropout && !backward ? Driver::forward : driver) {
     case Driver::forward:
       want_variant = amx   ? Variant::forward_tiles_amx
                      : dot ? Variant::forward_tiles_bf16_dot
@@ -382,8 +416,10 @@ TEST_P(KernelGrid, EveryFormatSourceUnitAndOptionMatchesTheReference) {
   for (TensorType format : kv_row_types())
     for (Source source : {Source::view, Source::cache, Source::ring})
       for (const char* unit : {"fma", "bf16_dot", "amx", "int8"})
-        for (Option option : {Option::plain, Option::causal, Option::window, Option::alibi,
-                              Option::softcap, Option::bias, Option::sinks})
+        for (Option option :
+             {Option::plain, Option::causal, Option::window, Option::alibi, Option::softcap,
+              Option::bias, Option::sinks, Option::dropout, Option::mask_function,
+              Option::score_function})
           run_case(driver, format, source, unit, option, outcome);
   std::string skipped;
   for (const auto& [why, count] : outcome.skipped)

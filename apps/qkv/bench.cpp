@@ -20,6 +20,7 @@
 #include "qkv/error.h"
 #include "qkv/kv_cache.h"
 #include "qkv/mask_function.h"
+#include "qkv/model.h"
 #include "qkv/quant.h"
 #include "qkv/targets.h"
 #include "qkv/threads.h"
@@ -47,60 +48,51 @@ struct BenchOptions {
   int64_t block_size = 128;             // the BlockMask's
 };
 
-// K and V [B, Hkv, T, D] (fp32, contiguous) stored as a key/value cache of types k_type and
-// v_type stores them (rows rounded or quantized as written), and the StoredKV that attention
+// K and V [B, Hkv, T, D] (fp32, contiguous) written into a one-layer KVCache of these options
+// (rows rounded, quantized and rotated as it stores them), and the StoredKV that attention
 // reads them through.
 struct CacheStorage {
-  std::vector<uint8_t> k, v;
+  KVCache cache;
   StoredKV kv;
-  CacheStorage(const Tensor& kt, const Tensor& vt, TensorType k_type, TensorType v_type,
-               int64_t rotation) {
+  CacheStorage(const Tensor& kt, const Tensor& vt, const KVCacheOptions& options)
+      : cache(config_of(kt), options) {
+    check(vt.size(3) == kt.size(3), "bench: --cache needs --dim-v equal to --dim");
     const int64_t B = kt.size(0), H = kt.size(1), T = kt.size(2), D = kt.size(3);
-    check(vt.size(3) == D, "bench: --cache needs --dim-v equal to --dim");
-    for (TensorType type : {k_type, v_type})
-      if (is_kv_block_type(type))
-        check(D % kKvBlockValues == 0, "bench: a ", to_string(type),
-              " cache needs a head dim of whole 32s, got ", D);
-    auto store = [&](const Tensor& t, TensorType type, std::vector<uint8_t>& bytes) {
-      const int64_t rows = B * H * T, row_bytes = quant::row_bytes(type, D);
-      bytes.resize(rows * row_bytes);
-      std::vector<float> rotated(D);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* x = t.data() + r * D;
-        if (rotation > 0) {
-          std::copy(x, x + D, rotated.begin());
-          hadamard_rotate(rotated.data(), D, rotation);
-          x = rotated.data();
+    // (The cache takes a sequence's rows position by position, its heads side by side.)
+    std::vector<float> k(T * H * D), v(T * H * D);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t from = ((b * H + h) * T + t) * D, to = (t * H + h) * D;
+          std::copy(kt.data() + from, kt.data() + from + D, k.begin() + to);
+          std::copy(vt.data() + from, vt.data() + from + D, v.begin() + to);
         }
-        if (type == TensorType::bf16)
-          for (int64_t d = 0; d < D; ++d) {
-            const uint16_t b = float_to_bf16(x[d]);
-            std::memcpy(bytes.data() + r * row_bytes + 2 * d, &b, 2);
-          }
-        else quant::quantize_into(type, x, D, bytes.data() + r * row_bytes);
-      }
-    };
-    store(kt, k_type, k);
-    store(vt, v_type, v);
-    kv = StoredKV{.type = k_type,
-                  .v_type = v_type,
-                  .k = k.data(),
-                  .v = v.data(),
-                  .batch_stride = H * T * D,
-                  .head_stride = T * D,
-                  .row_stride = D,
-                  .heads = H,
-                  .dim_k = D,
-                  .dim_v = D,
-                  .length = T,
-                  .rotation = rotation};
+      cache.append(0, b, k.data(), v.data(), H * D, T);
+      cache.advance(b, T);
+    }
+    kv = cache.stored(0, 0, T);
+  }
+  // A one-layer model of K's heads and length, for the cache.
+  static ModelConfig config_of(const Tensor& kt) {
+    ModelConfig c;
+    c.n_layers = 1, c.n_heads = c.n_kv_heads = kt.size(1), c.d_head = kt.size(3);
+    c.context = kt.size(2), c.d_model = c.n_heads * c.d_head;
+    return c;
+  }
+  TensorType type_of(bool values) const { return values ? kv.v_type.value_or(kv.type) : kv.type; }
+  // The keys' (or values') bytes, as floats for the read yardstick.
+  std::span<const float> bytes(bool values) const {
+    const int64_t rows = cache.batch() * kv.heads * kv.length;
+    return {static_cast<const float*>(values ? kv.v : kv.k),
+            static_cast<size_t>(rows * quant::row_bytes(type_of(values), kv.dim_k) / 4)};
   }
   // Head (b, h)'s keys or values as the cache holds them, in fp32 [1, 1, T, D].
   Tensor widened(bool values, int64_t b, int64_t h) const {
-    const TensorType type = values ? *kv.v_type : kv.type;
+    const TensorType type = type_of(values);
     const int64_t T = kv.length, D = kv.dim_k, row_bytes = quant::row_bytes(type, D);
     Tensor out({1, 1, T, D});
-    const uint8_t* at = (values ? v : k).data() + ((b * kv.heads + h) * T) * row_bytes;
+    const uint8_t* at = static_cast<const uint8_t*>(values ? kv.v : kv.k) +
+                        ((b * kv.heads + h) * T) * row_bytes;
     quant::dequantize(type, at, T * D, out.data());
     if (kv.rotation > 0)  // back to the rows attention sees
       for (int64_t t = 0; t < T; ++t) hadamard_rotate(out.data() + t * D, D, kv.rotation);
@@ -241,26 +233,13 @@ void bench_attention(const BenchOptions& o) {
     check(!o.seq_major && !o.backward && o.kv_len == 0,
           "bench: --cache times the forward over "
           "[B, H, T, D] rows (no --bthd, --backward or --kv-len)");
-    const CacheType tk = cache_type(cache_k), tv = cache_type(cache_v);
-    cache = std::make_unique<CacheStorage>(
-        k, v, cache_element_type(tk), cache_element_type(tv),
-        cache_rotates(tk, tv, cache_rotation(o.cache_rotation)) ? rotation_block(D) : 0);
-    cache->kv.scores = cache_scores(o.cache_scores);
+    KVCacheOptions options;
+    options.batch = B, options.max_seq = Tk;
+    options.key_type = cache_type(cache_k), options.value_type = cache_type(cache_v);
+    options.rotation = cache_rotation(o.cache_rotation);
+    options.scores = cache_scores(o.cache_scores);
+    cache = std::make_unique<CacheStorage>(k, v, options);
   }
-  // The unit a block cache's scores run on (units_in_use: int8 scores on the target's byte
-  // products where up to 4 queries decode with fewer than 16 rows per key/value head, else
-  // widened); "exact" widens them all.
-  // P·V: with the int8 scores, P rounded to 8 bits where cache_values_unit() says, else widened.
-  std::string cache_unit, values_unit;
-  const bool rows_decode = Tq <= 4 && Tq * (Hq / Hkv) < 16;
-  if (cache)
-    for (const UnitInUse& u : units_in_use())
-      if (u.data == cache_k + " cache") {
-        cache_unit = o.cache_scores == "exact" || !rows_decode ? "fma" : u.unit;
-        values_unit = cache_unit == "fma" || cache_v != cache_k
-                          ? "fma"
-                          : cache_values_unit(cache_k, D, Tq * (Hq / Hkv));
-      }
   std::vector<std::unique_ptr<Storage16>> storage16;
   auto typed = [&](const Tensor& t) {
     if (type == TensorType::f32) return view(t);
@@ -313,6 +292,10 @@ void bench_attention(const BenchOptions& o) {
   AttentionArgs over_cache = a;  // with --cache: k and v come from the storage
   over_cache.k = over_cache.v = View();
   over_cache.block_mask = positions_mask.get();
+  // What the call runs, as the library plans it: the kernel, the unit of Q·K (a block cache's
+  // int8 scores on the target's byte products) and of P·V.
+  const KernelPlan plan = cache ? attention_plan(over_cache, cache->kv) : attention_plan(a);
+  const std::string cache_unit = cache ? plan.unit : "", values_unit = cache ? plan.values_unit : "";
 
   // --backward times one forward and one backward (the attention of a training step) and
   // counts them as 3.5 forwards: the backward's five tile products against the forward's two.
@@ -328,29 +311,22 @@ void bench_attention(const BenchOptions& o) {
     bytes *= 2;  // the backward reads q, k, v, out, dout and writes dq, dk, dv
   }
   // The read yardstick reads the run's own K and V, in their type (no second copy of them).
-  const double kv_bytes = cache ? double(cache->k.size() + cache->v.size())
+  const double kv_bytes = cache ? 4.0 * double(cache->bytes(false).size() + cache->bytes(true).size())
                                 : double(element_bytes) * (k.numel() + v.numel());
   auto span_of = [&](const View& x, const Tensor& t) {
     return std::span<const float>(static_cast<const float*>(x.address()),
                                   static_cast<size_t>(t.numel() * element_bytes / 4));
   };
-  auto bytes_of = [](const std::vector<uint8_t>& b) {
-    return std::span<const float>(reinterpret_cast<const float*>(b.data()), b.size() / 4);
-  };
   auto read_kv = [&] {
     if (cache)
-      return detail::measure_read_gbps({bytes_of(cache->k), bytes_of(cache->v)}, threads, 0.1);
+      return detail::measure_read_gbps({cache->bytes(false), cache->bytes(true)}, threads, 0.1);
     return detail::measure_read_gbps({span_of(a.k, k), span_of(a.v, v)}, threads, 0.1);
   };
-  // The unit bf16 keys and values ran on, and its peak: AMX tiles where forced (the forward,
-  // head dims of whole 32s and value dims of whole 16s), else the bf16 dot unit of the target.
-  const bool bf16_rows = cache ? cache->kv.type == TensorType::bf16 : type == TensorType::bf16;
-  bool amx_ran = false, amx_stand_in = false;
-  for (const UnitInUse& u : units_in_use())
-    if (u.data == "bf16" && u.unit == "amx")
-      (u.why.find("stand-in") == std::string::npos ? amx_ran : amx_stand_in) = bf16_rows;
-  amx_ran =
-      amx_ran && bf16_rows && !o.backward && D % 32 == 0 && Dv % 16 == 0 && !amx_unavailable();
+  // The unit bf16 keys and values ran on, and its peak: AMX tiles where the plan says so (the
+  // forward; forced), on the instructions or their stand-in, else the bf16 dot unit.
+  const bool on_amx = plan.unit == "amx" && !o.backward;
+  const bool amx_stand_in = on_amx && amx_unavailable() != nullptr;
+  const bool amx_ran = on_amx && !amx_stand_in;
   std::function<double()> unit_peak;
   std::string unit_name;
   if (amx_ran) {
@@ -437,6 +413,7 @@ void bench_attention(const BenchOptions& o) {
       {"cache_v", cache ? json(cache_v) : json(nullptr)},
       {"cache_rotation", cache ? json(cache->kv.rotation > 0 ? "on" : "off") : json(nullptr)},
       {"cache_scores", cache ? json(o.cache_scores) : json(nullptr)},
+      {"kernel", plan.kernel},
       {"cache_unit", cache_unit.empty() ? json(nullptr) : json(cache_unit)},
       {"cache_values_unit", values_unit.empty() ? json(nullptr) : json(values_unit)},
       {"backward", o.backward},
@@ -477,7 +454,8 @@ void bench_attention(const BenchOptions& o) {
               << ", " << threads << " thread(s), SIMD target " << current_target() << "\n"
               << "  " << seconds * 1e3 << " ms, " << gflops
               << " GFLOP/s = " << 100 * timing.fraction << "% of the measured fp32 FMA peak ("
-              << peak << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n";
+              << peak << " GFLOP/s; medians over " << kPeakRounds << " rounds)\n"
+              << "  kernel " << plan.kernel << " on " << plan.unit << ": " << plan.why << "\n";
     if (amx_stand_in)
       std::cout << "  (on the AMX stand-in, QKV_AMX_STAND_IN: the tile kernels' numbers, an "
                    "emulator's speed)\n";

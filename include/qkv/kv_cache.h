@@ -113,13 +113,22 @@ class KVCache {
   void attend(int64_t layer, int64_t seq, const AttentionArgs& args, const float* k_rows,
               const float* v_rows, int64_t row_stride);
   void advance(int64_t seq, int64_t count);  // the sequence has grown by `count` positions
+  // Stores sequence `seq`'s next `count` positions at `layer` as attend() does (rounded,
+  // quantized and rotated as the cache stores them), without attending: a prompt's rows
+  // stored ahead, or a cache filled for a benchmark. advance() then grows the sequence.
+  void append(int64_t layer, int64_t seq, const float* k_rows, const float* v_rows,
+              int64_t row_stride, int64_t count);
+  // Positions 0 … length − 1 of one sequence at one layer, as attention reads them
+  // (qkv::attention(args, StoredKV)); its batch stride steps to the next sequence.
+  StoredKV stored(int64_t layer, int64_t seq, int64_t length) const;
 
  private:
   // Stores positions [pos0, pos0 + count) of one sequence (rows as attend() takes them).
   void write(int64_t layer, int64_t seq, int64_t pos0, int64_t count, const float* k_rows,
              const float* v_rows, int64_t row_stride);
-  // Positions 0 … length − 1 of one sequence at one layer, as attention reads them.
-  StoredKV stored(int64_t layer, int64_t seq, int64_t length) const;
+  // The rows as they are stored: rotated into scratch where the cache rotates (else as given).
+  void rotated(const float*& k_rows, const float*& v_rows, int64_t& row_stride,
+               int64_t count) const;
   int64_t offset(int64_t layer, int64_t seq, int64_t head, int64_t slot) const;
   CacheType type_of(bool value) const { return value ? value_type_ : key_type_; }
   float* f32(bool value) const { return (value ? v_ : k_).data(); }

@@ -14,6 +14,9 @@
 
 namespace qkv {
 
+struct AttentionArgs;  // qkv/attention.h
+struct StoredKV;
+
 // The targets compiled into this build, best first (names as above).
 std::vector<std::string> compiled_targets();
 
@@ -38,7 +41,10 @@ void check_target_environment();
 // CPU vendor and family chooses (the same machine makes the same choice on every run): bf16
 // data goes to the bf16 dot unit (vdpbf16ps, bfdot) on AMD Zen 4/5 and Arm, and is widened to
 // fp32 on Intel, whose vdpbf16ps peaks below its fp32 FMAs; int8 weight products use AVX-VNNI
-// or Arm's sdot where the CPU has them. `qkv info` prints this list, then weight_units().
+// or Arm's sdot where the CPU has them. `qkv info` prints this list, then weight_units(): for
+// attention, each line is the kernel the library plans for a representative call of that data
+// (a prompt of 2048 queries at head dim 128 for f32, bf16, f16; one query with 4 query heads a
+// kv head for the block caches), named by the same table the kernels are chosen from.
 struct UnitInUse {
   std::string data;  // "bf16", "q8_0 cache", "q4_k weights, int8", …
   std::string unit;  // "fma", "bf16_dot", "amx", "avx_vnni", "vpmaddubsw", "vpdpbusd", "sdot", …
@@ -51,6 +57,19 @@ std::vector<UnitInUse> units_in_use();
 // rounded to 8 bits per value block and 64 keys, else "fma" (values widened to fp32). Throws
 // qkv::Error for another cache type or a dim or row count below 1.
 std::string cache_values_unit(const std::string& cache, int64_t dim_v, int64_t rows);
+// What one attention call runs on the target in use, as the library plans it (the one place
+// that chooses, src/attention/plan.cpp): the kernel ("forward_tiles", "decode_rows_int8", …;
+// docs/kernels.md lists them), the unit of its Q·K products ("fma", "bf16_dot", "amx",
+// "vpdpbusd", "avx_vnni", "vpmaddubsw", "sdot", "int16"), the unit of P·V, and one line on what
+// it runs. The arguments are read for their shapes, types and options only: call it before or
+// instead of the call. Throws qkv::Error for packed sequences (each runs a plan of its own).
+struct KernelPlan {
+  std::string kernel, unit, values_unit, why;
+};
+KernelPlan attention_plan(const AttentionArgs& args);                     // qkv::attention(args)
+KernelPlan attention_plan(const AttentionArgs& args, const StoredKV& kv);  // over a cache
+KernelPlan attention_backward_plan(const AttentionArgs& args);  // qkv::attention_backward
+
 // The same for the products with weights held in a format (a GGUF model's matrices in place,
 // quant::linear_forward), on the target in use: each format's unit with fp32 activations
 // (Matmul::exact, "q4_k weights") and, for the block formats, with int8 ones (Matmul::int8,

@@ -248,6 +248,44 @@ std::vector<UnitInUse> units_in_use() {
   return out;
 }
 
+namespace {
+
+KernelPlan public_plan(const Plan& p) {
+  const bool values_apart = p.variant == detail::Variant::decode_rows_int8 && !p.values_on_bytes;
+  return {detail::variant_name(p.variant), p.unit, values_apart ? "fma" : p.unit,
+          detail::plan_why(p)};
+}
+
+void check_unpacked(const AttentionArgs& args, const char* where) {
+  check(args.packed.num_seqs == 0, where,
+        ": packed sequences run a plan each (ask for one sequence's args)");
+  check(args.q.ndim == 4, where, ": q must be [B, Hq, Tq, D]");
+}
+
+}  // namespace
+
+KernelPlan attention_plan(const AttentionArgs& args) {
+  check_unpacked(args, "attention_plan");
+  check(args.k.ndim == 4 && args.v.ndim == 4,
+        "attention_plan: k and v must be [B, Hkv, Tk, D]");
+  const Call c = detail::call_of(args);
+  // (A strided head dim is copied and tiled: attention.cpp's forward_one.)
+  const bool strided = args.k.stride[3] != 1 || args.v.stride[3] != 1;
+  return public_plan(strided ? detail::plan_tiled_forward(c) : detail::plan_forward(c));
+}
+
+KernelPlan attention_plan(const AttentionArgs& args, const StoredKV& kv) {
+  check_unpacked(args, "attention_plan");
+  return public_plan(detail::plan_forward(detail::call_of(args, kv)));
+}
+
+KernelPlan attention_backward_plan(const AttentionArgs& args) {
+  check_unpacked(args, "attention_backward_plan");
+  check(args.k.ndim == 4 && args.v.ndim == 4,
+        "attention_backward_plan: k and v must be [B, Hkv, Tk, D]");
+  return public_plan(detail::plan_backward(detail::call_of(args)));
+}
+
 std::string cache_values_unit(const std::string& cache, int64_t dim_v, int64_t rows) {
   const TensorType type = cache_element_type(cache_type(cache));
   if (!is_kv_block_type(type))

@@ -59,6 +59,8 @@ struct Call {
 };
 Call call_of(const AttentionArgs& a, const KvRows& K, const KvRows& V);
 Call call_of(const AttentionArgs& a);  // (the backward: a.k and a.v)
+// Over a cache: the rows attention(args, kv) reads, in place or gathered (stored.cpp).
+Call call_of(const AttentionArgs& a, const StoredKV& kv);
 
 // The drivers: flash_forward.cpp, decode.cpp, flash_backward.cpp.
 enum class Driver { tiled_forward, split_kv_decode, tiled_backward };

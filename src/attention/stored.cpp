@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention/kernels.h"
+#include "attention/plan.h"
 #include "attention/masks.h"
 #include "attention/overlap.h"
 #include "qkv/attention.h"
@@ -245,33 +246,47 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
   });
 }
 
-// attention(args, kv) once validated, over rows stored as they are (no rotation).
-void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
+// The rows attention reads for a call: the stored ones in place, from row `first` on (the
+// positions a wrapped ring still holds), or the positions the queries see, from `first` on,
+// gathered as fp32 into `K` and `V` (when given; else only described, for the plan).
+struct StoredRows {
+  detail::KvRows K, V;
+  bool in_place = false;
+};
+StoredRows stored_rows_for(const AttentionArgs& args, const StoredKV& kv, float* K = nullptr,
+                           float* V = nullptr) {
   const int64_t B = args.q.shape[0], Hq = args.q.shape[1], Tq = args.q.shape[2], Hkv = kv.heads;
-  const int64_t D = kv.dim_k, Dv = kv.dim_v;
   // A ring whose slots are out of order holds the last `slots` positions; its rows are read
   // in position order, split at the wrap, by the decoding kernels.
   const bool wrapped = kv.slots > 0 && kv.length > kv.slots;
   const int64_t held = wrapped ? kv.length - kv.slots : 0;
   if (fresh_rows(kv) == 0 && (!wrapped || detail::decodes(Tq, kv.length - held, Hq / Hkv)))
     // Read in place, in the storage's type (the kernels widen 16-bit rows and blocks).
-    return detail::forward_validated(args, stored_keys(kv, held),
-                                     stored_values(kv, held));  // checked above
+    return {stored_keys(kv, held), stored_values(kv, held), true};
   // The positions the queries see, in order, as fp32.
   // (Positions the ring no longer holds are hidden from every query: validate made sure.)
   const int64_t held_from =
       kv.slots > 0 ? std::max<int64_t>(0, kv.length - fresh_rows(kv) - kv.slots) : 0;
   const int64_t first = std::max(first_seen(args, kv.length, Tq), held_from);
   const int64_t n = kv.length - first;
-  float* K = detail::team_scratch(detail::StoredSlot::keys, B * Hkv * n * D);
-  float* V = detail::team_scratch(detail::StoredSlot::values, B * Hkv * n * Dv);
-  gather(kv, B, first, K, V);
   // (Rows [0, n) hold positions first … length − 1: the functions read those.)
-  detail::KvRows rows_k = detail::kv_rows(View(K, {B, Hkv, n, D}));
-  detail::KvRows rows_v = detail::kv_rows(View(V, {B, Hkv, n, Dv}));
-  rows_k.first = rows_v.first = first;
-  rows_k.positions = rows_v.positions = true;
-  detail::forward_validated(args, rows_k, rows_v);
+  StoredRows r{detail::kv_rows(View(K, {B, Hkv, n, kv.dim_k})),
+               detail::kv_rows(View(V, {B, Hkv, n, kv.dim_v})), false};
+  r.K.first = r.V.first = first;
+  r.K.positions = r.V.positions = true;
+  return r;
+}
+
+// attention(args, kv) once validated, over rows stored as they are (no rotation).
+void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
+  const StoredRows read = stored_rows_for(args, kv);
+  if (read.in_place) return detail::forward_validated(args, read.K, read.V);  // checked above
+  const int64_t B = args.q.shape[0], Hkv = kv.heads, n = read.K.rows, first = read.K.first;
+  float* K = detail::team_scratch(detail::StoredSlot::keys, B * Hkv * n * kv.dim_k);
+  float* V = detail::team_scratch(detail::StoredSlot::values, B * Hkv * n * kv.dim_v);
+  gather(kv, B, first, K, V);
+  const StoredRows gathered = stored_rows_for(args, kv, K, V);
+  detail::forward_validated(args, gathered.K, gathered.V);
 }
 
 // x's rows (b, h, i) as fp32 into to [B, H, T, E], each rotated by hadamard_rotate.
@@ -292,6 +307,11 @@ void rotated_rows(const View& x, int64_t block, float* to) {
 }
 
 }  // namespace
+
+detail::Call detail::call_of(const AttentionArgs& args, const StoredKV& kv) {
+  const StoredRows read = stored_rows_for(args, kv);
+  return call_of(args, read.K, read.V);
+}
 
 void attention(const AttentionArgs& args, const StoredKV& kv) {
   validate(args, kv);

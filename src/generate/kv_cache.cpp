@@ -241,6 +241,34 @@ StoredKV KVCache::stored(int64_t layer, int64_t seq, int64_t length) const {
   return kv;
 }
 
+void KVCache::rotated(const float*& k_rows, const float*& v_rows, int64_t& row_stride,
+                      int64_t count) const {
+  if (rotation_ == 0) return;
+  const int64_t width = kv_heads_ * d_head_;
+  float* k = detail::thread_scratch(detail::CacheSlot::keys, count * width);
+  float* v = detail::thread_scratch(detail::CacheSlot::values, count * width);
+  for (int64_t t = 0; t < count; ++t)
+    for (int64_t h = 0; h < kv_heads_; ++h) {
+      const int64_t from = t * row_stride + h * d_head_, to = t * width + h * d_head_;
+      std::copy(k_rows + from, k_rows + from + d_head_, k + to);
+      std::copy(v_rows + from, v_rows + from + d_head_, v + to);
+      hadamard_rotate(k + to, d_head_, rotation_);
+      hadamard_rotate(v + to, d_head_, rotation_);
+    }
+  k_rows = k, v_rows = v, row_stride = width;
+}
+
+void KVCache::append(int64_t layer, int64_t seq, const float* k_rows, const float* v_rows,
+                     int64_t row_stride, int64_t count) {
+  check(layer >= 0 && layer < layers_, "kv cache: layer ", layer, " out of range [0, ", layers_,
+        ")");
+  check(count >= 0, "kv cache: append of ", count, " positions");
+  check(count == 0 || (k_rows && v_rows), "kv cache: append without its keys or values");
+  check_room(seq, count);
+  rotated(k_rows, v_rows, row_stride, count);
+  write(layer, seq, length(seq), count, k_rows, v_rows, row_stride);
+}
+
 void KVCache::attend(int64_t layer, int64_t seq, const AttentionArgs& args, const float* k_rows,
                      const float* v_rows, int64_t row_stride) {
   check(layer >= 0 && layer < layers_, "kv cache: layer ", layer, " out of range [0, ", layers_,
@@ -250,20 +278,7 @@ void KVCache::attend(int64_t layer, int64_t seq, const AttentionArgs& args, cons
   const int64_t pos0 = length(seq), T = args.q.shape[2], end = pos0 + T;
   check_room(seq, T);
   StoredKV kv = stored(layer, seq, end);
-  if (rotation_ > 0) {  // the new rows as they are stored: rotated
-    const int64_t width = kv_heads_ * d_head_;
-    float* k = detail::thread_scratch(detail::CacheSlot::keys, T * width);
-    float* v = detail::thread_scratch(detail::CacheSlot::values, T * width);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < kv_heads_; ++h) {
-        const int64_t from = t * row_stride + h * d_head_, to = t * width + h * d_head_;
-        std::copy(k_rows + from, k_rows + from + d_head_, k + to);
-        std::copy(v_rows + from, v_rows + from + d_head_, v + to);
-        hadamard_rotate(k + to, d_head_, rotation_);
-        hadamard_rotate(v + to, d_head_, rotation_);
-      }
-    k_rows = k, v_rows = v, row_stride = width;
-  }
+  rotated(k_rows, v_rows, row_stride, T);
   const int64_t seen =
       args.mask.window_left >= 0 ? std::max<int64_t>(0, pos0 - args.mask.window_left) : 0;
   if (ring_ && end - seen > slots_) {
