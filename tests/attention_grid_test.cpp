@@ -278,6 +278,7 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   }
   if (source == Source::ring) args.mask.window_left = slots - Tq;  // what the ring holds
   detail::kernels_reached() = 0;
+  KernelPlan planned;  // what the library says the call runs, asked before it runs
   if (source == Source::view) {
     const auto* bytes_k = ks.bytes.data();
     const auto* bytes_v = vs.bytes.data();
@@ -292,6 +293,7 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
     else
       args.k = View(reinterpret_cast<f16*>(kk), {1, Hkv, Tk, D}),
       args.v = View(reinterpret_cast<f16*>(vv), {1, Hkv, Tk, D});
+    planned = attention_plan(args);
     attention(args);
   } else {
     const StoredKV kv{.type = format,
@@ -306,6 +308,7 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
                       .length = Tk,
                       .slots = source == Source::ring ? slots : 0,
                       .scores = int8 ? CacheScores::int8 : CacheScores::exact};
+    planned = attention_plan(args, kv);
     attention(args, kv);
   }
   // Int8 scores run where few rows decode and the CPU has this target's byte dot product: the
@@ -332,6 +335,7 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   if (backward) {
     for (int64_t i = 0; i < dout.numel(); ++i) dout.data()[i] = u(rng);
     detail::kernels_reached() = 0;
+    planned = attention_backward_plan(args);
     attention_backward(args, dout, dq, dk, dv);
     reference::attention_backward(ref, dout, want_dq, want_dk, want_dv);
   }
@@ -375,6 +379,13 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
   EXPECT_EQ(detail::kernels_reached().load(), static_cast<uint32_t>(want_variant))
       << "want " << detail::variant_name(want_variant)
       << "; variants reached (bits): " << detail::kernels_reached().load();
+  // The plan asked for beforehand names the kernel, and the unit P·V ran on.
+  const auto values_bit = static_cast<uint32_t>(Variant::decode_values_int8);
+  EXPECT_EQ(planned.kernel, detail::variant_name(static_cast<Variant>(
+                                static_cast<uint32_t>(want_variant) & ~values_bit)));
+  if (int8_ran) {
+    EXPECT_EQ(planned.values_unit == planned.unit, int8_p) << planned.values_unit;
+  }
   // Tolerance: fp32 sums of ≤ 300 terms of O(1); the bf16 dot unit and AMX round P to bf16 (an
   // output moves by at most 2^-8 max|v|) and takes q as hi + lo (16 of its 24 bits); int8 P
   // rounds p |d| to u8 per 64 keys (its bound, checked in attention_stored_test, is of the same

@@ -308,6 +308,40 @@ TEST(KVCache, KeysAndValuesInTypesOfTheirOwn) {
   }
 }
 
+// append() stores rows as attend() does (rounded, quantized and rotated alike): attention over
+// the two caches' stored rows gives the same bits, and stored() steps from one sequence to
+// the next by its batch stride.
+TEST(KVCache, AppendStoresWhatAttendStores) {
+  const ModelConfig c = config_of("llama", 128);
+  const int64_t T = 9, H = c.n_kv_heads, D = c.d_head, Hq = c.n_heads;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> k(T * H * D), v(T * H * D), q(Hq * T * D), o(Hq * T * D);
+  for (std::vector<float>* x : {&k, &v, &q})
+    for (float& e : *x) e = u(rng);
+  const KVCacheOptions options{.batch = 2, .max_seq = 16, .key_type = CacheType::q8_0,
+                               .value_type = CacheType::q4_0};
+  KVCache attended(c, options), appended(c, options);
+  AttentionArgs args{.q = View(q.data(), {1, Hq, T, D}), .out = View(o.data(), {1, Hq, T, D})};
+  args.mask.causal = true;
+  for (int64_t seq = 0; seq < 2; ++seq) {
+    attended.attend(0, seq, args, k.data(), v.data(), H * D);
+    attended.advance(seq, T);
+    appended.append(0, seq, k.data(), v.data(), H * D, T);
+    appended.advance(seq, T);
+  }
+  std::vector<float> q2(2 * Hq * D), want(2 * Hq * D), got(2 * Hq * D);
+  for (float& e : q2) e = u(rng);
+  AttentionArgs one{.q = View(q2.data(), {2, Hq, 1, D})};
+  one.out = View(want.data(), {2, Hq, 1, D});
+  attention(one, attended.stored(0, 0, T));
+  one.out = View(got.data(), {2, Hq, 1, D});
+  attention(one, appended.stored(0, 0, T));
+  EXPECT_EQ(want, got);
+  EXPECT_THROW(appended.append(0, 0, k.data(), v.data(), H * D, 8), Error);  // past max_seq
+  EXPECT_THROW(appended.append(c.n_layers, 0, k.data(), v.data(), H * D, 1), Error);  // no layer
+}
+
 // One token at a time (split-KV decoding), a chunk (the tiled forward), a ring of window + 1
 // slots (its overrun chunk through an fp32 copy of the dequantized rows) and a batch of
 // sequences of different lengths all read the same quantized rows: each row is quantized
