@@ -14,13 +14,13 @@ chat model: ``qkv.Chat``; learning: ``qkv.explain``,
 """
 from ._qkv import (Tokenizer, build_commit, compiled_targets, current_target, num_threads,
                    set_num_threads, set_target, supported_targets, version)
-from ._attention import attention, attention_backward, dropout_mask
+from ._attention import attention, attention_backward, attention_plan, dropout_mask
 from ._models import (AttentionMap, Chat, Explanation, Model, attention_map, explain, load_checkpoint,
                       load_gguf, load_llama2c, stories260k_path)
 
 __version__ = version()  # CMakeLists.txt's project version, as the library was built
 __all__ = [
-    "attention", "attention_backward", "dropout_mask", "Model", "load_llama2c", "load_checkpoint", "load_gguf", "Tokenizer",
+    "attention", "attention_backward", "attention_plan", "dropout_mask", "Model", "load_llama2c", "load_checkpoint", "load_gguf", "Tokenizer",
     "Chat", "explain", "Explanation", "attention_map", "AttentionMap", "stories260k_path",
     "compiled_targets", "supported_targets", "current_target", "set_target", "num_threads",
     "set_num_threads", "version", "build_commit",

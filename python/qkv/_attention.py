@@ -182,6 +182,27 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), kv_len=None, bias=None,
     return (out, lse) if return_lse else out
 
 
+def attention_plan(q, k, v, *, backward=False, causal=False, window=(-1, -1), kv_len=None,
+                   bias=None, alibi=None, softcap=0.0, scale=None, layout="bhtd", sinks=None,
+                   dropout_p=0.0, dropout_seed=None, dropout_offset=0):
+    """What qkv.attention (with backward=True: qkv.attention_backward) runs for these arrays and
+    options on this machine, and why, computing nothing: a dict with "kernel" (the tiled
+    forward "forward_tiles", split-KV decoding "decode_rows", "backward_tiles", …), "unit" (of
+    the Q·K products: "fma", "bf16_dot", "amx"), "values_unit" (of P·V) and "why". The same
+    plan the call follows, from the one place qkv chooses its kernels.
+
+    q, k, v and causal, window, kv_len, bias, alibi, softcap, scale, layout, sinks, dropout_p,
+    dropout_seed, dropout_offset: as for qkv.attention (packed sequences each run a plan of
+    their own: ask for one sequence's arrays).
+    """
+    _arrays(q=q, k=k, v=v)
+    o = _options(q, causal, window, kv_len, bias, alibi, softcap, scale, None, None, layout,
+                 sinks, (dropout_p, dropout_seed, dropout_offset))
+    kernel, unit, values_unit, why = _qkv._attention_plan(_bits(q), _bits(k), _bits(v), o,
+                                                          backward)
+    return {"kernel": kernel, "unit": unit, "values_unit": values_unit, "why": why}
+
+
 def attention_backward(q, k, v, out, lse, dout, *, causal=False, window=(-1, -1), kv_len=None,
                        bias=None, alibi=None, softcap=0.0, scale=None, cu_seqlens_q=None,
                        cu_seqlens_k=None, layout="bhtd", dq=None, dk=None, dv=None, sinks=None,

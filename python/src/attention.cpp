@@ -11,6 +11,7 @@
 #include "attention_args.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
+#include "qkv/targets.h"
 
 namespace qkv::python {
 
@@ -118,6 +119,17 @@ void bind_attention(nb::module_& m) {
       nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"), nb::arg("dout"),
       nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("options"),
       nb::arg("dsinks").none() = nb::none());
+
+  // What qkv.attention (backward: qkv.attention_backward) runs for these arrays and options:
+  // qkv.attention_plan. (q stands in for out: nothing is written.)
+  m.def(
+      "_attention_plan",
+      [](const InArray& q, const InArray& k, const InArray& v, const Options& o, bool backward) {
+        const AttentionArgs a = make_args(q, k, v, element_view(q, "q"), std::nullopt, o);
+        const KernelPlan p = backward ? attention_backward_plan(a) : attention_plan(a);
+        return nb::make_tuple(p.kernel, p.unit, p.values_unit, p.why);
+      },
+      nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("options"), nb::arg("backward"));
 
   // keep [B, H, Tq, Tk] as bytes (1 kept, 0 dropped): qkv.dropout_mask.
   m.def(

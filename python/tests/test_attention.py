@@ -269,3 +269,16 @@ def test_version_is_the_packages_and_the_librarys():
     assert qkv.__version__ == qkv.version() == importlib.metadata.version("qkv")
     assert re.fullmatch(r"\d+\.\d+\.\d+", qkv.__version__)
     assert qkv.build_commit() == "unknown" or re.fullmatch(r"[0-9a-f]{12}", qkv.build_commit())
+
+
+def test_attention_plan_names_the_kernel_the_call_runs(rng):
+    """A prompt tiles, one query against a long cache decodes, dropout tiles at any shape, the
+    backward tiles; float32 multiplies on the FMAs (as the docs state the choice)."""
+    q, k, v = (rand(rng, 1, 4, t, 64) for t in (2048, 2048, 2048))
+    plan = qkv.attention_plan(q, k, v, causal=True)
+    assert plan["kernel"] == "forward_tiles" and plan["unit"] == "fma", plan
+    assert qkv.attention_plan(q, k, v, backward=True)["kernel"] == "backward_tiles"
+    one = q[:, :, :1]
+    assert qkv.attention_plan(one, k, v)["kernel"] == "decode_rows"
+    assert qkv.attention_plan(one, k, v, dropout_p=0.1, dropout_seed=3)["kernel"] == "forward_tiles"
+    assert "split-KV" in qkv.attention_plan(one, k, v)["why"]
