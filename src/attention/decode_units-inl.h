@@ -42,11 +42,8 @@ using simd::dot_pairs;
 using simd::load_pairs;
 using simd::Pairs;
 inline constexpr int64_t kUnitBlock = 2 * simd::kPairLanes;  // bf16 elements per Pairs vector
-
-// Whether rows of head dims D and Dv, R of them per key/value head, run on this unit.
-inline bool fits_units(int64_t D, int64_t Dv, int64_t R) {
-  return D % kUnitBlock == 0 && Dv % kUnitBlock == 0 && R < kTiledDecodeMinRows;
-}
+// (The plan runs rows on this unit where both head dims are whole blocks: plan.h's constant.)
+static_assert(kUnitBlock == kBf16UnitBlock, "plan.h's kBf16UnitBlock is not this unit's block");
 
 inline void columns_from_lanes(float* o, int64_t Dv) {
   float tmp[kUnitBlock];
@@ -326,7 +323,6 @@ struct RowsOnBf16Dot {
 #else
 inline constexpr bool kRowsOnUnits = false;
 struct RowsOnBf16Dot;  // (the units' pass only)
-inline bool fits_units(int64_t, int64_t, int64_t) { return false; }
 #endif  // QKV_BF16_UNITS
 
 }  // namespace decoding

@@ -248,13 +248,12 @@ void gather(const StoredKV& kv, int64_t B, int64_t first, float* K, float* V) {
 
 // The rows attention reads for a call: the stored ones in place, from row `first` on (the
 // positions a wrapped ring still holds), or the positions the queries see, from `first` on,
-// gathered as fp32 into `K` and `V` (when given; else only described, for the plan).
+// to be gathered as fp32 (their rows' data null until then).
 struct StoredRows {
   detail::KvRows K, V;
   bool in_place = false;
 };
-StoredRows stored_rows_for(const AttentionArgs& args, const StoredKV& kv, float* K = nullptr,
-                           float* V = nullptr) {
+StoredRows stored_rows_for(const AttentionArgs& args, const StoredKV& kv) {
   const int64_t B = args.q.shape[0], Hq = args.q.shape[1], Tq = args.q.shape[2], Hkv = kv.heads;
   // A ring whose slots are out of order holds the last `slots` positions; its rows are read
   // in position order, split at the wrap, by the decoding kernels.
@@ -270,8 +269,10 @@ StoredRows stored_rows_for(const AttentionArgs& args, const StoredKV& kv, float*
   const int64_t first = std::max(first_seen(args, kv.length, Tq), held_from);
   const int64_t n = kv.length - first;
   // (Rows [0, n) hold positions first … length − 1: the functions read those.)
-  StoredRows r{detail::kv_rows(View(K, {B, Hkv, n, kv.dim_k})),
-               detail::kv_rows(View(V, {B, Hkv, n, kv.dim_v})), false};
+  const auto unread = [&](int64_t dim) {
+    return detail::kv_rows(View(static_cast<float*>(nullptr), {B, Hkv, n, dim}));
+  };
+  StoredRows r{unread(kv.dim_k), unread(kv.dim_v), false};
   r.K.first = r.V.first = first;
   r.K.positions = r.V.positions = true;
   return r;
@@ -279,14 +280,14 @@ StoredRows stored_rows_for(const AttentionArgs& args, const StoredKV& kv, float*
 
 // attention(args, kv) once validated, over rows stored as they are (no rotation).
 void attend_stored(const AttentionArgs& args, const StoredKV& kv) {
-  const StoredRows read = stored_rows_for(args, kv);
+  StoredRows read = stored_rows_for(args, kv);
   if (read.in_place) return detail::forward_validated(args, read.K, read.V);  // checked above
-  const int64_t B = args.q.shape[0], Hkv = kv.heads, n = read.K.rows, first = read.K.first;
+  const int64_t B = args.q.shape[0], Hkv = kv.heads, n = read.K.rows;
   float* K = detail::team_scratch(detail::StoredSlot::keys, B * Hkv * n * kv.dim_k);
   float* V = detail::team_scratch(detail::StoredSlot::values, B * Hkv * n * kv.dim_v);
-  gather(kv, B, first, K, V);
-  const StoredRows gathered = stored_rows_for(args, kv, K, V);
-  detail::forward_validated(args, gathered.K, gathered.V);
+  gather(kv, B, read.K.first, K, V);
+  read.K.data = K, read.V.data = V;
+  detail::forward_validated(args, read.K, read.V);
 }
 
 // x's rows (b, h, i) as fp32 into to [B, H, T, E], each rotated by hadamard_rotate.
