@@ -1,6 +1,7 @@
 // Number formats (see include/qkv/number_format.h).
 #include "qkv/number_format.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -74,6 +75,12 @@ std::string to_string(TensorType t) {
       return "BF16";
   }
   return "type " + std::to_string(static_cast<uint32_t>(t));
+}
+
+std::string lower_name(TensorType t) {
+  std::string name = to_string(t);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
 }
 
 BlockSize block_of(TensorType type) {

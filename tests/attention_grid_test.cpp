@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -65,11 +64,7 @@ const char* name_of(Option o) {
                          "bias",  "sinks",   "dropout",       "mask_function", "score_function"};
   return names[static_cast<int>(o)];
 }
-std::string name_of(TensorType t) {
-  std::string s = to_string(t);
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
+std::string name_of(TensorType t) { return lower_name(t); }
 
 struct Shape {
   int64_t Hq, Hkv, Tq, Tk, D;
@@ -340,12 +335,10 @@ void run_case(Driver driver, TensorType format, Source source, const std::string
     reference::attention_backward(ref, dout, want_dq, want_dk, want_dv);
   }
   // The variant this combination must reach. A ring is read in place, in position order, by
-  // the decoding kernels; for the tiled forward it is gathered as fp32 first.
-  const bool gathered = source == Source::ring && driver == Driver::forward;
-  const TensorType read = gathered ? TensorType::f32 : format;
+  // every driver (run by run: the tiled forward copies together the tile its wrap splits).
   // (AMX tiles take head dims of whole 32s; dropout runs the tiled forward at any shape.)
-  const bool amx = read == TensorType::bf16 && unit == "amx" && D % 32 == 0;
-  const bool dot = amx || (read == TensorType::bf16 && bf16_dot_in_use());
+  const bool amx = format == TensorType::bf16 && unit == "amx" && D % 32 == 0;
+  const bool dot = amx || (format == TensorType::bf16 && bf16_dot_in_use());
   Variant want_variant = Variant::forward_tiles;
   switch (option == Option::dropout && !backward ? Driver::forward : driver) {
     case Driver::forward:

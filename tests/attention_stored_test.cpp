@@ -277,6 +277,19 @@ std::vector<StoredCase> stored_cases() {
     cases.push_back({.type = type, .slots = 600, .Tq = 2, .window = 590, .L = 1100});
     cases.push_back({.type = type, .slots = 600, .Tq = 1, .window = 599, .alibi = true, .L = 1100});
   }
+  // A wrapped ring under the tiled forward (40 queries), read in place run by run: 200 slots
+  // holding positions 100 … 299, the wrap inside the second key tile, which is copied together
+  // (f32 and blocks: bf16 and f16 rows meet the bf16 units there, beyond this test's bound).
+  for (TensorType type : kv_row_types()) {
+    if (type != TensorType::f32 && !in_blocks(type)) continue;
+    cases.push_back({.type = type, .slots = 200, .Tq = 40, .window = 150, .L = 300});
+    cases.push_back({.type = type, .slots = 200, .Tq = 40, .window = 150, .alibi = true, .L = 300});
+    cases.push_back(
+        {.type = type, .slots = 200, .Tq = 40, .window = 150, .L = 300, .functions = 3});
+  }
+  const auto q4_0 = std::optional<TensorType>(TensorType::q4_0);  // (q8_0 keys, q4_0 values)
+  cases.push_back(
+      {.type = TensorType::q8_0, .v_type = q4_0, .slots = 200, .Tq = 40, .window = 150, .L = 300});
   // Sinks over every storage: decoding, a ring with fresh rows (gathered), the tiled forward.
   for (TensorType type : kv_row_types()) {
     cases.push_back({.type = type, .Tq = 1, .sinks = true});

@@ -12,6 +12,7 @@
 #include "qkv/kv_cache.h"
 #include "qkv/targets.h"
 #include "qkv/model.h"
+#include "qkv/number_format.h"
 
 namespace qkv {
 namespace {
@@ -105,6 +106,13 @@ INSTANTIATE_TEST_SUITE_P(Styles, CacheMatchesFullForward,
 
 // Three sequences of different lengths in one cache: prompts prefilled one by one, then
 // decoded together, each step one token for every sequence.
+// The cache's names and the formats' own table name each storage alike (qkv info and the
+// CLI print lower_name; --cache reads cache_type).
+TEST(KVCache, TypeNamesAreTheFormatsLowerCaseNames) {
+  for (const std::string& name : cache_type_names())
+    EXPECT_EQ(lower_name(cache_element_type(cache_type(name))), name);
+}
+
 TEST(KVCache, BatchOfDifferentLengths) {
   const ModelConfig c = config_of("llama");
   Model m(c, 5);

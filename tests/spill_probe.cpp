@@ -11,8 +11,9 @@
 #include "attention/products-inl.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace qkv::simd {
+namespace qkv::detail {
 namespace HWY_NAMESPACE {
+using namespace products;  // NOLINT: the micro-kernels probed
 
 constexpr int kV = kBlockVectors, kRows = kProductRows<kBlockVectors>;
 constexpr int kTv = kTransposedMaxVectors, kTrows = kTransposedRows<kTransposedMaxVectors>;
@@ -35,5 +36,5 @@ HWY_NOINLINE void spill_probe_transposed(const float* p, int64_t Mq, int64_t que
 }
 
 }  // namespace HWY_NAMESPACE
-}  // namespace qkv::simd
+}  // namespace qkv::detail
 HWY_AFTER_NAMESPACE();

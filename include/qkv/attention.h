@@ -230,9 +230,8 @@ void hadamard_rotate(float* x, int64_t dim, int64_t block);
 // empty, and the mask in positions (causal, window_left; ALiBi by position). One road for
 // every cache: it reads the rows in place, in their stored type (16-bit rows and 32-value
 // blocks widened in registers, or a tile of rows at a time into L1; a ring whose slots are out
-// of order too, in position order, when the queries decode), or else — such a ring under the
-// tiled kernel, or fresh rows — gathers the positions the queries see as an fp32 copy and runs
-// attention() on it.
+// of order too, in position order), or else — beside fresh rows — gathers the positions the
+// queries see as an fp32 copy and runs attention() on it.
 // Mask and score functions (args.block_mask, args.score_mod) read positions here: kv_idx is
 // the key's position and q_idx the query's (length − Tq … length − 1), so that one function
 // means the same in a prefill, a chunked prefill and each decoding step. The BlockMask is made

@@ -42,6 +42,7 @@ enum class TensorType : uint32_t {
   bf16 = 30,
 };
 std::string to_string(TensorType t);  // "Q4_K"; "type 99" for a number qkv does not know
+std::string lower_name(TensorType t);  // "q4_k": as the CLI and `qkv info` name formats
 
 // Elements per block and bytes per block.
 struct BlockSize {

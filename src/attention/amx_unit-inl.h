@@ -134,7 +134,7 @@ struct AmxUnit {
   // the next 16 past nk are written too (the tile's rows; S has kKeyTile rows).
   template <int NQV, class T>
   static void scores(const T* k, int64_t ks, int64_t nk, const float* Qt, int64_t D, int64_t Mq,
-                     bool two, float scale, float* S, simd::PrefetchQueue* /*prefetch*/) {
+                     bool two, float scale, float* S, products::PrefetchQueue* /*prefetch*/) {
     static_assert(std::is_same_v<T, simd::Bf16>, "the AMX unit multiplies bf16 keys");
     const auto* k16 = reinterpret_cast<const uint16_t*>(k);
     const auto* q2 = reinterpret_cast<const uint32_t*>(Qt);
@@ -181,7 +181,7 @@ struct AmxUnit {
   // Ot [Dv][Mq] ← alpha Ot + Vt16ᵀ P, NQV query vectors.
   template <int NQV>
   static void accumulate(float* S, int64_t nk, int64_t Mq, const float* Vt, int64_t Dv,
-                         const float* alpha, float* Ot, simd::PrefetchQueue* /*prefetch*/) {
+                         const float* alpha, float* Ot, products::PrefetchQueue* /*prefetch*/) {
     namespace hn = simd::hn;
     const int64_t N = static_cast<int64_t>(simd::lanes());
     pairs_in_place<NQV>(S, nk, Mq);

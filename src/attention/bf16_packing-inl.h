@@ -81,9 +81,9 @@ inline void pack_row_pairs(const View& x, int64_t b, int64_t h, int64_t i0, int6
   std::fill(to, to + (two ? 2 : 1) * words, 0u);
 #if defined(QKV_BF16_UNITS)
   if (!two && x.stride[3] == 1)  // bf16 rows interleaved in place
-    return simd::interleave_row_pairs(static_cast<const uint16_t*>(x.address()) + b * x.stride[0] +
-                                          h * x.stride[1] + i0 * x.stride[2],
-                                      x.stride[2], rows, E, to, E_pad);
+    return products::interleave_row_pairs(static_cast<const uint16_t*>(x.address()) +
+                                              b * x.stride[0] + h * x.stride[1] + i0 * x.stride[2],
+                                          x.stride[2], rows, E, to, E_pad);
 #endif
   auto* half = reinterpret_cast<uint16_t*>(to);
   for_each_split(x, b, h, i0, rows, E, [&](int64_t r, int64_t e, uint16_t hi, uint16_t lo) {

@@ -28,8 +28,10 @@
 #include "simd/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace qkv::simd {
+namespace qkv::detail {
 namespace HWY_NAMESPACE {
+namespace products {
+using namespace ::qkv::simd::HWY_NAMESPACE;  // NOLINT: written in the SIMD layer's words
 
 // (The intrinsics come with Highway's headers; only the bf16 units' pass compiles this.)
 #if defined(QKV_BF16_UNITS) && QKV_KERNEL_PASS
@@ -256,8 +258,9 @@ HWY_INLINE void bf16_rows(const float* p, int64_t rows, int64_t Mq, uint16_t* r)
 }
 #endif  // QKV_BF16_UNITS
 
+}  // namespace products
 }  // namespace HWY_NAMESPACE
-}  // namespace qkv::simd
+}  // namespace qkv::detail
 HWY_AFTER_NAMESPACE();
 
 #endif  // per-target include guard

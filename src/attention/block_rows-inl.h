@@ -108,10 +108,13 @@ inline void widen_rows_at(TensorType type, const uint8_t* row, int64_t stride, i
   }
 }
 // Rows [j, j + count) of head (b, h) of any row source as fp32 into out (count × dim, rows
-// dim apart; the rows must not wrap).
+// dim apart), run by run.
 inline void widen_rows(const KvRows& r, int64_t b, int64_t h, int64_t j, int64_t count,
                        float* out) {
-  widen_rows_at(r.type, r.row(b, h, j), r.stride_bytes(), count, r.dim, out);
+  r.each_run(j, count, [&](int64_t first, int64_t n) {
+    widen_rows_at(r.type, r.row(b, h, first), r.stride_bytes(), n, r.dim,
+                  out + (first - j) * r.dim);
+  });
 }
 
 }  // namespace HWY_NAMESPACE

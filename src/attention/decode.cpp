@@ -42,6 +42,7 @@
 #include "attention/masks.h"
 #include "attention/merge.h"
 #include "simd/simd-inl.h"
+#include "simd/kernel_namespace.h"
 #include "simd/convert-inl.h"
 #include "attention/tiles-inl.h"
 #include "qkv/threads.h"
@@ -56,16 +57,10 @@
 #include "attention/tile_units-inl.h"
 
 #if QKV_KERNEL_PASS
-HWY_BEFORE_NAMESPACE();
-namespace qkv::detail {
-namespace HWY_NAMESPACE {
-namespace simd = ::qkv::simd::HWY_NAMESPACE;
+QKV_KERNEL_BEGIN(qkv::detail)
 namespace {
 
 using namespace decoding;  // NOLINT: the row sources and units of this file
-namespace hn = simd::hn;
-using simd::df;
-using simd::Vf;
 // Keys per unit: about a sixteenth of the cache, a power of two from 256 to 2048, so that
 // even one (batch, kv head) makes 16 units while caches of 4k and more are long enough.
 // Each unit reads its K rows, then its V rows: longer chunks switch between the two streams
@@ -468,8 +463,8 @@ void decode_unit_tiled(const AttentionArgs& a, const KSrc& K, const VSrc& V, con
   // micro-kernel calls (with 16 rows per block there are few, and the tiled forward's 8 lines
   // per call left most for one burst at the next tile, which stalls on the line-fill buffers).
   // Against none: 21% faster from a cache in memory (256 MiB), 3% slower from one in L3.
-  simd::PrefetchQueue prefetch;
-  const int64_t NK = simd::product_rows(static_cast<int>(Mq / N));
+  products::PrefetchQueue prefetch;
+  const int64_t NK = products::product_rows(static_cast<int>(Mq / N));
   const int64_t calls = blocks * ((kKeyTile + NK - 1) / NK + (n.Dv + NK - 1) / NK);
   using KStored = std::remove_cv_t<std::remove_pointer_t<typename KSrc::Ptr>>;
   using VStored = std::remove_cv_t<std::remove_pointer_t<typename VSrc::Ptr>>;
@@ -704,9 +699,7 @@ bool int8_values_on_bytes(TensorType format, int64_t Dv, int64_t R) {
   return values_on_bytes(format, Dv, R);
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace qkv::detail
-HWY_AFTER_NAMESPACE();
+QKV_KERNEL_END();  // qkv::detail::HWY_NAMESPACE
 #endif  // QKV_KERNEL_PASS
 
 #if HWY_ONCE

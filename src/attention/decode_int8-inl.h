@@ -6,7 +6,7 @@
 // extension, else int16 products.
 //
 // Each query row is rounded to int8 per 32-block as the weight products round activations
-// (quant/int8-inl.h: d = max|q| / 127, q to nearest), once per unit. The keys' integers then
+// (simd/int8_rows-inl.h: d = max|q| / 127, q to nearest), once per unit. The keys' integers then
 // meet it 16 keys at a time (8 on AVX2): a block of 16 key rows is transposed in registers
 // into 8 vectors whose lane i holds 4 bytes of key i, so one vpdpbusd adds 4 products of each
 // of 16 keys with the same 4 query bytes (broadcast), and a block's 8 instructions leave each
@@ -33,8 +33,9 @@
 #include "attention/decode_rows-inl.h"
 #include "attention/int8_values-inl.h"
 #include "attention/kernels.h"
-#include "quant/int8-inl.h"
+#include "simd/byte_products-inl.h"
 #include "simd/cpu.h"
+#include "simd/int8_rows-inl.h"
 #include "util/scratch.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -44,7 +45,7 @@ namespace decoding {
 
 #if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2) || HWY_ARCH_ARM_A64
 inline constexpr bool kInt8Scores = true;
-namespace int8 = ::qkv::quant::HWY_NAMESPACE::int8;
+namespace int8 = ::qkv::simd::HWY_NAMESPACE::int8;
 
 #if HWY_ARCH_ARM_A64
 // 128 bits: 4 keys a panel, signed bytes against signed bytes: sdot where the CPU has the dot
@@ -55,7 +56,7 @@ struct Panel4 {
   using F = float32x4_t;
   static constexpr int kKeys = 4;
   static constexpr bool kSignedDot = true;  // keys' bytes as they are stored, no offset
-  static bool vnni() { return ::qkv::quant::int8::dot_product_extension(); }
+  static bool vnni() { return ::qkv::simd::sdot_in_use(); }
   static HWY_INLINE int8x16_t bytes(I x) { return vreinterpretq_s8_s32(x); }
   static HWY_INLINE I dpbusd(I acc, I u, I s) {
     return vaddq_s32(acc, int8::Sdot::sdot(bytes(u), bytes(s)));
@@ -223,9 +224,8 @@ struct Panel8 {
   static constexpr bool kSignedDot = false;
   static bool vnni() { return ::qkv::simd::vnni_in_use(false); }
   static HWY_INLINE I dpbusd(I acc, I u, I s) { return simd::dpbusd(acc, u, s); }
-  static HWY_INLINE I pair_dot(I acc, I u, I s) {
-    return _mm256_add_epi32(acc,
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+  static HWY_INLINE I pair_dot(I acc, I u, I s) {  // (the weight products' AVX2 bytes)
+    return _mm256_add_epi32(acc, int8::Avx2<false>::dot_u8_s8(u, s));
   }
   static HWY_INLINE I abs(I x) { return _mm256_abs_epi8(x); }
   static HWY_INLINE I sign(I s, I w) { return _mm256_sign_epi8(s, w); }

@@ -37,18 +37,18 @@ inline constexpr bool kRowsOnUnits = true;
 // pair_lane_column says, undone once per unit. Used where the head dims are whole blocks and
 // up to 15 rows share a kv head.
 
-using simd::Acc;
-using simd::dot_pairs;
-using simd::load_pairs;
-using simd::Pairs;
-inline constexpr int64_t kUnitBlock = 2 * simd::kPairLanes;  // bf16 elements per Pairs vector
+using products::Acc;
+using products::dot_pairs;
+using products::load_pairs;
+using products::Pairs;
+inline constexpr int64_t kUnitBlock = 2 * products::kPairLanes;  // bf16 elements per Pairs vector
 // (The plan runs rows on this unit where both head dims are whole blocks: plan.h's constant.)
 static_assert(kUnitBlock == kBf16UnitBlock, "plan.h's kBf16UnitBlock is not this unit's block");
 
 inline void columns_from_lanes(float* o, int64_t Dv) {
   float tmp[kUnitBlock];
   for (int64_t e0 = 0; e0 < Dv; e0 += kUnitBlock) {
-    for (int64_t p = 0; p < kUnitBlock; ++p) tmp[simd::pair_lane_column(p)] = o[e0 + p];
+    for (int64_t p = 0; p < kUnitBlock; ++p) tmp[products::pair_lane_column(p)] = o[e0 + p];
     std::copy(tmp, tmp + kUnitBlock, o + e0);
   }
 }
@@ -57,12 +57,12 @@ inline void columns_from_lanes(float* o, int64_t Dv) {
 // in fp32), each rounded to nearest even.
 // (Every split-KV unit splits its queries again: vector code, not scalar.)
 inline void split_queries(const float* q, int64_t count, bool two, uint16_t* hi, uint16_t* lo) {
-  for (int64_t i = 0; i < count; i += simd::kPairLanes) {
+  for (int64_t i = 0; i < count; i += products::kPairLanes) {
     const Vf x = hn::LoadU(df, q + i);
-    simd::round_to_bf16(x.raw, hi + i);
+    products::round_to_bf16(x.raw, hi + i);
     if (two)
-      simd::round_to_bf16(hn::Sub(x, simd::load_widened(reinterpret_cast<const Bf16*>(hi + i))).raw,
-                          lo + i);
+      products::round_to_bf16(
+          hn::Sub(x, simd::load_widened(reinterpret_cast<const Bf16*>(hi + i))).raw, lo + i);
   }
 }
 
@@ -72,7 +72,7 @@ HWY_INLINE void key_dots_units(const uint16_t* qh, const uint16_t* ql, int64_t D
                                int64_t ks, PartialDots* part, int64_t jj) {
   Acc acc[RG][KG];
   for (int r = 0; r < RG; ++r)
-    for (int j = 0; j < KG; ++j) acc[r][j] = simd::acc_zero();
+    for (int j = 0; j < KG; ++j) acc[r][j] = products::acc_zero();
   for (int64_t d = 0; d < D; d += kUnitBlock) {
     Pairs kv[KG];
     for (int j = 0; j < KG; ++j) kv[j] = load_pairs(k + j * ks + d);
@@ -119,7 +119,7 @@ void block_scores_units(const uint16_t* qh, const uint16_t* ql, int64_t R, int64
 
 #if HWY_ARCH_X86
 inline constexpr bool kGroupScores = true;
-using simd::as_pairs;
+using products::as_pairs;
 
 // From 3 rows on, the scores of 4 rows at a time with no reduction per key: a vector holds
 // 4 rows × 4 pairs of elements (q_r[d + 2i], q_r[d + 2i + 1]) in its 128-bit blocks, and a
@@ -222,12 +222,12 @@ template <int RG, int W>
 void block_values_units(const uint32_t* pp, int64_t pp_stride, const Bf16* v, int64_t vs,
                         int64_t nk, int64_t e0, float* const* o, const Bf16* ahead,
                         int64_t ahead_rows, int64_t Dv) {
-  constexpr int64_t L = simd::kPairLanes;
+  constexpr int64_t L = products::kPairLanes;
   Acc lo[RG][W], hi[RG][W];
   for (int r = 0; r < RG; ++r)
     for (int w = 0; w < W; ++w) {
-      lo[r][w] = simd::acc_load(o[r] + e0 + w * kUnitBlock);
-      hi[r][w] = simd::acc_load(o[r] + e0 + w * kUnitBlock + L);
+      lo[r][w] = products::acc_load(o[r] + e0 + w * kUnitBlock);
+      hi[r][w] = products::acc_load(o[r] + e0 + w * kUnitBlock + L);
     }
   const auto* bits = reinterpret_cast<const uint16_t*>(v);
   for (int64_t jj = 0; jj < nk; jj += 2) {
@@ -237,10 +237,10 @@ void block_values_units(const uint32_t* pp, int64_t pp_stride, const Bf16* v, in
     Pairs x_lo[W], x_hi[W];
     for (int w = 0; w < W; ++w) {
       const uint16_t* a = bits + jj * vs + e0 + w * kUnitBlock;
-      simd::row_pairs(a, second ? a + vs : nullptr, x_lo[w], x_hi[w]);
+      products::row_pairs(a, second ? a + vs : nullptr, x_lo[w], x_hi[w]);
     }
     for (int r = 0; r < RG; ++r) {
-      const Pairs p = simd::broadcast_pair_bits(pp + r * pp_stride + jj / 2);
+      const Pairs p = products::broadcast_pair_bits(pp + r * pp_stride + jj / 2);
       for (int w = 0; w < W; ++w) {
         lo[r][w] = dot_pairs(lo[r][w], x_lo[w], p);
         hi[r][w] = dot_pairs(hi[r][w], x_hi[w], p);
@@ -249,8 +249,8 @@ void block_values_units(const uint32_t* pp, int64_t pp_stride, const Bf16* v, in
   }
   for (int r = 0; r < RG; ++r)
     for (int w = 0; w < W; ++w) {
-      simd::acc_store(o[r] + e0 + w * kUnitBlock, lo[r][w]);
-      simd::acc_store(o[r] + e0 + w * kUnitBlock + L, hi[r][w]);
+      products::acc_store(o[r] + e0 + w * kUnitBlock, lo[r][w]);
+      products::acc_store(o[r] + e0 + w * kUnitBlock + L, hi[r][w]);
     }
 }
 
@@ -297,8 +297,8 @@ struct RowsOnBf16Dot {
   // to the next whole vector.
   void probabilities(const float* p, int64_t count, int64_t r) {
     auto* to = reinterpret_cast<uint16_t*>(pp + r * pp_stride);
-    for (int64_t j = 0; j < count; j += simd::kPairLanes)
-      simd::round_to_bf16(simd::acc_load(p + j), to + j);  // an odd count's last pair: (p̃, 0)
+    for (int64_t j = 0; j < count; j += products::kPairLanes)  // an odd count's last pair: (p̃, 0)
+      products::round_to_bf16(products::acc_load(p + j), to + j);
   }
 
   void values(const ElementSource<Bf16>& V, const float*, int64_t, int64_t j, int64_t nk,

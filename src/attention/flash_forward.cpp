@@ -50,6 +50,7 @@
 #include "attention/plan.h"
 #include "attention/masks.h"
 #include "simd/simd-inl.h"
+#include "simd/kernel_namespace.h"
 #include "simd/convert-inl.h"
 #include "attention/tiles-inl.h"
 #include "simd/transpose-inl.h"
@@ -64,15 +65,9 @@
 #include "attention/dropout-inl.h"
 
 #if QKV_KERNEL_PASS
-HWY_BEFORE_NAMESPACE();
-namespace qkv::detail {
-namespace HWY_NAMESPACE {
-namespace simd = ::qkv::simd::HWY_NAMESPACE;
+QKV_KERNEL_BEGIN(qkv::detail)
 namespace {
 
-namespace hn = simd::hn;
-using simd::df;
-using simd::Vf;
 using namespace tiles;
 
 inline constexpr int64_t kTilesPerGroup = 8;
@@ -124,7 +119,7 @@ template <int NQV, class Unit, class T>
 void key_step(const AttentionArgs& a, const ScoreRule& rule, const ScoreCall& call,
               const ScoreRegisters& score_regs, const DropoutRule& drop, const Shape& n, int64_t b,
               int64_t h, const T* k_tile, int64_t ks, const float* Vt, int64_t j0, int64_t j1,
-              QueryTile& t, float* S, int32_t* mask_regs, simd::PrefetchQueue& prefetch) {
+              QueryTile& t, float* S, int32_t* mask_regs, products::PrefetchQueue& prefetch) {
   const int64_t Mq = n.Mq, nk = j1 - j0;
   // (A mask function's partial tile goes block by block, as a masked one does.)
   const bool masked = mask_regs || !t.tm.covers(j0, j1, t.rows);
@@ -199,7 +194,8 @@ void finish_tile(const AttentionArgs& a, const Shape& n, int64_t b, int64_t h, c
 bool widened(const KvRows& K, const KvRows& V) { return K.in_blocks() || K.type != V.type; }
 
 // One unit: query tiles [first, first + count) of (b, h), walking the key tiles together; K
-// and V are T (fp32, bf16 or fp16), read in place, multiplied on Unit.
+// and V are T (fp32, bf16 or fp16), read in place a run at a time (a key tile that a ring's
+// wrap splits is copied together first), multiplied on Unit.
 template <class T, class Unit>
 void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
                       const ScoreRule& rule, const ScoreCall& call, const DropoutRule& drop,
@@ -245,15 +241,16 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
   // Keys and values in 32-value blocks (a Q8_0, Q4_0 or Q4_1 cache), or in two different
   // formats (T is float): each key tile's rows widened into tiles first, then read as fp32 rows.
   const bool in_blocks = widened(K, V);
-  float *k_tile = nullptr, *v_tile = nullptr;
-  if (in_blocks) {
+  const bool wraps = K.wrap() < K.rows || V.wrap() < V.rows;
+  float *k_tile = nullptr, *v_tile = nullptr;  // (T rows where a tile is copied together)
+  if (in_blocks || wraps) {
     k_tile = thread_scratch(BlockSlot::keys, kKeyTile * n.D);
     v_tile = thread_scratch(BlockSlot::values, kKeyTile * n.Dv);
   }
-  const T* k0 = reinterpret_cast<const T*>(K.row(b, hkv, 0));
-  const T* v0 = reinterpret_cast<const T*>(V.row(b, hkv, 0));
-  const int64_t ks = in_blocks ? n.D : K.row_stride, vs = V.row_stride;
-  simd::PrefetchQueue prefetch;
+  const auto rows_at = [&](const KvRows& r, int64_t j) {
+    return reinterpret_cast<const T*>(r.row(b, hkv, j));
+  };
+  products::PrefetchQueue prefetch;
   // What the mask function leaves of each tile's key tile (full without one), found once per
   // key tile: the empty ones are never read.
   BlockState seen[kTilesPerGroup];
@@ -270,6 +267,7 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
     const int64_t next = j0 + kKeyTile, next_rows = std::min(kKeyTile, hi - next);
     const int64_t rows = std::min(kKeyTile, hi - j0);
     const T* k_rows = nullptr;
+    int64_t ks = n.D;  // (K's rows in k_tile)
     if (in_blocks) {
       prefetch.reset(K.row(b, hkv, next), K.stride_bytes(), K.row_bytes(), V.row(b, hkv, next),
                      V.stride_bytes(), V.row_bytes(), std::max<int64_t>(next_rows, 0));
@@ -278,10 +276,17 @@ void query_tile_group(const AttentionArgs& a, const KvRows& K, const KvRows& V,
       k_rows = reinterpret_cast<const T*>(k_tile);
       simd::pack_transposed(v_tile, n.Dv, rows, n.Dv, 1.0f, Vt, kKeyTile);
     } else {
-      prefetch.reset(k0 + next * ks, ks, n.D, v0 + next * vs, vs, n.Dv,
+      prefetch.reset(rows_at(K, next), K.row_stride, n.D, rows_at(V, next), V.row_stride, n.Dv,
                      std::max<int64_t>(next_rows, 0));
-      k_rows = k0 + j0 * ks;
-      Unit::pack_values(v0 + j0 * vs, vs, rows, n.Dv, Vt);
+      if (K.one_run(j0, rows) && V.one_run(j0, rows)) {
+        k_rows = rows_at(K, j0), ks = K.row_stride;
+        Unit::pack_values(rows_at(V, j0), V.row_stride, rows, n.Dv, Vt);
+      } else {
+        K.copy_rows(b, hkv, j0, rows, k_tile);
+        V.copy_rows(b, hkv, j0, rows, v_tile);
+        k_rows = reinterpret_cast<const T*>(k_tile);
+        Unit::pack_values(reinterpret_cast<const T*>(v_tile), n.Dv, rows, n.Dv, Vt);
+      }
     }
     for (int64_t g = 0; g < count; ++g) {
       QueryTile& t = group[g];
@@ -330,8 +335,6 @@ std::vector<int64_t> heaviest_first(const Mask& mask, const BlockMask* fn, int64
 }  // namespace
 
 void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V, const Plan& plan) {
-  // (Key tiles walk rows a row apart: a wrapped ring is decoded or gathered by its caller.)
-  check(K.wrap() == K.rows && V.wrap() == V.rows, "attention: the tiled kernel got a wrapped ring");
   const size_t N = simd::lanes();
   const Shape n{a.q.shape[0], a.q.shape[1], K.heads, a.q.shape[2],
                 K.rows,       a.q.shape[3], V.dim,   static_cast<int64_t>(kQueryVectors * N)};
@@ -385,9 +388,7 @@ void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V, con
   if (call) call.check_miss();  // an index a kernel found outside its tensor
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace qkv::detail
-HWY_AFTER_NAMESPACE();
+QKV_KERNEL_END();  // qkv::detail::HWY_NAMESPACE
 #endif  // QKV_KERNEL_PASS
 
 #if HWY_ONCE

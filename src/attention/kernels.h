@@ -48,13 +48,13 @@ void validate_block_mask_batch(const BlockMask& m, int64_t B, int64_t Hq, const 
 // one), K and V read from a.k and a.v.
 void forward_validated(const AttentionArgs& a);
 // The same over row sources K and V (a.k and a.v unused; Hkv, Tk and Dv from K and V): for
-// callers that have validated the arguments themselves (attention over a cache). A ring
-// whose rows wrap (K.wrap() < K.rows) must decode (decodes() true). The kernel is the one
-// plan_forward names.
+// callers that have validated the arguments themselves (attention over a cache; a ring is
+// read in place, its rows in position order, run by run). The kernel is the one plan_forward
+// names.
 void forward_validated(const AttentionArgs& a, const KvRows& K, const KvRows& V);
 
 // The drivers: each runs the kernel its plan names (plan.h), choosing nothing.
-// Tiled FlashAttention-2 forward (flash_forward.cpp): any Tq; rows that do not wrap.
+// Tiled FlashAttention-2 forward (flash_forward.cpp): any Tq; rows read run by run.
 void flash_forward(const AttentionArgs& a, const KvRows& K, const KvRows& V, const Plan& plan);
 
 // Split-KV decoding (decode.cpp): a few queries against a long cache. The rows sharing a

@@ -1,4 +1,4 @@
-// The row source (kv_rows.h): its construction from a type or a view.
+// The row source (kv_rows.h): its construction from a type or a view, and its runs copied.
 #include "attention/kv_rows.h"
 
 #include <cstring>
@@ -21,6 +21,16 @@ KvRows kv_rows(TensorType type, const void* data, int64_t batch_stride, int64_t 
     r.unit_bytes = type == TensorType::f32 ? 4 : 2;
   }
   return r;
+}
+
+void KvRows::copy_rows(int64_t b, int64_t h, int64_t j, int64_t count, void* to) const {
+  auto* out = static_cast<uint8_t*>(to);
+  const auto bytes = static_cast<size_t>(row_bytes());
+  each_run(j, count, [&](int64_t first, int64_t n) {
+    const uint8_t* from = row(b, h, first);
+    for (int64_t i = 0; i < n; ++i, from += stride_bytes(), out += bytes)
+      std::memcpy(out, from, bytes);
+  });
 }
 
 KvRows kv_rows(const View& v) {

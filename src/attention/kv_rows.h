@@ -1,5 +1,5 @@
 // The row source: where an attention call's keys (or values) live, in what element format and
-// layout, and which position each row holds. The forward kernels (the tiled forward, split-KV
+// layout, which position each row holds, and which rows lie a row apart (runs). The forward kernels (the tiled forward, split-KV
 // decoding) read K and V through it, whether they came as views (attention()) or as a cache's
 // storage (attention(args, StoredKV)); the backward reads views (it never runs over a cache). A
 // new cache layout or a paged cache is one more way of answering row(b, h, j) here.
@@ -40,6 +40,26 @@ struct KvRows {
     const int64_t w = slots - first % slots;
     return w < rows ? w : rows;
   }
+  // Rows [j, j + count) as runs of rows a row_stride apart, in order: f(first, n) for each.
+  // A plain source is one run; a ring's wrap splits a range in two (a page table would end a
+  // run at each page). The kernels read a run in place.
+  template <class F>
+  void each_run(int64_t j, int64_t count, F&& f) const {
+    const int64_t w = wrap();
+    if (j < w && w < j + count) {
+      f(j, w - j);
+      f(w, j + count - w);
+    } else {
+      f(j, count);
+    }
+  }
+  bool one_run(int64_t j, int64_t count) const {
+    const int64_t w = wrap();
+    return !(j < w && w < j + count);
+  }
+  // Rows [j, j + count) of head (b, h) copied together to `to` (count × row_bytes()), run by
+  // run: a range a ring's wrap splits, made one run.
+  void copy_rows(int64_t b, int64_t h, int64_t j, int64_t count, void* to) const;
   // Bytes of `values` values (whole blocks for block formats).
   int64_t bytes(int64_t values) const { return values / unit_values * unit_bytes; }
   int64_t row_bytes() const { return bytes(dim); }

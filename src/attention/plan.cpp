@@ -1,7 +1,6 @@
 // The one place that chooses what an attention call runs (plan.h).
 #include "attention/plan.h"
 
-#include <cctype>
 #include <string>
 #include <vector>
 
@@ -204,13 +203,6 @@ Call cache_decode(TensorType format, int64_t dim_v, int64_t rows) {
   c.keys = 4096, c.query_heads = rows, c.kv_heads = 1, c.dim = 128, c.dim_v = dim_v;
   c.int8_scores = true;
   return c;
-}
-
-// As the CLI names formats: lower case ("q8_0").
-std::string lower_name(TensorType t) {
-  std::string name = to_string(t);
-  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return name;
 }
 
 }  // namespace

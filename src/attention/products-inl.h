@@ -27,8 +27,10 @@
 #include "simd/simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
-namespace qkv::simd {
+namespace qkv::detail {
 namespace HWY_NAMESPACE {
+namespace products {
+using namespace ::qkv::simd::HWY_NAMESPACE;  // NOLINT: written in the SIMD layer's words
 
 // ---- Micro-kernels ------------------------------------------------------------------------
 // `Mq` is the query-tile width in floats (a multiple of the lane count); NQV vectors of it
@@ -321,8 +323,9 @@ HWY_INLINE void accumulate_transposed_tile(const float* p, int64_t rows, int64_t
   }
 }
 
+}  // namespace products
 }  // namespace HWY_NAMESPACE
-}  // namespace qkv::simd
+}  // namespace qkv::detail
 HWY_AFTER_NAMESPACE();
 
 #endif  // per-target include guard

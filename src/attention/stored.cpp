@@ -1,6 +1,6 @@
 // Attention over stored keys and values (see include/qkv/attention.h): the one road from a
-// key/value cache to the kernels. It reads the cache in place where the kernels can, and
-// gathers an fp32 copy of the positions the queries see where they cannot.
+// key/value cache to the kernels. It reads the cache in place (a ring run by run, in position
+// order), and gathers an fp32 copy of the positions the queries see only beside fresh rows.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -254,12 +254,12 @@ struct StoredRows {
   bool in_place = false;
 };
 StoredRows stored_rows_for(const AttentionArgs& args, const StoredKV& kv) {
-  const int64_t B = args.q.shape[0], Hq = args.q.shape[1], Tq = args.q.shape[2], Hkv = kv.heads;
-  // A ring whose slots are out of order holds the last `slots` positions; its rows are read
-  // in position order, split at the wrap, by the decoding kernels.
+  const int64_t B = args.q.shape[0], Tq = args.q.shape[2], Hkv = kv.heads;
+  // A ring whose slots are out of order holds the last `slots` positions; the kernels read its
+  // rows in position order, run by run (split at the wrap).
   const bool wrapped = kv.slots > 0 && kv.length > kv.slots;
   const int64_t held = wrapped ? kv.length - kv.slots : 0;
-  if (fresh_rows(kv) == 0 && (!wrapped || detail::decodes(Tq, kv.length - held, Hq / Hkv)))
+  if (fresh_rows(kv) == 0)
     // Read in place, in the storage's type (the kernels widen 16-bit rows and blocks).
     return {stored_keys(kv, held), stored_values(kv, held), true};
   // The positions the queries see, in order, as fp32.

@@ -66,14 +66,14 @@ struct TileUnit<false> {
   // S [nk][Mq] ← K Qt for nk key rows (ks apart).
   template <int NQV, class T>
   static void scores(const T* k, int64_t ks, int64_t nk, const float* Qt, int64_t D, int64_t Mq,
-                     bool /*two*/, float /*scale*/, float* S, simd::PrefetchQueue* prefetch) {
-    simd::scores_tile<NQV>(k, ks, nk, Qt, D, Mq, S, prefetch);
+                     bool /*two*/, float /*scale*/, float* S, products::PrefetchQueue* prefetch) {
+    products::scores_tile<NQV>(k, ks, nk, Qt, D, Mq, S, prefetch);
   }
   // Ot [Dv][Mq] ← alpha Ot + Vtᵀ P for the nk rows of P = S.
   template <int NQV>
   static void accumulate(float* S, int64_t nk, int64_t Mq, const float* Vt, int64_t Dv,
-                         const float* alpha, float* Ot, simd::PrefetchQueue* prefetch) {
-    simd::accumulate_tile<NQV>(S, nk, Mq, Vt, kKeyTile, Dv, alpha, Ot, prefetch);
+                         const float* alpha, float* Ot, products::PrefetchQueue* prefetch) {
+    products::accumulate_tile<NQV>(S, nk, Mq, Vt, kKeyTile, Dv, alpha, Ot, prefetch);
   }
 };
 
@@ -92,8 +92,8 @@ struct TileUnit<true> {
   // V2 [nk/2][Dv] words: pairs of value rows interleaved.
   template <class T>
   static void pack_values(const T* v, int64_t vs, int64_t nk, int64_t Dv, float* Vt) {
-    simd::interleave_row_pairs(reinterpret_cast<const uint16_t*>(v), vs, nk, Dv,
-                               reinterpret_cast<uint32_t*>(Vt), Dv);
+    products::interleave_row_pairs(reinterpret_cast<const uint16_t*>(v), vs, nk, Dv,
+                                   reinterpret_cast<uint32_t*>(Vt), Dv);
   }
   // From key row jj (even) on: pair jj / 2.
   static const float* values_from(const float* Vt, int64_t jj, int64_t Dv) {
@@ -101,18 +101,18 @@ struct TileUnit<true> {
   }
   template <int NQV, class T>
   static void scores(const T* k, int64_t ks, int64_t nk, const float* Qt, int64_t D, int64_t Mq,
-                     bool two, float scale, float* S, simd::PrefetchQueue* prefetch) {
+                     bool two, float scale, float* S, products::PrefetchQueue* prefetch) {
     const auto* q2 = reinterpret_cast<const uint32_t*>(Qt);
-    simd::rows_times_pairs_tile<NQV, simd::Into::kStore>(
+    products::rows_times_pairs_tile<NQV, products::Into::kStore>(
         reinterpret_cast<const uint16_t*>(k), ks, 2, nk, q2, two ? q2 + D / 2 * Mq : nullptr, D / 2,
         Mq, S, Mq, scale, nullptr, prefetch);
   }
   // P rounded into bf16 pairs in place, then Oᵀ ← alpha Oᵀ + V2ᵀ P2.
   template <int NQV>
   static void accumulate(float* S, int64_t nk, int64_t Mq, const float* Vt, int64_t Dv,
-                         const float* alpha, float* Ot, simd::PrefetchQueue* prefetch) {
-    simd::pairs_of_rows<NQV>(S, nk, Mq);
-    simd::rows_times_pairs_tile<NQV, simd::Into::kRescaleAdd>(
+                         const float* alpha, float* Ot, products::PrefetchQueue* prefetch) {
+    products::pairs_of_rows<NQV>(S, nk, Mq);
+    products::rows_times_pairs_tile<NQV, products::Into::kRescaleAdd>(
         reinterpret_cast<const uint16_t*>(Vt), 2, 2 * Dv, Dv, reinterpret_cast<const uint32_t*>(S),
         nullptr, (nk + 1) / 2, Mq, Ot, Mq, 1.0f, alpha, prefetch);
   }
@@ -124,7 +124,7 @@ struct TileUnit<true> {
 template <int NQV, class Unit, class T>
 void tile_scores(bool masked, const VisibleBlocks& blocks, const T* k, int64_t ks, int64_t nk,
                  const float* Qt, int64_t D, int64_t Mq, bool two, float scale, float* S,
-                 simd::PrefetchQueue* prefetch) {
+                 products::PrefetchQueue* prefetch) {
   if (!masked) return Unit::template scores<NQV>(k, ks, nk, Qt, D, Mq, two, scale, S, prefetch);
   const int64_t N = static_cast<int64_t>(simd::lanes());
   for (int c = 0; c < blocks.chunks; ++c) {
@@ -148,7 +148,7 @@ void tile_scores(bool masked, const VisibleBlocks& blocks, const T* k, int64_t k
 template <int NQV, class Unit>
 void tile_accumulate(bool masked, const VisibleBlocks& blocks, float* S, int64_t nk, int64_t Mq,
                      const float* Vt, int64_t Dv, const float* alpha, float* Ot,
-                     simd::PrefetchQueue* prefetch) {
+                     products::PrefetchQueue* prefetch) {
   if (!masked) return Unit::template accumulate<NQV>(S, nk, Mq, Vt, Dv, alpha, Ot, prefetch);
   const int64_t N = static_cast<int64_t>(simd::lanes());
   for (int v = 0; v < NQV;) {

@@ -34,6 +34,11 @@ namespace HWY_NAMESPACE {
 namespace simd = ::qkv::simd::HWY_NAMESPACE;
 namespace tiles {
 
+// The names every tile file uses (this target's Highway ops, fp32 tag and vector).
+namespace hn = simd::hn;
+using simd::df;
+using simd::Vf;
+
 inline constexpr int kQueryVectors = 4;  // Mq = 4 N: 64 rows on AVX-512 (Qt of D = 128 is 32 KiB)
 inline constexpr int64_t kKeyTile = 64;  // S is Kt × Mq = 16 KiB: stays in L1 between uses
 
@@ -97,7 +102,6 @@ struct TileMask {
   bool covers(int64_t j0, int64_t j1, int64_t rows) const;
   // x, the scores of key j for the queries of vector v, with -inf where they may not see it.
   simd::Vf hide(int64_t v, int64_t j, simd::Vf x) const {
-    namespace hn = simd::hn;
     const hn::RebindToSigned<simd::Df> di;
     const size_t N = simd::lanes();
     const auto jv = hn::Set(di, static_cast<int32_t>(j));
@@ -151,9 +155,6 @@ struct VisibleBlocks {
 template <int NQV, typename ForScores>
 void online_softmax(float* S, int64_t Mq, float* m, float* l, float* alpha,
                     ForScores&& for_scores) {
-  namespace hn = simd::hn;
-  using simd::df;
-  using simd::Vf;
   const size_t N = simd::lanes();
   simd::VfSlot mx[NQV], shift[NQV], sum[NQV];
   for (int v = 0; v < NQV; ++v) mx[v] = hn::Load(df, m + v * N);

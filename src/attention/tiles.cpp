@@ -20,10 +20,6 @@ namespace qkv::detail {
 namespace HWY_NAMESPACE {
 namespace tiles {
 
-namespace hn = simd::hn;
-using simd::df;
-using simd::Vf;
-
 void TileMask::init(const Mask& mask, int64_t b, int64_t i0, int64_t rows, const Shape& n) {
   std::fill_n(begin, n.Mq, 0);
   std::fill_n(end, n.Mq, 0);

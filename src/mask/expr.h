@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,10 @@
 #include "qkv/mask_function.h"
 
 namespace qkv::detail {
+
+// The range of a mask's integers (constants and every operation's result): 32 bits.
+inline constexpr int64_t kMost = std::numeric_limits<int32_t>::max();
+inline constexpr int64_t kLeast = std::numeric_limits<int32_t>::min();
 
 enum class MaskOp : uint8_t {
   // leaves

@@ -8,16 +8,14 @@
 #include <cmath>
 
 #include "simd/simd-inl.h"
+#include "simd/kernel_namespace.h"
 #include "ops/rows.h"
 #include "qkv/ops.h"
 #include "util/parallel.h"
 #include "qkv/threads.h"
 #include "simd/dispatch.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace qkv {
-namespace HWY_NAMESPACE {
-namespace simd = ::qkv::simd::HWY_NAMESPACE;
+QKV_KERNEL_BEGIN(qkv)
 
 using detail::check_rows;
 using detail::row;
@@ -52,10 +50,6 @@ float gelu_derivative(float x, Gelu kind) {
 }
 
 float sigmoid(float x) { return 1 / (1 + std::exp(-x)); }
-
-namespace hn = simd::hn;
-using simd::df;
-using simd::Vf;
 
 // Rows in parallel; within a row, whole vectors through `vec(c)` and the tail through `one(c)`
 // (the scalar formula): tanh and exp are the cost of these layers, and Highway's vectorised
@@ -176,9 +170,7 @@ void residual_backward(View da, View db, View dy) {
   });
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace qkv
-HWY_AFTER_NAMESPACE();
+QKV_KERNEL_END();  // qkv::HWY_NAMESPACE
 
 #if HWY_ONCE
 namespace qkv {

@@ -9,24 +9,18 @@
 #include <cmath>
 
 #include "simd/simd-inl.h"
+#include "simd/kernel_namespace.h"
 #include "ops/rows.h"
 #include "qkv/ops.h"
 #include "qkv/threads.h"
 #include "simd/dispatch.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace qkv {
-namespace HWY_NAMESPACE {
-namespace simd = ::qkv::simd::HWY_NAMESPACE;
+QKV_KERNEL_BEGIN(qkv)
 
 using detail::check_rows;
 using detail::row;
 
 namespace {
-
-namespace hn = simd::hn;
-using simd::df;
-using simd::Vf;
 
 // p = e^(l − max(l)) over one row, vectorised (a vocabulary of 50,257 makes this the largest
 // elementwise loop of a training step); returns max and Σ p.
@@ -79,9 +73,7 @@ float cross_entropy_forward(View probs, View logits, const int32_t* targets) {
   return count ? static_cast<float>(total / count) : 0.0f;
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace qkv
-HWY_AFTER_NAMESPACE();
+QKV_KERNEL_END();  // qkv::HWY_NAMESPACE
 
 #if HWY_ONCE
 namespace qkv {

@@ -24,6 +24,6 @@ inline bool vnni_wide() { return simd::vnni_in_use(true); }
 inline bool amx_prompts() { return simd::unit_of(simd::Work::int8) == simd::Unit::amx; }
 
 // Whether AArch64's products use the dot product extension (sdot).
-inline bool dot_product_extension() { return simd::unit_of(simd::Work::int8) == simd::Unit::sdot; }
+inline bool dot_product_extension() { return simd::sdot_in_use(); }
 
 }  // namespace qkv::quant::int8

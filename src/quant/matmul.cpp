@@ -16,7 +16,6 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 #include <iterator>
 #include <string>
@@ -30,6 +29,7 @@
 #include "simd/amx.h"
 #include "simd/dispatch.h"
 #include "simd/simd-inl.h"
+#include "simd/kernel_namespace.h"
 #include "util/parallel.h"
 #include "util/scratch.h"
 #include "util/type_switch.h"
@@ -40,17 +40,11 @@
 #include "quant/k_quants.h"
 #include "quant/product_kernels.h"
 
-HWY_BEFORE_NAMESPACE();
-namespace qkv::quant {
-namespace HWY_NAMESPACE {
-namespace simd = ::qkv::simd::HWY_NAMESPACE;
+QKV_KERNEL_BEGIN(qkv::quant)
 namespace {
 
-namespace hn = simd::hn;
 using qkv::TensorType;
-using simd::df;
 using simd::half;
-using simd::Vf;
 using simd::VfSlot;
 const hn::RebindToSigned<simd::Df> di;
 const hn::Rebind<uint8_t, simd::Df> du8;
@@ -464,9 +458,7 @@ void linear_forward(View y, View x, const std::vector<Matrix>& parts, const floa
   });
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace qkv::quant
-HWY_AFTER_NAMESPACE();
+QKV_KERNEL_END();  // qkv::quant::HWY_NAMESPACE
 
 #if HWY_ONCE
 namespace qkv::quant {
@@ -528,8 +520,7 @@ std::vector<UnitInUse> weight_units() {
   std::vector<UnitInUse> out;
   for (TensorType t : {TensorType::q8_0, TensorType::q4_0, TensorType::q4_1, TensorType::q4_k,
                        TensorType::q6_k, TensorType::f16, TensorType::bf16, TensorType::f32}) {
-    std::string name = to_string(t) + " weights";  // as the CLI names formats: lower case
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string name = lower_name(t) + " weights";
     out.push_back(
         {name, quant::unit_name(ProductKernel::rows_widened),
          t == TensorType::f32

@@ -71,6 +71,9 @@ bool avx_vnni_in_use();
 // x86's 512-bit targets (wide: the int8 unit is vpdpbusd or amx, on a CPU with AVX512-VNNI) or
 // on AVX2 (avx_vnni_in_use); else vpmaddubsw + vpmaddwd.
 bool vnni_in_use(bool wide);
+// Whether AArch64's byte products (weights and cache scores alike) use the dot product
+// extension's sdot: the int8 unit is sdot.
+inline bool sdot_in_use() { return unit_of(Work::int8) == Unit::sdot; }
 
 // Forces the units of a spec as parse_units reads it; "" goes back to the table. Not to be
 // called while kernels run on other threads.
